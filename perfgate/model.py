@@ -1,0 +1,300 @@
+"""Typed records passed between perfgate's stages:
+
+    capture ──► trace ──► analysis ──► compare ──► report
+    Capture     Trace     Analysis     WorkloadResult
+
+Leaf module: imports nothing from perfgate. Records are frozen dataclasses; every field that
+carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
+``to_dict()`` methods give the JSON shapes that the CLI and the reports print.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+# --------------------------------------------------------------------------- capture
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One process launch of a workload under nsys, and where its artifacts are."""
+
+    workload: str
+    run_dir: Path
+    command: tuple[str, ...]          # the full nsys command line that ran
+    report_path: Path | None          # the .nsys-rep
+    sqlite_path: Path | None          # the SQLite export
+    log_path: Path                    # workload's stdout+stderr (and nsys's)
+    returncode: int
+    wall_s: float                     # wall time of the whole nsys run
+    self_report: dict[str, Any] | None = None  # the workload's own PERFGATE_SELF_REPORT line, parsed
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Summary of a sample of values (one unit for all fields, named by the owner)."""
+
+    count: int
+    mean: float
+    median: float
+    stdev: float          # sample standard deviation (ddof=1); 0.0 when count < 2
+    p10: float
+    p90: float
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """The measured steps of one launch (warm-up steps excluded)."""
+
+    range_name: str                   # folded NVTX name of the step range, e.g. "step"
+    count: int
+    warmup_skipped: int
+    durations_ms: tuple[float, ...]   # per measured step, in time order (several processes: per process, concatenated)
+    summary_ms: Summary
+    window_start_ns: int              # start of first measured step
+    window_end_ns: int                # end of last measured step
+    batch_size: int | None = None
+    samples_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """A phase: NVTX ranges inside the measured steps that share a folded name."""
+
+    name: str
+    count: int                        # instances inside the measured window
+    cpu_total_ms: float
+    cpu_median_ms: float
+    cpu_mean_ms: float
+    cpu_per_step_ms: float            # cpu_total_ms / measured steps
+    share_of_step: float              # cpu_total_ms / total measured step time
+    gpu_ms: float | None = None       # GPU time attributed to the phase (see docs), None without GPU activity
+    gpu_per_step_ms: float | None = None
+    gpu_thread_proj_ms: float | None = None  # nsys nvtx_gpu_proj_sum-style projection by launching thread
+
+
+@dataclass(frozen=True)
+class RangeStat:
+    """One line of ``nsys stats -r nvtx_sum``: name exactly as nsys prints it, minus a leading ':'."""
+
+    count: int
+    total_ns: int
+
+
+@dataclass(frozen=True)
+class IdleGap:
+    device: str
+    start_ns: int
+    duration_ms: float
+    cpu_ranges: tuple[str, ...]       # NVTX ranges open on the CPU during the gap, outermost first
+
+
+@dataclass(frozen=True)
+class GpuIdle:
+    """GPU-idle share of the measured window: time in which a GPU ran no kernel, copy or memset."""
+
+    fraction: float                   # over all GPUs: sum of idle time / (window * number of GPUs)
+    per_device: dict[str, float]
+    window_ms: float
+    longest_gaps: tuple[IdleGap, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    name: str
+    count: int
+    total_ms: float
+
+
+@dataclass(frozen=True)
+class GpuWork:
+    """What users look at after step and idle time, per measured step unless named otherwise."""
+
+    kernels_per_step: float
+    kernel_ms_per_step: float
+    top_kernels: tuple[KernelStat, ...]
+    cuda_api_ms_per_step: float
+    h2d_bytes_per_step: float
+    h2d_ms_per_step: float
+    pageable_copies: int              # memcpys from/to pageable host memory in the window
+    sync_calls_per_step: float        # cudaStreamSynchronize/cudaDeviceSynchronize (and driver twins)
+    peak_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything perfgate reads out of one trace. ``metrics()`` is what the gate compares."""
+
+    source: str                       # the trace file
+    nsys_version: str | None
+    schema_version: str | None
+    steps: StepStats
+    phases: dict[str, PhaseStats]
+    ranges: dict[str, RangeStat]
+    gpu_idle: GpuIdle | None = None
+    gpu: GpuWork | None = None
+    processes: int = 1
+    devices: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)  # later stages may attach (e.g. "diagnosis")
+
+    def metrics(self) -> dict[str, float]:
+        """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
+        s = self.steps.summary_ms
+        out: dict[str, float] = {
+            "step_time_ms": s.median,
+            "step_time_mean_ms": s.mean,
+            "step_time_p90_ms": s.p90,
+        }
+        if self.steps.samples_per_s is not None:
+            out["samples_per_s"] = self.steps.samples_per_s
+        if self.gpu_idle is not None:
+            out["gpu_idle_fraction"] = self.gpu_idle.fraction
+        for name, p in self.phases.items():
+            out[f"phase.{name}.cpu_ms"] = p.cpu_per_step_ms
+            if p.gpu_per_step_ms is not None:
+                out[f"phase.{name}.gpu_ms"] = p.gpu_per_step_ms
+        if self.gpu is not None:
+            out["kernels_per_step"] = self.gpu.kernels_per_step
+            out["h2d_ms_per_step"] = self.gpu.h2d_ms_per_step
+            out["sync_calls_per_step"] = self.gpu.sync_calls_per_step
+            out["cuda_api_ms_per_step"] = self.gpu.cuda_api_ms_per_step
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``perfgate analyze --format json`` object (a superset of the documented contract)."""
+        st = self.steps
+        d: dict[str, Any] = {
+            "source": self.source,
+            "nsys_version": self.nsys_version,
+            "schema_version": self.schema_version,
+            "steps": {
+                "range": st.range_name,
+                "count": st.count,
+                "warmup_skipped": st.warmup_skipped,
+                "median_ms": st.summary_ms.median,
+                "mean_ms": st.summary_ms.mean,
+                "p10_ms": st.summary_ms.p10,
+                "p90_ms": st.summary_ms.p90,
+                "stdev_ms": st.summary_ms.stdev,
+                "min_ms": st.summary_ms.min,
+                "max_ms": st.summary_ms.max,
+                "batch_size": st.batch_size,
+                "samples_per_s": st.samples_per_s,
+                "durations_ms": list(st.durations_ms),
+            },
+            "gpu_idle_fraction": None if self.gpu_idle is None else self.gpu_idle.fraction,
+            "gpu_idle": None if self.gpu_idle is None else asdict(self.gpu_idle),
+            "phases": {n: asdict(p) for n, p in self.phases.items()},
+            "ranges": {n: asdict(r) for n, r in self.ranges.items()},
+            "gpu": None if self.gpu is None else asdict(self.gpu),
+            "processes": self.processes,
+            "devices": list(self.devices),
+            "warnings": list(self.warnings),
+            "metrics": self.metrics(),
+        }
+        d.update(self.extra)
+        return d
+
+
+# --------------------------------------------------------------------------- machine
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """Identity of the machine a measurement was taken on. ``machine_class`` keys baselines."""
+
+    machine_class: str                # e.g. "nvidia-h100-80gb-hbm3-x1" or "cpu-x86_64"
+    gpu_model: str | None
+    gpu_count: int
+    driver: str | None
+    cuda: str | None
+    torch: str | None
+    nsys: str | None
+    hostname: str | None = None
+    cpu: str | None = None
+    python: str | None = None
+
+
+# --------------------------------------------------------------------------- compare
+
+
+class Verdict(str, enum.Enum):
+    PASS = "PASS"
+    REGRESSED = "REGRESSED"
+    IMPROVED = "IMPROVED"
+    NEW = "NEW"
+    NO_DATA = "NO-DATA"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:  # "REGRESSED", not "Verdict.REGRESSED"
+        return self.value
+
+
+class Direction(str, enum.Enum):
+    LOWER_IS_BETTER = "lower_is_better"
+    HIGHER_IS_BETTER = "higher_is_better"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A metric fails when it got worse by more than ``rel`` (0.05 = 5 %) AND by more than ``abs``
+    (the absolute floor, in the metric's own unit). Either may be None (not checked)."""
+
+    rel: float | None = None
+    abs: float | None = None
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    metric: str
+    unit: str
+    direction: Direction
+    baseline: float | None
+    current: float | None
+    change: float | None              # relative: current / baseline - 1
+    delta: float | None               # absolute: current - baseline
+    tolerance: Tolerance
+    verdict: Verdict
+    gating: bool = True               # False: reported, never fails the build
+    p_value: float | None = None
+    ci_low: float | None = None       # confidence interval of ``change``
+    ci_high: float | None = None
+    note: str = ""
+
+
+@dataclass
+class WorkloadResult:
+    """The outcome for one workload (or variant): verdict, per-metric comparisons, the analyses of
+    the current launches, and where the artifacts are. Reports render only from this."""
+
+    workload: str
+    verdict: Verdict
+    comparisons: list[MetricComparison] = field(default_factory=list)
+    analyses: list[Analysis] = field(default_factory=list)
+    machine: MachineInfo | None = None
+    baseline_path: Path | None = None
+    baseline_step_times_ms: list[float] = field(default_factory=list)  # for per-step charts
+    run_dir: Path | None = None
+    error: str | None = None
+    message: str = ""                 # one-paragraph explanation (which phase regressed and why)
+    variant: str | None = None
+    wall_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.workload if not self.variant else f"{self.workload}[{self.variant}]"
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in (Verdict.REGRESSED, Verdict.ERROR)
