@@ -1,0 +1,89 @@
+"""Trace -> Analysis: steps, phases, NVTX range totals, GPU idle and GPU work.
+
+``analyze_trace(path, AnalysisOptions())`` is the entry point; docs/analysis.md defines every
+number it produces."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate.analysis.gpu_work import gpu_work
+from perfgate.analysis.idle import device_label, gpu_idle
+from perfgate.analysis.launches import join_launches
+from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
+from perfgate.analysis.projection import project_ranges
+from perfgate.analysis.ranges import range_stats
+from perfgate.analysis.steps import select_steps, step_stats
+from perfgate.analysis.table import render_table
+from perfgate.errors import ConfigError
+from perfgate.model import Analysis
+from perfgate.trace import Trace, load_trace
+
+DEFAULT_WARMUP_STEPS = 5
+
+__all__ = ["AnalysisOptions", "analyze", "analyze_trace", "render_table", "DEFAULT_WARMUP_STEPS"]
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How to read a trace. ``step_pattern`` None uses the default step names (see steps.py);
+    a given pattern must match a whole NVTX message (Python ``re.fullmatch``)."""
+
+    step_pattern: str | None = None
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    batch_size: int | None = None
+    top_kernels: int = 10
+    longest_gaps: int = 5
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size}")
+        if self.top_kernels < 0 or self.longest_gaps < 0:
+            raise ConfigError("top_kernels and longest_gaps must be >= 0")
+
+
+def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+    """Analyze an nsys SQLite export (or an ``.nsys-rep``, exported to SQLite beside it first)."""
+    path = Path(path)
+    if path.suffix in (".nsys-rep", ".qdrep"):
+        from perfgate.nsys import export_sqlite
+
+        path = export_sqlite(path)
+    return analyze(load_trace(path), options)
+
+
+def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+    """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
+    sel = select_steps(trace.nvtx, options.step_pattern, options.warmup_steps, str(trace.path))
+    steps = step_stats(sel, options.batch_size)
+    measured = sel.measured
+    total_step_ns = int((measured["end"] - measured["start"]).sum())
+    instances = phase_instances(trace.nvtx, measured)
+    launches = join_launches(trace.gpu_ops, trace.runtime) if trace.has_gpu else None
+    busy = projected = None
+    if launches is not None:
+        busy = attribute_gpu_time(instances, launches)
+        projected = project_ranges(trace.nvtx, launches)
+    phases = phase_stats(instances, steps.count, total_step_ns, busy, projected)
+    idle = gpu_idle(trace.gpu_ops, trace.nvtx, steps.window_start_ns, steps.window_end_ns,
+                    options.longest_gaps)
+    work = None
+    if launches is not None:
+        work = gpu_work(launches, trace.runtime, trace.strings, trace.memory_events,
+                        steps.window_start_ns, steps.window_end_ns, steps.count, options.top_kernels)
+    devices = tuple(device_label(d) for d in sorted(trace.gpu_ops["device_id"].unique()))
+    return Analysis(
+        source=str(trace.path),
+        nsys_version=trace.nsys_version,
+        schema_version=trace.schema_version,
+        steps=steps,
+        phases=phases,
+        ranges=range_stats(trace.nvtx),
+        gpu_idle=idle,
+        gpu=work,
+        processes=int(sel.measured["pid"].nunique()),
+        devices=devices,
+        warnings=sel.warnings,
+    )

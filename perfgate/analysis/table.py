@@ -1,0 +1,57 @@
+"""``perfgate analyze --format table``: an Analysis as aligned plain text."""
+from __future__ import annotations
+
+from perfgate.model import Analysis
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def render_table(analysis: Analysis) -> str:
+    """Steps, phases, GPU idle and GPU work of one analysis, for a terminal."""
+    a, st = analysis, analysis.steps
+    s = st.summary_ms
+    out = [f"trace: {a.source}  (nsys {a.nsys_version or '?'}, schema {a.schema_version or '?'})",
+           f"steps: '{st.range_name}' x {st.count} measured ({st.warmup_skipped} warm-up skipped per "
+           f"process, {a.processes} process{'es' if a.processes != 1 else ''})",
+           f"step time ms: median {_fmt(s.median)}  mean {_fmt(s.mean)}  p10 {_fmt(s.p10)}  "
+           f"p90 {_fmt(s.p90)}  stdev {_fmt(s.stdev)}"]
+    if st.samples_per_s is not None:
+        out.append(f"throughput: {st.samples_per_s:.1f} samples/s (batch size {st.batch_size})")
+    if a.gpu_idle is not None:
+        per = ", ".join(f"GPU {d}: {v:.1%}" for d, v in a.gpu_idle.per_device.items())
+        out.append(f"GPU idle: {a.gpu_idle.fraction:.1%} of {a.gpu_idle.window_ms:.1f} ms ({per})")
+    if a.phases:
+        out += ["", "phases (per measured step):"]
+        rows = [[p.name, str(p.count), _fmt(p.cpu_per_step_ms), f"{p.share_of_step:.1%}",
+                 _fmt(p.gpu_per_step_ms),
+                 _fmt(None if p.gpu_thread_proj_ms is None else p.gpu_thread_proj_ms / max(st.count, 1))]
+                for p in a.phases.values()]
+        out += _table(["phase", "count", "cpu ms", "share", "gpu ms", "proj ms"], rows)
+    if a.gpu is not None:
+        g = a.gpu
+        out += ["", f"kernels/step {g.kernels_per_step:.1f}  kernel ms/step {g.kernel_ms_per_step:.3f}  "
+                    f"CUDA API ms/step {g.cuda_api_ms_per_step:.3f}  syncs/step {g.sync_calls_per_step:.1f}",
+                f"H2D/step {g.h2d_bytes_per_step / 1e6:.2f} MB in {g.h2d_ms_per_step:.3f} ms  "
+                f"pageable copies {g.pageable_copies}"
+                + ("" if g.peak_memory_bytes is None else f"  peak GPU memory {g.peak_memory_bytes / 2**20:.1f} MiB")]
+        if g.top_kernels:
+            out += ["", "top kernels:"]
+            out += _table(["kernel", "count", "total ms"],
+                          [[k.name[:60], str(k.count), _fmt(k.total_ms)] for k in g.top_kernels])
+    if a.gpu_idle is not None and a.gpu_idle.longest_gaps:
+        out += ["", "longest GPU idle gaps:"]
+        out += _table(["GPU", "ms", "CPU ranges open"],
+                      [[gp.device, _fmt(gp.duration_ms), " > ".join(gp.cpu_ranges) or "-"]
+                       for gp in a.gpu_idle.longest_gaps])
+    if a.warnings:
+        out += [""] + [f"warning: {w}" for w in a.warnings]
+    return "\n".join(out) + "\n"

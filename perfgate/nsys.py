@@ -1,0 +1,174 @@
+"""Finding and driving the ``nsys`` executable: where it is, which version, SQLite export, and
+``nsys stats`` reports under either naming scheme (``nvtxsum`` on 2022.4, ``nvtx_sum`` later)."""
+from __future__ import annotations
+
+import functools
+import glob
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from perfgate.errors import ConfigError, NsysNotFoundError, TraceError
+
+ENV_VAR = "PERFGATE_NSYS"
+
+# Globs searched after the explicit option, $PERFGATE_NSYS and $PATH, in this order.
+SEARCH_GLOBS: tuple[str, ...] = (
+    "/usr/local/cuda*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/target-linux-x64/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+
+# Current report name -> the name nsys used before the 2023 rename (None: no old equivalent).
+REPORT_ALIASES: dict[str, str | None] = {
+    "nvtx_sum": "nvtxsum",
+    "nvtx_pushpop_sum": "nvtxppsum",
+    "nvtx_pushpop_trace": "nvtxpptrace",
+    "nvtx_startend_sum": "nvtxsesum",
+    "nvtx_kern_sum": "nvtxkernsum",
+    "nvtx_gpu_proj_trace": "nvtxgpuproj",
+    "nvtx_gpu_proj_sum": None,
+    "cuda_gpu_kern_sum": "gpukernsum",
+    "cuda_api_sum": "cudaapisum",
+    "cuda_api_trace": "cudaapitrace",
+    "cuda_gpu_mem_time_sum": "gpumemtimesum",
+    "cuda_gpu_mem_size_sum": "gpumemsizesum",
+    "cuda_gpu_sum": "gpusum",
+    "cuda_gpu_trace": "gputrace",
+    "cuda_api_gpu_sum": "apigpusum",
+    "osrt_sum": "osrtsum",
+}
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_nsys(explicit: str | None = None) -> Path:
+    """The nsys to use: ``explicit`` (an option value), then ``$PERFGATE_NSYS``, then ``$PATH``,
+    then the CUDA toolkit and Nsight Systems/Compute install folders."""
+    looked: list[str] = []
+    for source, value in (("option", explicit), (ENV_VAR, os.environ.get(ENV_VAR))):
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if path.is_dir():
+            path = path / "nsys"
+        if _is_executable(path):
+            return path
+        raise NsysNotFoundError(f"nsys given by {source} ({value}) is not an executable file")
+    on_path = shutil.which("nsys")
+    looked.append("$PATH")
+    if on_path:
+        return Path(on_path)
+    for pattern in SEARCH_GLOBS:
+        looked.append(pattern)
+        for candidate in sorted(glob.glob(pattern), reverse=True):  # newest version first
+            if _is_executable(Path(candidate)):
+                return Path(candidate)
+    raise NsysNotFoundError(
+        "nsys not found; looked in " + ", ".join(looked)
+        + f". Install Nsight Systems or set {ENV_VAR} / --nsys to its path"
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def nsys_version(nsys: Path) -> str:
+    """The version nsys reports, e.g. ``2022.4.2.1`` (from ``... version 2022.4.2.1-df9881f``)."""
+    out = _run([str(nsys), "--version"], what="nsys --version").stdout
+    match = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out)
+    if match is None:
+        raise NsysNotFoundError(f"{nsys} --version printed no version: {out.strip()[:200]!r}")
+    return match.group(1)
+
+
+def export_sqlite(report: Path, nsys: Path | None = None) -> Path:
+    """Export an ``.nsys-rep`` to SQLite beside it (reusing an export newer than the report)."""
+    report = Path(report)
+    if not report.is_file():
+        raise TraceError(f"{report}: no such nsys report")
+    out = report.with_suffix(".sqlite")
+    if out.is_file() and out.stat().st_mtime >= report.stat().st_mtime:
+        return out
+    exe = nsys or find_nsys()
+    proc = subprocess.run(
+        [str(exe), "export", "--type", "sqlite", "--force-overwrite", "true",
+         "--output", str(out), str(report)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0 or not out.is_file():
+        tail = (proc.stdout + proc.stderr).strip()[-800:]
+        raise TraceError(f"{report}: nsys export to SQLite failed (exit {proc.returncode}): {tail}")
+    return out
+
+
+def stats_report_names(nsys: Path) -> set[str]:
+    """Names of the built-in ``nsys stats`` reports this nsys offers (``--help-reports``)."""
+    return set(_report_names(Path(nsys)))
+
+
+@functools.lru_cache(maxsize=16)
+def _report_names(nsys: Path) -> frozenset[str]:
+    # nsys 2022.4 exits 1 after printing the list, so judge by the output, not the exit status
+    what = "nsys stats --help-reports"
+    out = _run([str(nsys), "stats", "--help-reports"], what=what, check=False).stdout
+    names = frozenset(re.findall(r"^\s+([a-z][a-z0-9_]*)(?:\[[^\]]*\])?\s+--", out, flags=re.M))
+    if not names:
+        raise NsysNotFoundError(f"{what} ({nsys}) listed no reports: {out.strip()[-400:]!r}")
+    return names
+
+
+def resolve_report_name(nsys: Path, report_name: str) -> str:
+    """The name under which this nsys offers ``report_name`` (given in either naming scheme)."""
+    names = stats_report_names(nsys)
+    if report_name in names:
+        return report_name
+    candidates = [REPORT_ALIASES.get(report_name)]
+    candidates += [new for new, old in REPORT_ALIASES.items() if old == report_name]
+    for candidate in candidates:
+        if candidate and candidate in names:
+            return candidate
+    raise ConfigError(
+        f"nsys {nsys} has no stats report {report_name!r} (nor an older/newer name for it); "
+        f"it offers: {', '.join(sorted(names))}"
+    )
+
+
+def stats_csv(nsys: Path, report_name: str, trace: Path) -> pd.DataFrame:
+    """Run ``nsys stats -r <report> -f csv`` on ``trace`` and return its table (empty frame when
+    nsys skips the report because the trace has no such data)."""
+    name = resolve_report_name(nsys, report_name)
+    with tempfile.TemporaryDirectory(prefix="perfgate-stats-") as tmp:
+        prefix = Path(tmp) / "out"
+        proc = subprocess.run(
+            [str(nsys), "stats", "-q", "-r", name, "-f", "csv", "-o", str(prefix), str(trace)],
+            capture_output=True, text=True, check=False,
+        )
+        produced = Path(f"{prefix}_{name}.csv")
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr).strip()[-800:]
+            raise TraceError(f"{trace}: nsys stats -r {name} failed (exit {proc.returncode}): {tail}")
+        if not produced.is_file():
+            return pd.DataFrame()
+        text = produced.read_text()
+    if not text.strip():
+        return pd.DataFrame()
+    return pd.read_csv(io.StringIO(text))
+
+
+def _run(cmd: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    except OSError as exc:
+        raise NsysNotFoundError(f"{what}: cannot run {cmd[0]}: {exc}") from exc
+    if check and proc.returncode != 0:
+        raise NsysNotFoundError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return proc

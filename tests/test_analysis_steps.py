@@ -1,0 +1,105 @@
+"""Step detection, numbering folding, warm-up and step summaries on real captures."""
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfgate.analysis import AnalysisOptions, analyze_trace
+from perfgate.analysis.steps import DEFAULT_STEP_REGEX, fold_name, summarize
+from perfgate.errors import ConfigError, TraceError
+
+TRACES = Path(__file__).parent / "fixtures" / "traces"
+EMIT_NVTX = Path("/work/shared/fixtures/emit-nvtx-2xh100-nsys2026.2.1.sqlite")
+
+
+def _durations(path: Path, name_like: str) -> pd.DataFrame:
+    """Step ranges read straight from the export with SQL (independent of perfgate.trace)."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return pd.read_sql_query(
+            "SELECT globalTid >> 24 & 16777215 AS pid, start, \"end\" - start AS dur FROM NVTX_EVENTS "
+            "WHERE eventType = 59 AND text LIKE ? ORDER BY pid, start", conn, params=(name_like,))
+
+
+@pytest.mark.parametrize("raw, folded", [
+    ("forward 12", "forward"), ("Step 3 Start", "Step Start"), ("ProfilerStep#4", "ProfilerStep"),
+    ("batch_7", "batch"), ("layer1", "layer1"), ("conv2d", "conv2d"),
+    ("aten::add, op_id = 314359", "aten::add, op_id"), ("step", "step"),
+])
+def test_fold_name_drops_only_set_off_iteration_numbers(raw: str, folded: str) -> None:
+    assert fold_name(raw) == folded
+
+
+@pytest.mark.parametrize("name", ["step", "train_step", "Step 3", "Step 3 Start", "ProfilerStep#12",
+                                  "iteration", "iteration 5", "batch 0", "training step", "TRAIN_STEP"])
+def test_default_step_patterns_match_common_iteration_names(name: str) -> None:
+    assert re.fullmatch(DEFAULT_STEP_REGEX, name)
+
+
+@pytest.mark.parametrize("name", ["forward", "aten::batch_norm", "optimizer.step#SGD.step", "stepper", "data_load"])
+def test_default_step_patterns_reject_other_ranges(name: str) -> None:
+    assert not re.fullmatch(DEFAULT_STEP_REGEX, name)
+
+
+def test_summary_uses_sample_stdev_and_linear_percentiles() -> None:
+    s = summarize([1.0, 2.0, 3.0, 4.0, 10.0])
+    assert (s.count, s.mean, s.median, s.min, s.max) == (5, 4.0, 3.0, 1.0, 10.0)
+    assert s.stdev == pytest.approx(np.std([1, 2, 3, 4, 10], ddof=1))
+    assert (s.p10, s.p90) == (pytest.approx(1.4), pytest.approx(7.6))
+
+
+def test_measured_steps_are_the_steps_after_warmup_with_their_exact_durations() -> None:
+    path = TRACES / "cpu-train-loop" / "trace.sqlite"
+    a = analyze_trace(path, AnalysisOptions(warmup_steps=5, batch_size=32))
+    raw = _durations(path, "step")
+    assert len(raw) == 12
+    expected_ms = (raw["dur"].to_numpy()[5:] / 1e6).tolist()
+    assert (a.steps.range_name, a.steps.count, a.steps.warmup_skipped) == ("step", 7, 5)
+    assert list(a.steps.durations_ms) == pytest.approx(expected_ms, abs=0, rel=1e-12)
+    assert a.steps.summary_ms.median == pytest.approx(float(np.median(expected_ms)))
+    assert a.steps.samples_per_s == pytest.approx(32 * 7 / (sum(expected_ms) / 1e3))
+    assert a.steps.window_start_ns == int(raw["start"].iloc[5])
+
+
+def test_too_few_steps_for_the_warmup_skip_fewer_and_warn() -> None:
+    a = analyze_trace(TRACES / "cpu-train-loop" / "trace.sqlite", AnalysisOptions(warmup_steps=20))
+    assert (a.steps.count, a.steps.warmup_skipped) == (2, 10)
+    assert any("skipping 10 warm-up steps instead of 20" in w for w in a.warnings)
+
+
+def test_numbered_steps_fold_and_warmup_applies_per_process_with_throughput_summed() -> None:
+    path = TRACES / "cpu-two-procs" / "trace.sqlite"
+    a = analyze_trace(path, AnalysisOptions(warmup_steps=3, batch_size=8))
+    raw = _durations(path, "batch %")
+    assert raw["pid"].nunique() == 2
+    measured = raw.groupby("pid").apply(lambda g: g.iloc[3:], include_groups=False)
+    assert (a.steps.range_name, a.steps.count, a.processes) == ("batch", 12, 2)
+    per_proc = raw.groupby("pid")["dur"].apply(lambda d: 8 * (len(d) - 3) / (d.iloc[3:].sum() / 1e9))
+    assert a.steps.samples_per_s == pytest.approx(per_proc.sum())
+    assert sorted(a.steps.durations_ms) == pytest.approx(sorted(measured["dur"] / 1e6))
+
+
+def test_a_user_step_pattern_must_be_a_valid_regex() -> None:
+    with pytest.raises(ConfigError, match="step_pattern"):
+        analyze_trace(TRACES / "cpu-train-loop" / "trace.sqlite", AnalysisOptions(step_pattern="step("))
+
+
+def test_no_matching_step_range_names_the_file_and_the_most_frequent_ranges() -> None:
+    path = TRACES / "cpu-train-loop" / "trace.sqlite"
+    with pytest.raises(TraceError) as err:
+        analyze_trace(path, AnalysisOptions(step_pattern="epoch"))
+    assert str(path) in str(err.value) and "'data_load' (12)" in str(err.value)
+
+
+def test_emit_nvtx_trace_without_step_ranges_gives_a_clear_error_or_an_analysis_with_a_pattern() -> None:
+    if not EMIT_NVTX.is_file():
+        pytest.skip(f"{EMIT_NVTX} not present (third-party sample, not committed)")
+    with pytest.raises(TraceError, match=r"no NVTX range matches the default step patterns.*aten::as_strided, op_id' \(2200\)"):
+        analyze_trace(EMIT_NVTX)
+    a = analyze_trace(EMIT_NVTX, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", warmup_steps=2))
+    assert a.processes == 2 and a.devices == ("0", "1")
+    assert set(a.gpu_idle.per_device) == {"0", "1"}
