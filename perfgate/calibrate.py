@@ -1,0 +1,331 @@
+"""Calibration: measure how often the gate raises a false alarm and how often it catches a slowdown
+of known size, on this machine, with the real statistics.
+
+``run_pools`` launches an A/A pool (unchanged code) and pools with an injected slowdown in one
+phase (``--slow-phase PHASE --slow-ms MS`` with MS = pct × the A/A median step time);
+``evaluate_pools`` (pure) forms k-vs-k comparisons from disjoint subsets of the pools and counts
+verdicts. ``add_parser`` registers ``perfgate calibrate``; results go to calibration.json and
+calibration.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import stats as _sps
+
+from perfgate.compare import ComparePolicy, compare_launches
+from perfgate.errors import ConfigError, PerfgateError
+from perfgate.model import Verdict
+
+if TYPE_CHECKING:
+    from perfgate.config import Settings
+    from perfgate.workloads import WorkloadSpec
+
+AA = "aa"
+CV_METRICS = ("step_time_ms", "step_time_mean_ms")
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Sample standard deviation (ddof=1) / mean; 0.0 for fewer than two values."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2:
+        return 0.0
+    return float(a.std(ddof=1) / a.mean())
+
+
+def upper_bound_95(events: int, trials: int) -> float:
+    """One-sided 95 % Clopper–Pearson upper bound of a rate (0 of 300 -> 0.0099, the rule of three)."""
+    if trials <= 0:
+        return 1.0
+    if events >= trials:
+        return 1.0
+    return float(_sps.beta.ppf(0.95, events + 1, trials - events))
+
+
+def disjoint_splits(n_base: int, n_head: int, k: int, *, same_pool: bool, max_comparisons: int,
+                    rng: np.random.Generator) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Up to ``max_comparisons`` distinct (base indices, head indices) pairs of k launches each.
+    From one pool (A/A) the two subsets never share a launch. All pairs when there are few enough,
+    else a seeded random sample without repeats."""
+    if k < 1 or n_base < k or n_head < k or (same_pool and n_base < 2 * k):
+        return []
+    total = math.comb(n_base, k) * (math.comb(n_base - k, k) if same_pool else math.comb(n_head, k))
+    if total <= max_comparisons:
+        from itertools import combinations
+
+        out = []
+        for b in combinations(range(n_base), k):
+            rest = [i for i in range(n_head) if not (same_pool and i in b)]
+            out.extend((b, h) for h in combinations(rest, k))
+        return out
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    while len(seen) < max_comparisons:
+        if same_pool:
+            pick = rng.choice(n_base, size=2 * k, replace=False)
+            pair = (tuple(sorted(pick[:k].tolist())), tuple(sorted(pick[k:].tolist())))
+        else:
+            pair = (tuple(sorted(rng.choice(n_base, size=k, replace=False).tolist())),
+                    tuple(sorted(rng.choice(n_head, size=k, replace=False).tolist())))
+        seen.add(pair)
+    return sorted(seen)
+
+
+@dataclass(frozen=True)
+class RateRow:
+    """Verdict counts over the comparisons of one pool against the A/A pool."""
+
+    pool: str
+    injected_fraction: float | None     # nominal injected slowdown (0.03 = 3 % of step time); None for A/A
+    realized_change: float | None       # geometric-mean step_time_ms of the pool vs the A/A pool − 1
+    comparisons: int
+    regressed: int
+    inconclusive: int
+    phase_named: int                    # regressed comparisons whose regressed rows include the phase
+    rate: float                         # regressed / comparisons
+    upper_95: float                     # one-sided 95 % upper bound of the rate
+
+
+@dataclass(frozen=True)
+class CalibrationTable:
+    """Accuracy of the gate at k launches per side, from A/A and injected-slowdown pools."""
+
+    k: int
+    alpha: float
+    false_alarms: RateRow
+    detection: list[RateRow]
+    cv: dict[str, dict[str, float]]         # pool -> metric -> launch-to-launch CV
+    launches: dict[str, int]
+    gpu_s_per_comparison: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_markdown(self) -> str:
+        aa = self.false_alarms
+        lines = [
+            f"#### k = {self.k} launches per side (alpha {self.alpha:g})",
+            "",
+            f"Launch-to-launch CV (A/A): step_time_ms {self.cv.get(AA, {}).get('step_time_ms', float('nan')):.2%}, "
+            f"step_time_mean_ms {self.cv.get(AA, {}).get('step_time_mean_ms', float('nan')):.2%}"
+            + (f"; GPU time per comparison {self.gpu_s_per_comparison:.0f} s" if self.gpu_s_per_comparison else ""),
+            "",
+            "| pool | injected | realized | comparisons | REGRESSED | rate | 95% upper | INCONCLUSIVE | phase named |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in [aa, *self.detection]:
+            inj = "-" if row.injected_fraction is None else f"+{row.injected_fraction:.1%}"
+            real = "-" if row.realized_change is None else f"{row.realized_change:+.1%}"
+            lines.append(f"| {row.pool} | {inj} | {real} | {row.comparisons} | {row.regressed} | {row.rate:.1%} "
+                         f"| {row.upper_95:.1%} | {row.inconclusive} | {row.phase_named} |")
+        lines += [f"- {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+
+def _geomean(pool: Sequence[Mapping[str, float]], metric: str) -> float | None:
+    vals = [float(m[metric]) for m in pool if metric in m and float(m[metric]) > 0]
+    return float(np.exp(np.mean(np.log(vals)))) if vals else None
+
+
+def _rate_row(name: str, injected: float | None, realized: float | None, outcomes: list[Any],
+              phase_metric: str | None) -> RateRow:
+    n = len(outcomes)
+    regressed = [o for o in outcomes if o.verdict == Verdict.REGRESSED]
+    named = sum(1 for o in regressed if phase_metric and any(c.metric == phase_metric for c in o.regressed))
+    return RateRow(
+        pool=name, injected_fraction=injected, realized_change=realized, comparisons=n,
+        regressed=len(regressed), inconclusive=sum(1 for o in outcomes if o.verdict == Verdict.INCONCLUSIVE),
+        phase_named=named, rate=len(regressed) / n if n else 0.0, upper_95=upper_bound_95(len(regressed), n))
+
+
+def evaluate_pools(
+    pools: Mapping[str, Sequence[Mapping[str, float]]],
+    k: int,
+    policy: ComparePolicy = ComparePolicy(),
+    max_comparisons: int = 500,
+    *,
+    injected: Mapping[str, float] | None = None,
+    phase: str | None = None,
+    seed: int = 0,
+    launch_wall_s: float | None = None,
+) -> CalibrationTable:
+    """Compare k A/A launches against k other A/A launches (disjoint), and k A/A launches against k
+    launches of every other pool, with ``compare_launches(policy)``; count the verdicts.
+
+    ``pools`` maps "aa" and any other labels to per-launch metric mappings; ``injected`` gives each
+    non-A/A pool's nominal slowdown (fraction of step time); ``phase`` the phase it was injected in
+    (to count detections that name it); ``launch_wall_s`` the mean wall time of one launch (GPU time
+    per comparison = 2 k launches). A/A splits share launches across comparisons, so the rates are
+    estimates for tuning, not independent trials."""
+    if AA not in pools:
+        raise ConfigError(f"evaluate_pools: no {AA!r} pool (got {', '.join(pools) or 'none'})")
+    rng = np.random.default_rng(seed)
+    aa = list(pools[AA])
+    phase_metric = f"phase.{phase}.cpu_ms" if phase else None
+    notes: list[str] = []
+    splits = disjoint_splits(len(aa), len(aa), k, same_pool=True, max_comparisons=max_comparisons, rng=rng)
+    if not splits:
+        notes.append(f"A/A pool has {len(aa)} launches: at least {2 * k} are needed for k = {k}")
+    aa_outcomes = [compare_launches([aa[i] for i in b], [aa[i] for i in h], policy) for b, h in splits]
+    false_alarms = _rate_row(AA, None, 0.0, aa_outcomes, phase_metric)
+    base_step = _geomean(aa, "step_time_ms")
+    detection = []
+    for name, pool in pools.items():
+        if name == AA:
+            continue
+        pool = list(pool)
+        pairs = disjoint_splits(len(aa), len(pool), k, same_pool=False, max_comparisons=max_comparisons, rng=rng)
+        outcomes = [compare_launches([aa[i] for i in b], [pool[i] for i in h], policy) for b, h in pairs]
+        step = _geomean(pool, "step_time_ms")
+        realized = step / base_step - 1.0 if step and base_step else None
+        detection.append(_rate_row(name, (injected or {}).get(name), realized, outcomes, phase_metric))
+    cv = {name: {m: coefficient_of_variation([float(x[m]) for x in pool if m in x]) for m in CV_METRICS}
+          for name, pool in pools.items()}
+    return CalibrationTable(
+        k=k, alpha=policy.alpha, false_alarms=false_alarms, detection=detection, cv=cv,
+        launches={name: len(pool) for name, pool in pools.items()},
+        gpu_s_per_comparison=2 * k * launch_wall_s if launch_wall_s is not None else None, notes=notes)
+
+
+# --------------------------------------------------------------------------- running the pools
+
+
+Launch = Callable[[str, Sequence[str]], tuple[Mapping[str, float], float]]
+
+
+def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], phase: str,
+              log: Callable[[str], None] = lambda s: None) -> tuple[dict[str, list[dict[str, float]]], dict[str, float], list[float]]:
+    """Run the A/A pool and one pool per injected percentage, interleaved round by round so slow
+    drift hits every pool alike. The first A/A launch sizes the injections (MS = pct/100 × its median
+    step time). ``launch(label, extra_args) -> (metrics, wall_s)``. Returns pools, injected fractions,
+    and every launch's wall time."""
+    pools: dict[str, list[dict[str, float]]] = {AA: []}
+    walls: list[float] = []
+    metrics, wall = launch(f"{AA}-0", ())
+    pools[AA].append(dict(metrics))
+    walls.append(wall)
+    step_ms = float(metrics["step_time_ms"])
+    labels = {f"+{pct:g}%": pct / 100.0 for pct in inject_pcts}
+    args = {label: ("--slow-phase", phase, "--slow-ms", f"{frac * step_ms:.3f}") for label, frac in labels.items()}
+    for label in labels:
+        pools[label] = []
+    log(f"A/A median step {step_ms:.2f} ms; injecting " + ", ".join(f"{a[3]} ms ({lab})" for lab, a in args.items()))
+    for r in range(launches):
+        order = [AA, *labels] if r % 2 == 0 else [*reversed(labels), AA]
+        for label in order:
+            if label == AA and r == 0:
+                continue
+            metrics, wall = launch(f"{label}-{r}", args.get(label, ()))
+            pools[label].append(dict(metrics))
+            walls.append(wall)
+            log(f"  {label} launch {r}: step_time_ms {float(metrics['step_time_ms']):.3f}")
+    return pools, labels, walls
+
+
+def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path) -> Launch:
+    """The real launcher: run_capture + analyze_trace; artifacts in ``run_dir/<label>/``."""
+
+    def launch(label: str, extra_args: Sequence[str]) -> tuple[Mapping[str, float], float]:
+        from perfgate.analysis import analyze_trace
+        from perfgate.capture import run_capture
+        from perfgate.errors import TraceError
+        from perfgate.pipeline import analysis_options
+
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+        capture = run_capture(spec, settings, run_dir / safe, extra_args=extra_args)
+        if capture.sqlite_path is None or not capture.sqlite_path.exists():
+            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
+        return analyze_trace(capture.sqlite_path, analysis_options(spec)).metrics(), capture.wall_s
+
+    return launch
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _csv_numbers(text: str, what: str, kind: Callable[[str], float] = float) -> list[Any]:
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"option {what}: expected comma-separated numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"option {what}: expected positive numbers, got {text!r}")
+    return values
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``perfgate calibrate WORKLOAD --launches N --inject 2,3,5 --phase forward --k 3,5``."""
+    from perfgate.cli import add_gate_options
+
+    p = subparsers.add_parser(
+        "calibrate", help="measure false-alarm and detection rates of the gate on this machine",
+        description="Run an A/A pool of N launches of WORKLOAD and pools with an injected slowdown in one "
+                    "phase, then compare disjoint k-vs-k subsets with the gate's statistics. Writes "
+                    "calibration.json and calibration.md.")
+    p.add_argument("workloads", nargs=1, metavar="WORKLOAD", help="the workload to calibrate")
+    p.add_argument("--inject", default="2,3,5", metavar="PCTS", help="injected slowdowns in %% of step time")
+    p.add_argument("--phase", default="forward", help="phase that gets the slowdown (workload --slow-phase)")
+    p.add_argument("--k", dest="k_values", default="3,5", metavar="KS", help="launches per side to evaluate")
+    p.add_argument("--max-comparisons", type=int, default=500, metavar="N", help="comparisons per pool and k")
+    p.add_argument("--alpha", type=float, default=None, help="false-alarm budget (default 0.01)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder (default: the run folder)")
+    p.add_argument("--from-json", type=Path, default=None, metavar="FILE",
+                   help="re-evaluate the pools of an earlier calibration.json instead of launching")
+    add_gate_options(p)
+    p.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from perfgate.cli import _selected_specs, settings_from_args
+    from perfgate.pipeline import compare_policy, new_run_dir
+
+    try:
+        ks = _csv_numbers(args.k_values, "--k", int)
+        pcts = _csv_numbers(args.inject, "--inject")
+        settings = settings_from_args(args)
+        spec = _selected_specs(settings)[0]
+        policy = compare_policy(settings, spec)
+        if args.alpha is not None:
+            policy = replace(policy, alpha=args.alpha)
+        if args.from_json is not None:
+            data = json.loads(args.from_json.read_text())
+            pools, injected, walls = data["pools"], data["injected"], data.get("launch_wall_s", [])
+            out = args.out or args.from_json.parent
+        else:
+            n = args.launches if args.launches is not None else 20
+            if n < 2 * min(ks):
+                raise ConfigError(f"option --launches: {n} is too few for k = {min(ks)} (need >= {2 * min(ks)})")
+            run_dir = new_run_dir(settings.artifacts_dir, f"calibrate-{spec.full_name}")
+            out = args.out or run_dir
+            pools, injected, walls = run_pools(
+                capture_launch(spec, settings, run_dir), launches=n, inject_pcts=pcts, phase=args.phase,
+                log=lambda s: print(s, file=sys.stderr, flush=True))
+    except PerfgateError as exc:
+        print(f"perfgate: error: {exc}", file=sys.stderr)
+        return 2
+    mean_wall = float(np.mean(walls)) if walls else None
+    tables = [evaluate_pools(pools, k, policy, args.max_comparisons, injected=injected, phase=args.phase,
+                             launch_wall_s=mean_wall) for k in ks]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "calibration.json").write_text(json.dumps(
+        {"workload": spec.full_name, "phase": args.phase, "injected": injected, "pools": pools,
+         "launch_wall_s": walls, "tables": [t.to_dict() for t in tables]}, indent=2, sort_keys=True))
+    md = f"### Calibration of {spec.full_name}\n\n" + "\n".join(t.to_markdown() for t in tables)
+    (out / "calibration.md").write_text(md)
+    print(md)
+    print(f"perfgate: calibration written to {out}", file=sys.stderr)
+    return 0

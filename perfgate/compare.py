@@ -1,0 +1,466 @@
+"""The gate's vocabulary and verdict: metric specs (unit, direction, default tolerance, gating),
+tolerance parsing, and ``compare_launches`` which turns per-launch metric mappings of a baseline and
+a current side into per-metric comparisons and one overall verdict.
+
+Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
+tolerance (relative AND absolute floor) AND the launch-level one-sided Welch test on logs is
+significant (p < alpha; Holm-adjusted across the secondary metrics). Beyond tolerance but not
+significant is INCONCLUSIVE (more launches help). With one launch per side the tolerance decides.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfgate import stats
+from perfgate.errors import ConfigError
+from perfgate.model import Direction, MetricComparison, Tolerance, Verdict
+
+__all__ = [
+    "OFF",
+    "MetricSpec",
+    "METRIC_SPECS",
+    "FALLBACK_SPEC",
+    "spec_for",
+    "parse_tolerance",
+    "parse_tolerances",
+    "format_tolerance",
+    "ComparePolicy",
+    "Outcome",
+    "compare_launches",
+    "needs_more_launches",
+    "describe",
+]
+
+LOWER = Direction.LOWER_IS_BETTER
+HIGHER = Direction.HIGHER_IS_BETTER
+
+#: The tolerance "off": never regressed (the metric is reported only).
+OFF = Tolerance(rel=math.inf, abs=None)
+
+
+# --------------------------------------------------------------------------- metric specs
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What a metric means to the gate. ``name_pattern`` is an fnmatch pattern (``phase.*.cpu_ms``).
+
+    ``gating``: a regression of it can fail the build. ``primary``: one of the step-time metrics the
+    overall verdict rests on (tested at alpha each); gating non-primary metrics form the secondary
+    family (Holm-adjusted). ``log_scale``: compare ratios (log values); False for bounded/absolute
+    metrics such as the idle fraction, compared as differences.
+    """
+
+    name_pattern: str
+    unit: str
+    direction: Direction
+    default_tolerance: Tolerance
+    gating: bool
+    primary: bool = False
+    log_scale: bool = True
+    description: str = ""
+
+
+METRIC_SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec("step_time_ms", "ms", LOWER, Tolerance(rel=0.05), gating=True, primary=True,
+               description="median of measured steps (per launch)"),
+    MetricSpec("step_time_mean_ms", "ms", LOWER, Tolerance(rel=0.05), gating=True, primary=True,
+               description="mean of measured steps: catches a slowdown in one step of ten that the median hides"),
+    MetricSpec("step_time_p90_ms", "ms", LOWER, Tolerance(rel=0.10), gating=False,
+               description="90th percentile of steps (diagnostic for periodic stalls)"),
+    MetricSpec("samples_per_s", "samples/s", HIGHER, Tolerance(rel=0.05), gating=False,
+               description="throughput; redundant with step time, reported only"),
+    MetricSpec("gpu_idle_fraction", "fraction", LOWER, Tolerance(abs=0.03), gating=True, log_scale=False,
+               description="share of the window in which a GPU ran nothing; absolute tolerance"),
+    MetricSpec("phase.*.cpu_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=True,
+               description="CPU time of a phase per step; the floor keeps sub-ms phases from failing on noise"),
+    MetricSpec("phase.*.gpu_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=True,
+               description="GPU time attributed to a phase per step"),
+    MetricSpec("kernels_per_step", "kernels", LOWER, Tolerance(rel=0.10, abs=1.0), gating=False, log_scale=False,
+               description="kernel launches per step (diagnostic)"),
+    MetricSpec("h2d_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
+               description="host-to-device copy time per step (diagnostic; its cost shows in step time)"),
+    MetricSpec("sync_calls_per_step", "calls", LOWER, Tolerance(abs=0.5), gating=False, log_scale=False,
+               description="synchronize calls per step (diagnostic: a new sync shows here)"),
+    MetricSpec("cuda_api_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
+               description="CUDA API time per step (diagnostic)"),
+)
+
+FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,
+                           description="a metric perfgate does not know: reported only")
+
+
+def spec_for(metric: str) -> MetricSpec:
+    """The first spec of METRIC_SPECS whose pattern matches ``metric`` (fnmatch), else FALLBACK_SPEC."""
+    for spec in METRIC_SPECS:
+        if fnmatch.fnmatchcase(metric, spec.name_pattern):
+            return spec
+    return FALLBACK_SPEC
+
+
+# --------------------------------------------------------------------------- tolerances
+
+_NUM = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUM})\s*%)?\s*(?:\+\s*(?P<abs>{_NUM}))?$")
+_GRAMMAR = "write e.g. '5%', '5% + 0.5' (relative and absolute floor in the metric's unit), '+0.02' or 'off'"
+
+
+def parse_tolerance(text: str | float | int, where: str = "tolerance") -> Tolerance:
+    """Parse "5%", "5%+0.5", "5% + 0.5", "+0.02", "0" (any significant worsening fails) or "off"."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ConfigError(f"{where}: expected a string like '5%', got {text!r}")
+    if not isinstance(text, str):
+        if text == 0:
+            return Tolerance(rel=0.0)
+        raise ConfigError(f"{where}: bare number {text!r} is ambiguous; {_GRAMMAR}")
+    s = text.strip().lower()
+    if s in ("off", "none"):
+        return OFF
+    if s in ("0", "0%", "0.0"):
+        return Tolerance(rel=0.0)
+    m = _TOL_RE.match(s)
+    if not s or m is None or (m.group("rel") is None and m.group("abs") is None):
+        raise ConfigError(f"{where}: cannot parse tolerance {text!r}; {_GRAMMAR}")
+    rel = float(m.group("rel")) / 100.0 if m.group("rel") is not None else None
+    abs_ = float(m.group("abs")) if m.group("abs") is not None else None
+    if rel is not None and rel >= 10.0:
+        raise ConfigError(f"{where}: tolerance {text!r} is over 1000%; {_GRAMMAR}")
+    return Tolerance(rel=rel, abs=abs_)
+
+
+def parse_tolerances(values: Mapping[str, str | float | int], where: str = "tolerances") -> dict[str, Tolerance]:
+    """Parse a {metric name or fnmatch pattern: tolerance text} table (e.g. from pyproject.toml)."""
+    return {name: parse_tolerance(text, f"{where}.{name}") for name, text in values.items()}
+
+
+def _fmt_abs(value: float, unit: str) -> str:
+    s = f"{value:g}"
+    return f"{s} {unit}" if unit and unit != "fraction" else s
+
+
+def format_tolerance(tolerance: Tolerance, unit: str = "") -> str:
+    """'10% + 0.5 ms', '5%', '+0.03', 'off' or '0'."""
+    if tolerance.rel is not None and math.isinf(tolerance.rel):
+        return "off"
+    parts = []
+    if tolerance.rel is not None:
+        parts.append(f"{tolerance.rel * 100:g}%")
+    if tolerance.abs is not None:
+        parts.append(("+ " if parts else "+") + _fmt_abs(tolerance.abs, unit))
+    return " ".join(parts) if parts else "0"
+
+
+# --------------------------------------------------------------------------- policy and outcome
+
+
+@dataclass(frozen=True)
+class ComparePolicy:
+    """How strict the gate is.
+
+    ``tolerances``: metric name or fnmatch pattern -> Tolerance, overriding the spec defaults (an exact
+    name beats a pattern; among patterns the longest wins). ``alpha``: one-sided false-alarm budget per
+    primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
+    ``gate_secondary``: False makes every non-primary metric report-only. ``gating``: metric name or
+    pattern -> True/False overriding a spec's gating flag (e.g. {"sync_calls_per_step": True}).
+    """
+
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    alpha: float = 0.01
+    strict_new: bool = False
+    gate_secondary: bool = True
+    gating: Mapping[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 0.5:
+            raise ConfigError(f"alpha: must be between 0 and 0.5 (got {self.alpha!r})")
+
+    def tolerance_for(self, metric: str) -> Tolerance:
+        found = _lookup(self.tolerances, metric)
+        return found if found is not None else spec_for(metric).default_tolerance
+
+    def is_gating(self, metric: str) -> bool:
+        spec = spec_for(metric)
+        override = _lookup(self.gating, metric)
+        gating = spec.gating if override is None else bool(override)
+        if not spec.primary and not self.gate_secondary:
+            gating = False
+        return gating and self.tolerance_for(metric) != OFF
+
+
+def _lookup(table: Mapping[str, Any], metric: str) -> Any:
+    """The value for ``metric``: its exact key, else the longest matching fnmatch pattern, else None."""
+    if metric in table:
+        return table[metric]
+    hits = [p for p in table if fnmatch.fnmatchcase(metric, p)]
+    return table[max(hits, key=len)] if hits else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Overall verdict, the per-metric rows (primary metrics first) and a one-line summary.
+    ``failed``: the verdict fails the build (REGRESSED, or NEW under strict_new)."""
+
+    verdict: Verdict
+    comparisons: list[MetricComparison]
+    summary: str
+    failed: bool = False
+    n_baseline: int = 0
+    n_current: int = 0
+
+    def row(self, metric: str) -> MetricComparison | None:
+        return next((c for c in self.comparisons if c.metric == metric), None)
+
+    @property
+    def regressed(self) -> list[MetricComparison]:
+        """Gating rows that regressed, worst first."""
+        rows = [c for c in self.comparisons if c.gating and c.verdict == Verdict.REGRESSED]
+        return sorted(rows, key=lambda c: -_worse_change(c))
+
+
+def needs_more_launches(outcome: Outcome) -> bool:
+    """True when more launches could settle the verdict: nothing failed and a gating metric is
+    INCONCLUSIVE (beyond tolerance but not yet significant)."""
+    if outcome.verdict in (Verdict.REGRESSED, Verdict.NEW, Verdict.ERROR):
+        return False
+    return any(c.gating and c.verdict == Verdict.INCONCLUSIVE for c in outcome.comparisons)
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def _values(launches: Sequence[Mapping[str, float]], metric: str) -> list[float]:
+    out = []
+    for launch in launches:
+        v = launch.get(metric)
+        if v is not None and math.isfinite(float(v)):
+            out.append(float(v))
+    return out
+
+
+def _metric_order(names: Sequence[str]) -> list[str]:
+    rank = {id(s): i for i, s in enumerate(METRIC_SPECS)}
+
+    def key(name: str) -> tuple[int, int, str]:
+        spec = spec_for(name)
+        return (0 if spec.primary else 1, rank.get(id(spec), len(METRIC_SPECS)), name)
+
+    return sorted(names, key=key)
+
+
+def _worse_change(c: MetricComparison) -> float:
+    if c.change is None:
+        return math.inf if (c.delta or 0.0) != 0.0 else 0.0
+    return c.change if c.direction == LOWER else -c.change
+
+
+@dataclass(frozen=True)
+class _Row:
+    metric: str
+    base: list[float]
+    cur: list[float]
+    test: stats.ShiftTest | None
+    log_scale: bool
+
+
+def compare_launches(
+    baseline: Sequence[Mapping[str, float]] | None,
+    current: Sequence[Mapping[str, float]],
+    policy: ComparePolicy = ComparePolicy(),
+) -> Outcome:
+    """Compare per-launch metric mappings (each one launch's ``Analysis.metrics()``).
+
+    Baseline None or empty -> NEW. A metric missing on one side -> NO-DATA row (non-gating). Per-metric
+    verdicts PASS / REGRESSED / IMPROVED / INCONCLUSIVE; overall REGRESSED if any gating metric
+    regressed, else INCONCLUSIVE if a primary metric is, else IMPROVED if a primary improved beyond
+    tolerance, else PASS (NO-DATA when no primary metric could be compared).
+    """
+    if not current:
+        raise ValueError("compare_launches() needs at least one current launch")
+    names = list(dict.fromkeys([m for launch in current for m in launch]
+                               + [m for launch in (baseline or []) for m in launch]))
+    names = _metric_order(names)
+    if not baseline:
+        return _new_outcome(names, current, policy)
+
+    rows: list[_Row] = []
+    no_data: list[MetricComparison] = []
+    for metric in names:
+        spec = spec_for(metric)
+        b, c = _values(baseline, metric), _values(current, metric)
+        if not b or not c:
+            no_data.append(MetricComparison(
+                metric=metric, unit=spec.unit, direction=spec.direction,
+                baseline=_center(b, spec.log_scale) if b else None,
+                current=_center(c, spec.log_scale) if c else None,
+                change=None, delta=None, tolerance=policy.tolerance_for(metric),
+                verdict=Verdict.NO_DATA, gating=False,
+                note="missing in the current launches" if b else "not in the baseline"))
+            continue
+        log_scale = spec.log_scale and min(b + c) > 0
+        rows.append(_Row(metric, b, c, stats.shift_test(b, c, log_scale=log_scale, alpha=policy.alpha), log_scale))
+
+    # Holm across the gating secondary family, separately for the two directions.
+    family = [r for r in rows if r.test is not None and not spec_for(r.metric).primary and policy.is_gating(r.metric)]
+    p_adj: dict[str, tuple[float, float]] = {}
+    if family:
+        worse = [_p_worse(r) for r in family]
+        better = [_p_better(r) for r in family]
+        for r, pw, pb in zip(family, stats.holm(worse), stats.holm(better)):
+            p_adj[r.metric] = (pw, pb)
+
+    compared = [_compare_row(r, policy, p_adj.get(r.metric), len(family)) for r in rows]
+    comparisons = _order_rows(compared + no_data)
+    verdict = _overall(comparisons)
+    n_b, n_c = len(baseline), len(current)
+    return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c),
+                   failed=verdict == Verdict.REGRESSED, n_baseline=n_b, n_current=n_c)
+
+
+def _order_rows(rows: list[MetricComparison]) -> list[MetricComparison]:
+    order = {m: i for i, m in enumerate(_metric_order([r.metric for r in rows]))}
+    return sorted(rows, key=lambda r: order[r.metric])
+
+
+def _center(values: list[float], log_scale: bool) -> float:
+    if log_scale and min(values) > 0:
+        return stats.geometric_mean(values)
+    return sum(values) / len(values)
+
+
+def _p_worse(r: _Row) -> float:
+    assert r.test is not None
+    return r.test.p_increase if spec_for(r.metric).direction == LOWER else r.test.p_decrease
+
+
+def _p_better(r: _Row) -> float:
+    assert r.test is not None
+    return r.test.p_decrease if spec_for(r.metric).direction == LOWER else r.test.p_increase
+
+
+def _compare_row(r: _Row, policy: ComparePolicy, adjusted: tuple[float, float] | None,
+                 family_size: int) -> MetricComparison:
+    spec = spec_for(r.metric)
+    tol = policy.tolerance_for(r.metric)
+    base, cur = _center(r.base, r.log_scale), _center(r.cur, r.log_scale)
+    delta = cur - base
+    change = cur / base - 1.0 if base != 0 else None
+    sign = 1.0 if spec.direction == LOWER else -1.0
+    if change is not None:
+        worse_change = sign * change
+    else:
+        worse_change = math.copysign(math.inf, sign * delta) if delta != 0 else 0.0
+    ci_low = ci_high = p_worse = p_better = None
+    notes: list[str] = []
+    if r.test is not None:
+        if r.log_scale:
+            ci_low, ci_high = math.expm1(r.test.ci_low), math.expm1(r.test.ci_high)
+        elif base != 0:
+            ci_low, ci_high = r.test.ci_low / base, r.test.ci_high / base
+        p_worse, p_better = _p_worse(r), _p_better(r)
+        if adjusted is not None:
+            p_worse, p_better = adjusted
+            notes.append(f"p Holm-adjusted over {family_size} secondary metrics")
+    decision = stats.decide(
+        worse_change=worse_change, worse_delta=sign * delta,
+        rel_tolerance=tol.rel, abs_tolerance=tol.abs,
+        p_worse=p_worse, p_better=p_better, alpha=policy.alpha,
+        untested_note=_untested_note(r),
+    )
+    if decision.note:
+        notes.insert(0, decision.note)
+    if spec.log_scale and not r.log_scale:
+        notes.append("compared as a difference (a value <= 0)")
+    if tol == OFF:
+        notes.append("tolerance off: reported only")
+    return MetricComparison(
+        metric=r.metric, unit=spec.unit, direction=spec.direction, baseline=base, current=cur,
+        change=change, delta=delta, tolerance=tol, verdict=decision.verdict,
+        gating=policy.is_gating(r.metric), p_value=p_worse, ci_low=ci_low, ci_high=ci_high,
+        note="; ".join(notes))
+
+
+def _untested_note(r: _Row) -> str:
+    if len(r.base) < 2 and len(r.cur) < 2:
+        return "one launch per side: tolerance only, no significance test (use 3+ launches)"
+    return "no launch-to-launch variance: tolerance only"
+
+
+def _overall(rows: list[MetricComparison]) -> Verdict:
+    if any(r.gating and r.verdict == Verdict.REGRESSED for r in rows):
+        return Verdict.REGRESSED
+    primaries = [r for r in rows if spec_for(r.metric).primary and r.verdict != Verdict.NO_DATA]
+    if not primaries:
+        return Verdict.NO_DATA
+    if any(r.verdict == Verdict.INCONCLUSIVE for r in primaries):
+        return Verdict.INCONCLUSIVE
+    if any(r.verdict == Verdict.IMPROVED for r in primaries):
+        return Verdict.IMPROVED
+    return Verdict.PASS
+
+
+def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], policy: ComparePolicy) -> Outcome:
+    rows = []
+    for metric in names:
+        spec = spec_for(metric)
+        c = _values(current, metric)
+        rows.append(MetricComparison(
+            metric=metric, unit=spec.unit, direction=spec.direction, baseline=None,
+            current=_center(c, spec.log_scale) if c else None, change=None, delta=None,
+            tolerance=policy.tolerance_for(metric), verdict=Verdict.NEW, gating=False, note="no baseline"))
+    step = next((r for r in rows if r.metric == "step_time_ms" and r.current is not None), None)
+    what = f"; step_time_ms {_fmt_value(step.current, 'ms')}" if step else ""
+    summary = f"NEW: no baseline{what} ({len(current)} launch{'es' if len(current) != 1 else ''})"
+    if policy.strict_new:
+        summary += "; strict mode: a missing baseline fails"
+    return Outcome(verdict=Verdict.NEW, comparisons=rows, summary=summary, failed=policy.strict_new,
+                   n_baseline=0, n_current=len(current))
+
+
+# --------------------------------------------------------------------------- words
+
+
+def _fmt_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    a = abs(v)
+    s = f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3g}"
+    return f"{s} {unit}" if unit and unit != "fraction" else s
+
+
+def _fmt_change(c: MetricComparison) -> str:
+    if c.change is not None and not (c.unit == "fraction" or c.tolerance.rel is None):
+        return f"{c.change * 100:+.1f}%"
+    return f"{c.delta:+.3g}" + (f" {c.unit}" if c.unit and c.unit != "fraction" else "") if c.delta is not None else "?"
+
+
+def describe(c: MetricComparison) -> str:
+    """'phase.forward.cpu_ms +42.1% (12.0 -> 17.1 ms, tolerance 10% + 0.5 ms, p=0.0012)'."""
+    base = _fmt_value(c.baseline, "")
+    cur = _fmt_value(c.current, c.unit)
+    p = f", p={c.p_value:.2g}" if c.p_value is not None else ""
+    return f"{c.metric} {_fmt_change(c)} ({base} -> {cur}, tolerance {format_tolerance(c.tolerance, c.unit)}{p})"
+
+
+def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int) -> str:
+    launches = f"{n_b} vs {n_c} launch{'es' if max(n_b, n_c) != 1 else ''}"
+    if verdict == Verdict.REGRESSED:
+        bad = sorted((r for r in rows if r.gating and r.verdict == Verdict.REGRESSED), key=lambda r: -_worse_change(r))
+        return f"REGRESSED: " + "; ".join(describe(r) for r in bad) + f" [{launches}]"
+    if verdict == Verdict.INCONCLUSIVE:
+        unsure = [r for r in rows if r.gating and r.verdict == Verdict.INCONCLUSIVE]
+        return ("INCONCLUSIVE: " + "; ".join(describe(r) for r in unsure)
+                + f" beyond tolerance but not significant [{launches}]; more launches needed")
+    if verdict == Verdict.NO_DATA:
+        return f"NO-DATA: no step-time metric on both sides [{launches}]"
+    primary = [r for r in rows if spec_for(r.metric).primary and r.verdict != Verdict.NO_DATA]
+    text = f"{verdict}: " + "; ".join(describe(r) for r in primary) + f" [{launches}]"
+    warned = [r for r in rows if r.gating and r.verdict == Verdict.PASS and "within tolerance" in r.note
+              and r.note.startswith("significant")]
+    if warned:
+        text += "; significant but within tolerance: " + ", ".join(f"{r.metric} {_fmt_change(r)}" for r in warned)
+    return text
