@@ -1,0 +1,75 @@
+"""GitHub Actions workflow commands (``::error``/``::warning``) for the workloads that need attention.
+
+GitHub shows at most 10 error and 10 warning annotations per step; the rest are summarised in one
+final annotation of the same kind. Escaping follows the workflow-command rules: in messages
+``%``, ``\\r`` and ``\\n``; in property values also ``:`` and ``,``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfgate.model import Verdict, WorkloadResult
+from perfgate.report.digest import describe, one_line, regressed
+
+ERROR_VERDICTS = (Verdict.REGRESSED, Verdict.ERROR)
+WARNING_VERDICTS = (Verdict.INCONCLUSIVE, Verdict.NEW, Verdict.IMPROVED, Verdict.NO_DATA)
+GITHUB_LIMIT_PER_KIND = 10
+
+_WARNING_HINTS = {
+    Verdict.INCONCLUSIVE: "the measurement was too noisy to decide; rerun or raise launches",
+    Verdict.NEW: "no baseline for this workload on this machine class; run `perfgate baseline update`",
+    Verdict.IMPROVED: "faster than the baseline beyond tolerance; refresh the baseline "
+                      "(`perfgate baseline update`) to lock the gain in",
+    Verdict.NO_DATA: "the trace held no measured steps",
+}
+
+
+def escape_data(text: str) -> str:
+    """Escape a workflow-command message."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Escape a workflow-command property value (e.g. ``title``)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(kind: str, title: str, message: str) -> str:
+    """One ``::<kind> title=<title>::<message>`` line, escaped."""
+    return f"::{kind} title={escape_property(title)}::{escape_data(message)}"
+
+
+def _kind_lines(kind: str, items: Sequence[tuple[str, str]], limit: int) -> list[str]:
+    """At most ``limit`` lines: the first ``limit - 1`` items and one summary of the rest."""
+    if limit <= 0 or not items:
+        return []
+    if len(items) <= limit:
+        return [command(kind, t, m) for t, m in items]
+    shown, rest = items[: limit - 1], items[limit - 1:]
+    names = ", ".join(t.removeprefix("perfgate ") for t, _ in rest)
+    summary = command(kind, f"perfgate: {len(rest)} more",
+                      f"{len(rest)} more workload(s) not annotated: {names}. See the job summary.")
+    return [*(command(kind, t, m) for t, m in shown), summary]
+
+
+def error_message(result: WorkloadResult) -> str:
+    """The body of a workload's ``::error``: the explanation (else what regressed), and where."""
+    if result.verdict is Verdict.ERROR:
+        lines = [f"ERROR: {result.error or result.message or 'the workload failed'}"]
+    elif result.message:
+        lines = [result.message]
+    else:
+        lines = [f"REGRESSED: {describe(c)}" for c in regressed(result)] or ["REGRESSED"]
+    if result.run_dir is not None:
+        lines.append(f"artifacts: {result.run_dir}")
+    return "\n".join(lines)
+
+
+def render_annotations(results: Sequence[WorkloadResult], max_errors: int = GITHUB_LIMIT_PER_KIND,
+                       max_warnings: int = GITHUB_LIMIT_PER_KIND) -> list[str]:
+    """``::error`` lines for REGRESSED/ERROR workloads and ``::warning`` lines for
+    INCONCLUSIVE/NEW/IMPROVED/NO-DATA ones, each kind within its limit."""
+    errors = [(f"perfgate {r.name}", error_message(r)) for r in results if r.verdict in ERROR_VERDICTS]
+    warnings = [(f"perfgate {r.name}", f"{one_line(r, limit=1000)}. {_WARNING_HINTS[r.verdict]}")
+                for r in results if r.verdict in WARNING_VERDICTS]
+    return _kind_lines("error", errors, max_errors) + _kind_lines("warning", warnings, max_warnings)

@@ -1,0 +1,209 @@
+"""The headline numbers of one WorkloadResult that every renderer shows, and how they are written.
+
+A :class:`Digest` is derived purely from a :class:`~perfgate.model.WorkloadResult`: step time
+(baseline -> current, change), samples/s, GPU-idle fraction, the worst phase and the regressed
+comparisons. Renderers (terminal, markdown, junit, annotations, status descriptions) format it.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from perfgate.model import MetricComparison, Tolerance, Verdict, WorkloadResult
+
+STEP_METRIC = "step_time_ms"
+SAMPLES_METRIC = "samples_per_s"
+IDLE_METRIC = "gpu_idle_fraction"
+PHASE_PREFIX = "phase."
+
+VERDICT_ICONS: dict[Verdict, str] = {
+    Verdict.PASS: ":white_check_mark:",
+    Verdict.REGRESSED: ":x:",
+    Verdict.IMPROVED: ":rocket:",
+    Verdict.NEW: ":new:",
+    Verdict.NO_DATA: ":grey_question:",
+    Verdict.INCONCLUSIVE: ":warning:",
+    Verdict.ERROR: ":boom:",
+}
+
+
+@dataclass(frozen=True)
+class Digest:
+    """What a one-line summary of a workload says."""
+
+    name: str
+    verdict: Verdict
+    step_baseline_ms: float | None
+    step_current_ms: float | None
+    step_change: float | None
+    samples_per_s: float | None
+    gpu_idle_fraction: float | None
+    worst_phase: MetricComparison | None
+    regressed: tuple[MetricComparison, ...]
+
+
+def _comparison(result: WorkloadResult, metric: str) -> MetricComparison | None:
+    return next((c for c in result.comparisons if c.metric == metric), None)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _current_metric(result: WorkloadResult, metric: str) -> float | None:
+    """Median over the current launches of one of Analysis.metrics()."""
+    values = [a.metrics()[metric] for a in result.analyses if metric in a.metrics()]
+    return _median(values)
+
+
+def phase_name(metric: str) -> str:
+    """``phase.forward.cpu_ms`` -> ``forward``; ``phase.forward.gpu_ms`` -> ``forward (GPU)``."""
+    body = metric[len(PHASE_PREFIX):]
+    name, _, kind = body.rpartition(".")
+    return f"{name} (GPU)" if kind == "gpu_ms" else name
+
+
+def phase_comparisons(result: WorkloadResult) -> list[MetricComparison]:
+    """The per-phase comparisons, in the order compare produced them."""
+    return [c for c in result.comparisons if c.metric.startswith(PHASE_PREFIX)]
+
+
+def regressed(result: WorkloadResult) -> tuple[MetricComparison, ...]:
+    """Comparisons with verdict REGRESSED, gating ones first."""
+    rows = [c for c in result.comparisons if c.verdict is Verdict.REGRESSED]
+    return tuple(sorted(rows, key=lambda c: not c.gating))
+
+
+def worst_phase(result: WorkloadResult) -> MetricComparison | None:
+    """The phase that regressed most (REGRESSED first, then by relative change)."""
+    rows = [c for c in phase_comparisons(result) if c.change is not None]
+    if not rows:
+        return None
+    return max(rows, key=lambda c: (c.verdict is Verdict.REGRESSED, c.change or 0.0))
+
+
+def digest(result: WorkloadResult) -> Digest:
+    """The headline numbers of ``result``; falls back to the analyses when no comparison exists."""
+    step = _comparison(result, STEP_METRIC)
+    base = step.baseline if step else _median(list(result.baseline_step_times_ms))
+    cur = step.current if step and step.current is not None else _current_metric(result, STEP_METRIC)
+    change = step.change if step else (cur / base - 1 if cur is not None and base else None)
+    sps = _comparison(result, SAMPLES_METRIC)
+    idle = _comparison(result, IDLE_METRIC)
+    return Digest(
+        name=result.name,
+        verdict=result.verdict,
+        step_baseline_ms=base,
+        step_current_ms=cur,
+        step_change=change,
+        samples_per_s=sps.current if sps and sps.current is not None else _current_metric(result, SAMPLES_METRIC),
+        gpu_idle_fraction=idle.current if idle and idle.current is not None else _current_metric(result, IDLE_METRIC),
+        worst_phase=worst_phase(result),
+        regressed=regressed(result),
+    )
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def fmt_number(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` significant figures (at least 1 decimal below 1000); "-" for None."""
+    if not _finite(value):
+        return "-" if value is None else str(value)
+    assert value is not None
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(value)))))
+    return f"{value:.{min(decimals, 6)}f}"
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A metric value with its unit: ``12.3 ms``, ``4.5 %`` (fractions), ``2,113 samples/s``."""
+    if value is None:
+        return "-"
+    if unit == "fraction":
+        return f"{value * 100:.1f} %"
+    text = fmt_number(value)
+    return f"{text} {unit}" if unit else text
+
+
+def fmt_change(change: float | None) -> str:
+    """Relative change as a signed percentage: ``+22.8 %``."""
+    if not _finite(change):
+        return "-"
+    assert change is not None
+    return f"{change * 100:+.1f} %"
+
+
+def fmt_metric_change(c: MetricComparison) -> str:
+    """A comparison's change: relative (``+22.8 %``), or in percentage points for fractions."""
+    if c.unit == "fraction":
+        return "-" if not _finite(c.delta) else f"{(c.delta or 0.0) * 100:+.1f} pp"
+    return fmt_change(c.change)
+
+
+def fmt_tolerance(tol: Tolerance, unit: str) -> str:
+    """``5 %``, ``0.2 ms`` or ``5 % and 0.2 ms`` (both must be exceeded to fail); ``off``."""
+    if tol.rel is not None and math.isinf(tol.rel):
+        return "off"
+    parts = []
+    if tol.rel is not None:
+        parts.append(f"{tol.rel * 100:g} %")
+    if tol.abs is not None:
+        parts.append(f"{tol.abs * 100:g} pp" if unit == "fraction" else fmt_value(tol.abs, unit))
+    return " and ".join(parts) if parts else "-"
+
+
+def fmt_stats(c: MetricComparison) -> str:
+    """``p=0.003, CI [+4.1 %, +9.0 %]`` when the comparison carries them, else ""."""
+    parts = []
+    if c.p_value is not None:
+        parts.append(f"p={c.p_value:.2g}")
+    if c.ci_low is not None and c.ci_high is not None:
+        parts.append(f"CI [{fmt_change(c.ci_low)}, {fmt_change(c.ci_high)}]")
+    return ", ".join(parts)
+
+
+def describe(c: MetricComparison) -> str:
+    """``phase.forward.cpu_ms +48.3 % (4.10 ms -> 6.08 ms, tolerance 10 %, p=0.001)``."""
+    extra = fmt_stats(c)
+    return (f"{c.metric} {fmt_metric_change(c)} ({fmt_value(c.baseline, c.unit)} -> "
+            f"{fmt_value(c.current, c.unit)}, tolerance {fmt_tolerance(c.tolerance, c.unit)}"
+            f"{', ' + extra if extra else ''})")
+
+
+def fmt_step(d: Digest) -> str:
+    """``12.3 -> 15.1 ms (+22.8 %)``, or just the current value without a baseline."""
+    if d.step_current_ms is None:
+        return "-"
+    if d.step_baseline_ms is None:
+        return f"{fmt_number(d.step_current_ms)} ms"
+    return (f"{fmt_number(d.step_baseline_ms)} -> {fmt_number(d.step_current_ms)} ms"
+            f" ({fmt_change(d.step_change)})")
+
+
+def fmt_worst_phase(d: Digest) -> str:
+    """``forward +48.3 %`` or "-"."""
+    if d.worst_phase is None:
+        return "-"
+    return f"{phase_name(d.worst_phase.metric)} {fmt_metric_change(d.worst_phase)}"
+
+
+def one_line(result: WorkloadResult, limit: int = 140) -> str:
+    """One line for a commit status description or annotation title (at most ``limit`` chars)."""
+    d = digest(result)
+    if result.verdict is Verdict.ERROR:
+        text = f"ERROR: {(result.error or result.message or 'failed').splitlines()[0]}"
+    else:
+        text = f"{d.verdict}: step {fmt_step(d)}"
+        if d.regressed:
+            text += "; regressed " + ", ".join(
+                f"{c.metric} {fmt_metric_change(c)}" for c in d.regressed[:3])
+    return text if len(text) <= limit else text[: limit - 3] + "..."

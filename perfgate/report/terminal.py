@@ -1,0 +1,82 @@
+"""Plain-text rendering for the terminal: the end-of-run summary table and a failed item's message.
+
+Returns strings only; the pytest plugin and the CLI print them.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfgate.model import Verdict, WorkloadResult
+from perfgate.report.digest import (
+    digest,
+    fmt_metric_change,
+    fmt_number,
+    fmt_stats,
+    fmt_step,
+    fmt_tolerance,
+    fmt_value,
+    fmt_worst_phase,
+)
+
+SUMMARY_HEADER = ("workload", "verdict", "step time median (base -> current)", "samples/s",
+                  "GPU idle", "worst phase")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Left-aligned fixed-width columns, two spaces apart, with a dashed rule under the header."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return indent + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return [line(header), indent + "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
+def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
+    """The compact table printed at the end of a run, one row per workload, plus a count line."""
+    if not results:
+        return ["perfgate: no workloads ran"]
+    rows = []
+    for r in results:
+        d = digest(r)
+        rows.append((
+            d.name,
+            str(d.verdict),
+            fmt_step(d),
+            fmt_number(d.samples_per_s),
+            "-" if d.gpu_idle_fraction is None else f"{d.gpu_idle_fraction * 100:.1f} %",
+            fmt_worst_phase(d),
+        ))
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
+    tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows)]
+
+
+def failure_message(result: WorkloadResult) -> str:
+    """Multi-line text for a failed pytest item or the CLI: verdict, regressed metrics with
+    baseline/current/change/tolerance (and p-value/CI), the explanation and the artifacts path."""
+    d = digest(result)
+    lines = [f"perfgate: {result.name} {result.verdict}"]
+    if result.verdict is Verdict.ERROR and result.error:
+        lines.append(f"error: {result.error}")
+    rows = [
+        (c.metric, fmt_value(c.baseline, c.unit), fmt_value(c.current, c.unit),
+         fmt_metric_change(c), fmt_tolerance(c.tolerance, c.unit),
+         fmt_stats(c) + ("" if c.gating else " (not gating)"))
+        for c in d.regressed
+    ]
+    if rows:
+        lines.append("regressed metrics:")
+        lines += _table(("metric", "baseline", "current", "change", "tolerance", "statistics"),
+                        rows, indent="  ")
+    elif d.step_current_ms is not None:
+        lines.append(f"step time median: {fmt_step(d)}")
+    if result.message:
+        lines.append(result.message.strip())
+    if result.baseline_path is not None:
+        lines.append(f"baseline: {result.baseline_path}")
+    if result.run_dir is not None:
+        lines.append(f"artifacts: {result.run_dir}")
+    return "\n".join(lines)

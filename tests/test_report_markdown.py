@@ -1,0 +1,62 @@
+"""Markdown for the job summary and the PR comment: structure, escaping and GitHub's size limits.
+
+Size limits need hundreds of workloads, so these results are built by hand (report_results.make_result);
+tests/test_report_real_results.py renders real captures."""
+from __future__ import annotations
+
+from report_results import make_result
+
+from perfgate.model import Verdict
+from perfgate.report.markdown import COMMENT_MARKER, render_markdown, render_pr_comment
+
+
+def _many(n: int) -> list:
+    return [make_result(f"workload_{i:03d}", Verdict.REGRESSED if i % 7 == 0 else Verdict.PASS,
+                        forward_ms=8.0 if i % 7 == 0 else 4.0,
+                        message="forward got slower because of an injected sleep " * 5)
+            for i in range(n)]
+
+
+def _balanced(md: str) -> bool:
+    return md.count("<details>") == md.count("</details>") and md.count("```") % 2 == 0
+
+
+def test_pr_comment_for_200_workloads_stays_under_65536_chars_and_keeps_failures() -> None:
+    results = _many(200)
+    full = render_markdown(results)
+    assert len(full) > 65_536  # the limit really bites
+    comment = render_pr_comment(results)
+    assert len(comment) <= 65_536 and comment.startswith(COMMENT_MARKER)
+    assert _balanced(comment)
+    assert "| `workload_199` |" in comment  # every workload still has its overview row
+    assert "### :x: `workload_000`: REGRESSED" in comment  # failing sections come first and survive
+    assert "left out to stay within GitHub's size limit" in comment
+
+
+def test_tiny_byte_budget_drops_rows_but_stays_valid_markdown() -> None:
+    md = render_markdown(_many(50), max_bytes=3_000)
+    assert len(md.encode("utf-8")) <= 3_000 and _balanced(md)
+    assert "more workload(s) not listed" in md
+    assert md.startswith("## perfgate: :x: 8 of 50 workload(s) failed")
+
+
+def test_small_report_is_complete_with_details_for_every_workload() -> None:
+    results = _many(3)
+    md = render_markdown(results)
+    assert md.count("<details><summary>All metrics</summary>") == 3
+    assert "left out" not in md and "not listed" not in md
+
+
+def test_table_cells_escape_pipes_and_newlines() -> None:
+    result = make_result("odd|name", Verdict.ERROR, error="Traceback\nValueError: a|b")
+    md = render_markdown([result])
+    assert "| `odd\\|name` |" in md
+    assert "```\nTraceback\nValueError: a|b\n```" in md  # the error keeps its lines in a code block
+
+
+def test_chart_links_appear_only_under_their_workload() -> None:
+    a, b = make_result("a", Verdict.PASS), make_result("b", Verdict.PASS)
+    md = render_markdown([a, b], chart_links={"a:phases": "charts/a-phases.png"})
+    section_a = md[md.index("`a`: PASS"):md.index("`b`: PASS")]
+    assert "[a:phases](charts/a-phases.png)" in section_a
+    assert md.count("charts/a-phases.png") == 1

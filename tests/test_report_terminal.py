@@ -1,0 +1,36 @@
+"""Terminal text: the fixed-width summary table and a failed item's message."""
+from __future__ import annotations
+
+import math
+
+from report_results import make_result
+
+from perfgate.model import Tolerance, Verdict
+from perfgate.report.digest import fmt_tolerance
+from perfgate.report.terminal import failure_message, render_summary
+
+
+def test_summary_columns_line_up_whatever_the_name_length() -> None:
+    lines = render_summary([make_result("a", Verdict.PASS),
+                            make_result("a_much_longer_workload_name", Verdict.REGRESSED, forward_ms=8.0)])
+    table = lines[1:]
+    starts = {line.index(verdict) for line, verdict in zip(table[2:], ("PASS", "REGRESSED"))}
+    assert len(starts) == 1 and table[0].index("verdict") in starts
+    assert lines[0] == "perfgate: 2 workload(s): 1 PASS, 1 REGRESSED"
+    assert "10.0 -> 14.0 ms (+40.0 %)" in table[3] and "forward +100.0 %" in table[3]
+
+
+def test_no_results_says_so() -> None:
+    assert render_summary([]) == ["perfgate: no workloads ran"]
+
+
+def test_error_message_carries_the_error_and_the_artifacts() -> None:
+    text = failure_message(make_result("w", Verdict.ERROR, error="nsys exited 1: importer missing"))
+    assert text.splitlines()[:2] == ["perfgate: w ERROR", "error: nsys exited 1: importer missing"]
+    assert text.splitlines()[-1] == "artifacts: /runs/w"
+
+
+def test_tolerances_read_as_written_in_the_docs() -> None:
+    assert fmt_tolerance(Tolerance(rel=0.1, abs=0.5), "ms") == "10 % and 0.500 ms"
+    assert fmt_tolerance(Tolerance(abs=0.03), "fraction") == "3 pp"
+    assert fmt_tolerance(Tolerance(rel=math.inf), "ms") == "off"
