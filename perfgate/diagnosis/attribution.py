@@ -1,0 +1,256 @@
+"""Regression attribution: which phases, which GPU idle time, which newly firing rules and which
+kernels account for the change in step time between a baseline and a current run.
+
+Phase CPU times per step add up to the mean step time together with the step's self time
+(step - sum of phases), so the per-phase deltas plus ``unexplained_delta_ms`` equal the mean
+step-time delta exactly."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from perfgate.diagnosis.evidence import (
+    COMPUTE_PHASES,
+    DATA_PHASE,
+    H2D_PHASE,
+    as_analysis,
+    gap_idle_by_phase_ms,
+    idle_ms_per_step,
+    phase_ms,
+    step_mean_ms,
+)
+from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping
+from perfgate.diagnosis.records import (
+    Attribution,
+    Diagnosis,
+    Finding,
+    KernelDelta,
+    PhaseDelta,
+)
+from perfgate.model import Analysis, MetricComparison, Verdict
+
+AnalysisLike = Analysis | Mapping[str, Any]
+
+KERNEL_DELTAS_SHOWN = 10
+NEW_FINDING_WEIGHT = 2.0        # a rule that newly fires outranks one that already fired
+MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a reason
+
+# What a newly firing rule says about the change (the seed-003 optimization ladder, reversed).
+NEW_RULE_PHRASES: dict[str, str] = {
+    "dataloader_blocking": "DataLoader workers went from overlapping to blocking (num_workers=0?)",
+    "pageable_copies": "pageable H2D copies appeared → pin_memory disabled?",
+    "blocking_copy": "H2D copies became blocking (a sync per copy) → non_blocking=False?",
+    "synchronous_copies": "synchronous cudaMemcpy appeared → non_blocking=False?",
+    "copy_not_overlapped": "H2D copies stopped overlapping compute → copy stream removed?",
+    "no_mixed_precision": "GEMM/conv kernels went from half precision to fp32 → autocast disabled?",
+    "not_compiled": "Triton kernels disappeared, unfused elementwise kernels appeared → torch.compile "
+                    "disabled?",
+    "cpu_launch_bound": "kernels got many and short: the CPU cannot launch fast enough",
+    "synchronizing_api_calls": "the host started waiting for the GPU inside the step (new sync calls)",
+    "warmup_in_window": "warm-up/autotuning moved into the measured window",
+    "long_gpu_gaps": "long GPU idle gaps appeared",
+    "low_gpu_utilization": "the GPU became idle most of the time",
+}
+
+
+def _pos(x: float) -> float:
+    return x if x > 0 else 0.0
+
+
+def _rule_delta_ms(rule: str, base: Analysis, cur: Analysis) -> float:
+    """The step-time-relevant change (ms/step) that a rule's cause would produce."""
+    def pd_(name: str) -> float:
+        return phase_ms(cur, name) - phase_ms(base, name)
+
+    def gpu(attr: str) -> float:   # 0 when a side has no GPU detail (unknown, not a change)
+        if base.gpu is None or cur.gpu is None:
+            return 0.0
+        return float(getattr(cur.gpu, attr) or 0.0) - float(getattr(base.gpu, attr) or 0.0)
+
+    def idle() -> float:
+        b, c = idle_ms_per_step(base), idle_ms_per_step(cur)
+        return 0.0 if b is None or c is None else c - b
+
+    table: dict[str, Callable[[], float]] = {
+        "dataloader_blocking": lambda: pd_(DATA_PHASE),
+        "pageable_copies": lambda: max(pd_(H2D_PHASE), gpu("h2d_ms_per_step")),
+        "blocking_copy": lambda: pd_(H2D_PHASE),
+        "synchronous_copies": lambda: pd_(H2D_PHASE),
+        "copy_not_overlapped": lambda: max(pd_(H2D_PHASE), idle()),
+        "no_mixed_precision": lambda: max(gpu("kernel_ms_per_step"),
+                                          sum(pd_(p) for p in COMPUTE_PHASES)),
+        "not_compiled": lambda: max(gpu("kernel_ms_per_step"), sum(pd_(p) for p in COMPUTE_PHASES)),
+        "cpu_launch_bound": lambda: sum(pd_(p) for p in COMPUTE_PHASES),
+        "synchronizing_api_calls": lambda: gpu("cuda_api_ms_per_step"),
+        "warmup_in_window": lambda: cur.steps.summary_ms.p90 - base.steps.summary_ms.p90,
+        "long_gpu_gaps": idle,
+        "low_gpu_utilization": idle,
+    }
+    return table.get(rule, lambda: 0.0)()
+
+
+def _pick(values: Sequence[Any], key: Callable[[Any], float]) -> Any:
+    """The element whose key is the (lower) median of ``values``."""
+    ordered = sorted(values, key=key)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _one(value: Any) -> tuple[Analysis, TraceFacts | None, Diagnosis | None]:
+    """An Analysis (the median launch of a sequence), its stored facts and stored diagnosis."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping)):
+        if not value:
+            raise ValueError("explain_regression: an empty sequence of launches")
+        value = _pick(list(value), lambda v: step_mean_ms(as_analysis(v)))
+    analysis = as_analysis(value)
+    stored = analysis.extra.get("diagnosis") if isinstance(analysis.extra, Mapping) else None
+    if isinstance(stored, Diagnosis):
+        facts = TraceFacts.from_dict(stored.facts) if stored.facts else None
+        return analysis, facts, stored
+    facts = facts_from_mapping({"diagnosis": stored}) if isinstance(stored, Mapping) else None
+    return analysis, facts, None
+
+
+def _phase_deltas(base: Analysis, cur: Analysis) -> tuple[PhaseDelta, ...]:
+    names = list(dict.fromkeys([*base.phases, *cur.phases]))
+    deltas = [PhaseDelta(n, phase_ms(base, n), phase_ms(cur, n)) for n in names]
+    return tuple(sorted(deltas, key=lambda d: -d.delta_ms))
+
+
+def _self_ms(a: Analysis) -> float:
+    return step_mean_ms(a) - sum(p.cpu_per_step_ms for p in a.phases.values())
+
+
+def _kernel_deltas(base: Analysis, cur: Analysis) -> tuple[KernelDelta, ...]:
+    def per_step(a: Analysis) -> dict[str, tuple[float, float]]:
+        if a.gpu is None or a.steps.count <= 0:
+            return {}
+        out: dict[str, tuple[float, float]] = {}
+        for k in a.gpu.top_kernels:
+            c, t = out.get(k.name, (0.0, 0.0))
+            out[k.name] = (c + k.count / a.steps.count, t + k.total_ms / a.steps.count)
+        return out
+
+    b, c = per_step(base), per_step(cur)
+    deltas = [KernelDelta(n, b.get(n, (0.0, 0.0))[0], c.get(n, (0.0, 0.0))[0],
+                          b.get(n, (0.0, 0.0))[1], c.get(n, (0.0, 0.0))[1])
+              for n in dict.fromkeys([*b, *c])]
+    deltas.sort(key=lambda d: -abs(d.ms_delta_per_step))
+    return tuple(deltas[:KERNEL_DELTAS_SHOWN])
+
+
+def _idle_by_phase(a: Analysis, facts: TraceFacts | None) -> dict[str, float]:
+    if facts is not None and facts.idle_ms_per_step is not None:
+        return dict(facts.idle_by_phase_ms)
+    return gap_idle_by_phase_ms(a)
+
+
+def _comparisons(comparisons: Any) -> tuple[MetricComparison, ...]:
+    if comparisons is None:
+        return ()
+    rows = getattr(comparisons, "comparisons", comparisons)
+    return tuple(r for r in rows if isinstance(r, MetricComparison))
+
+
+def _first_reason(base: Analysis, cur: Analysis, new: tuple[Finding, ...], present: tuple[Finding, ...],
+                  phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float],
+                  kernels: tuple[KernelDelta, ...], step_delta: float) -> tuple[str, str | None]:
+    new_rules = {f.rule for f in new}
+    scored = []
+    for f in present:
+        delta = _rule_delta_ms(f.rule, base, cur)
+        weight = NEW_FINDING_WEIGHT if f.rule in new_rules else 1.0
+        if f.cause is not None and delta >= MIN_REASON_MS:
+            scored.append((weight * delta, delta, f))
+    top_phase = phases[0] if phases and phases[0].delta_ms >= MIN_REASON_MS else None
+    if scored:
+        _, delta, f = max(scored, key=lambda s: s[0])
+        phase = f.phases[0] if f.phases else None
+        where = _where(phase, delta, idle_phase, cur)
+        phrase = NEW_RULE_PHRASES.get(f.rule, f.message) if f.rule in new_rules else f.message
+        return f"{where}: {phrase}", f.cause
+    if top_phase is not None:
+        where = _where(top_phase.name, top_phase.delta_ms, idle_phase, cur)
+        slower = [k for k in kernels if k.ms_delta_per_step >= MIN_REASON_MS]
+        if slower:
+            k = slower[0]
+            return (f"{where}: kernel {k.name} {k.ms_delta_per_step:+.2f} ms/step "
+                    f"({k.count_delta_per_step:+.1f} launches/step)"), None
+        return where, None
+    if step_delta > 0:
+        return f"step time {step_delta:+.2f} ms/step outside the instrumented phases (step self time)", None
+    return f"no step-time regression ({step_delta:+.2f} ms/step)", None
+
+
+def _where(phase: str | None, delta: float, idle_phase: dict[str, float], cur: Analysis) -> str:
+    if phase is None:
+        return f"{delta:+.1f} ms/step"
+    idle = idle_phase.get(phase, 0.0)
+    note = f" (GPU idle while {phase} open)" if idle >= MIN_REASON_MS and cur.gpu is not None else ""
+    return f"{phase} {delta:+.1f} ms/step{note}"
+
+
+def explain_regression(
+    baseline: AnalysisLike | Sequence[AnalysisLike],
+    current: Analysis | Sequence[Analysis],
+    comparisons: Sequence[MetricComparison] | Any | None = None,
+    *,
+    baseline_trace: Any | None = None,
+    current_trace: Any | None = None,
+) -> Attribution:
+    """Attribute the change from ``baseline`` to ``current``. Each side may be an Analysis, its
+    ``to_dict()`` (a baseline launch detail) or a sequence of launches (the median launch by mean
+    step time is used). ``comparisons``: MetricComparison rows or an object with
+    ``.comparisons`` (compare.Outcome). Traces, when given, sharpen the rules (see TraceFacts)."""
+    from perfgate.diagnosis import diagnose
+
+    base, base_facts, base_diag = _one(baseline)
+    cur, cur_facts, cur_diag = _one(current)
+    if base_diag is None or baseline_trace is not None:
+        base_diag = diagnose(base, baseline_trace, facts=base_facts)
+    if cur_diag is None or current_trace is not None:
+        cur_diag = diagnose(cur, current_trace, facts=cur_facts)
+    if base_facts is None and base_diag.facts:
+        base_facts = TraceFacts.from_dict(base_diag.facts)
+    if cur_facts is None and cur_diag.facts:
+        cur_facts = TraceFacts.from_dict(cur_diag.facts)
+
+    before = {f.rule for f in base_diag.findings}
+    after = {f.rule for f in cur_diag.findings}
+    notes: list[str] = []
+    partial = base.gpu is None and cur.gpu is not None
+    if partial:
+        notes.append("the baseline keeps no GPU detail (gpu, gpu_idle): rules, kernels and idle "
+                     "by phase are not compared")
+        new, resolved = (), ()
+    else:
+        new = tuple(f for f in cur_diag.findings if f.rule not in before)
+        resolved = tuple(f for f in base_diag.findings if f.rule not in after)
+    phases = _phase_deltas(base, cur)
+    idle_b, idle_c = _idle_by_phase(base, base_facts), _idle_by_phase(cur, cur_facts)
+    idle_phase_delta = {} if partial or base.gpu_idle is None or cur.gpu_idle is None else {
+        p: idle_c.get(p, 0.0) - idle_b.get(p, 0.0) for p in dict.fromkeys([*idle_b, *idle_c])}
+    ib, ic = idle_ms_per_step(base), idle_ms_per_step(cur)
+    kernels = () if partial else _kernel_deltas(base, cur)
+    step_delta = step_mean_ms(cur) - step_mean_ms(base)
+    reason, cause = _first_reason(base, cur, new, cur_diag.findings, phases, idle_phase_delta,
+                                  kernels, step_delta)
+    regressed = tuple(c.metric for c in _comparisons(comparisons) if c.verdict == Verdict.REGRESSED)
+    return Attribution(
+        step_mean_delta_ms=step_delta,
+        step_median_delta_ms=cur.steps.summary_ms.median - base.steps.summary_ms.median,
+        phase_deltas=phases,
+        unexplained_delta_ms=_self_ms(cur) - _self_ms(base),
+        gpu_idle_delta_ms=None if ib is None or ic is None else ic - ib,
+        idle_by_phase_delta_ms=idle_phase_delta,
+        new_findings=new, resolved_findings=resolved, kernel_deltas=kernels,
+        first_reason=reason, cause=cause, regressed_metrics=regressed,
+        baseline_bottleneck=None if partial else base_diag.bottleneck,
+        current_bottleneck=cur_diag.bottleneck,
+        notes=tuple(notes),
+    )
+
+
+def median_launch(values: Sequence[Analysis]) -> Analysis:
+    """The launch whose mean step time is the (lower) median of ``values``."""
+    return _pick(list(values), step_mean_ms)
+

@@ -1,0 +1,161 @@
+"""Records the diagnosis produces: a Finding per rule that fired, the Diagnosis of one run, and
+the Attribution of a regression between two runs. Frozen dataclasses with JSON-ready ``to_dict()``."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Bottleneck classes (the words users see).
+DATA_LOADING = "data-loading bound"
+H2D_COPY = "host-to-device-copy bound"
+CPU_LAUNCH = "CPU launch bound"
+SYNCHRONIZATION = "synchronization bound"
+GPU_COMPUTE = "GPU compute bound"
+CPU_COMPUTE = "CPU compute bound"           # CPU-only run whose compute phases dominate
+UNDETERMINED = "undetermined"
+
+CPU_ONLY_NOTE = "no GPU activity: CPU-only run"
+
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule that fired: what it saw (evidence), what it means (message) and what to try."""
+
+    rule: str                          # rule id, e.g. "pageable_copies"
+    severity: str                      # "info" | "warning" | "critical"
+    message: str
+    evidence: tuple[str, ...]
+    suggestion: str
+    cause: str | None = None           # the training-loop setting it points at, e.g. "pinned memory"
+    phases: tuple[str, ...] = ()       # phases whose time the finding explains
+    impact_ms: float | None = None     # estimated cost per step, when the rule can say
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["evidence"] = list(self.evidence)
+        d["phases"] = list(self.phases)
+        return d
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The bottleneck class of one run, why (evidence), and every rule that fired."""
+
+    bottleneck: str
+    confidence: float                  # 0..1: share of the classifying signal the winner holds
+    evidence: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    gpu_active: bool
+    scores: dict[str, float] = field(default_factory=dict)   # per class, fraction of a step
+    facts: dict[str, Any] | None = None                      # trace-derived TraceFacts, as a dict
+
+    @property
+    def rules_fired(self) -> tuple[str, ...]:
+        return tuple(f.rule for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bottleneck": self.bottleneck,
+            "confidence": self.confidence,
+            "gpu_active": self.gpu_active,
+            "evidence": list(self.evidence),
+            "scores": dict(self.scores),
+            "findings": [f.to_dict() for f in self.findings],
+            "facts": None if self.facts is None else dict(self.facts),
+        }
+
+
+@dataclass(frozen=True)
+class PhaseDelta:
+    """CPU time per step of one phase, before and after (ms); a missing side counts as 0."""
+
+    name: str
+    baseline_ms: float
+    current_ms: float
+
+    @property
+    def delta_ms(self) -> float:
+        return self.current_ms - self.baseline_ms
+
+
+@dataclass(frozen=True)
+class KernelDelta:
+    """One kernel name's launches and time per step, before and after."""
+
+    name: str
+    baseline_count_per_step: float
+    current_count_per_step: float
+    baseline_ms_per_step: float
+    current_ms_per_step: float
+
+    @property
+    def count_delta_per_step(self) -> float:
+        return self.current_count_per_step - self.baseline_count_per_step
+
+    @property
+    def ms_delta_per_step(self) -> float:
+        return self.current_ms_per_step - self.baseline_ms_per_step
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Which phases, GPU idle time, rules and kernels account for a change in step time."""
+
+    step_mean_delta_ms: float          # current - baseline mean step time
+    step_median_delta_ms: float
+    phase_deltas: tuple[PhaseDelta, ...]     # sorted by delta, largest increase first
+    unexplained_delta_ms: float        # delta of step self time (step - sum of phases)
+    gpu_idle_delta_ms: float | None    # GPU idle time per step, current - baseline
+    idle_by_phase_delta_ms: dict[str, float]
+    new_findings: tuple[Finding, ...]
+    resolved_findings: tuple[Finding, ...]
+    kernel_deltas: tuple[KernelDelta, ...]   # sorted by |ms delta|
+    first_reason: str
+    cause: str | None = None           # training-loop setting most likely changed, e.g. "pinned memory"
+    regressed_metrics: tuple[str, ...] = ()
+    baseline_bottleneck: str | None = None
+    current_bottleneck: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __radd__(self, other: str) -> str:
+        """``message + "\n" + attribution`` reads as text."""
+        return other + self.to_text()
+
+    def to_text(self) -> str:
+        from perfgate.diagnosis.render import render_attribution_text
+
+        return render_attribution_text(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first_reason": self.first_reason,
+            "cause": self.cause,
+            "step_mean_delta_ms": self.step_mean_delta_ms,
+            "step_median_delta_ms": self.step_median_delta_ms,
+            "phase_deltas": [
+                {"name": p.name, "baseline_ms": p.baseline_ms, "current_ms": p.current_ms,
+                 "delta_ms": p.delta_ms}
+                for p in self.phase_deltas
+            ],
+            "unexplained_delta_ms": self.unexplained_delta_ms,
+            "gpu_idle_delta_ms": self.gpu_idle_delta_ms,
+            "idle_by_phase_delta_ms": dict(self.idle_by_phase_delta_ms),
+            "new_findings": [f.to_dict() for f in self.new_findings],
+            "resolved_findings": [f.to_dict() for f in self.resolved_findings],
+            "kernel_deltas": [
+                {"name": k.name, "count_delta_per_step": k.count_delta_per_step,
+                 "ms_delta_per_step": k.ms_delta_per_step,
+                 "baseline_ms_per_step": k.baseline_ms_per_step,
+                 "current_ms_per_step": k.current_ms_per_step}
+                for k in self.kernel_deltas
+            ],
+            "regressed_metrics": list(self.regressed_metrics),
+            "baseline_bottleneck": self.baseline_bottleneck,
+            "current_bottleneck": self.current_bottleneck,
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,105 @@
+"""Diagnosis on every committed capture in tests/fixtures/traces/: TraceFacts agree with the
+Analysis made from the same trace, and known captures get their known verdicts. GPU captures the
+lead adds later run here automatically (cases without expectations get the consistency checks)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.analysis import AnalysisOptions, analyze_trace
+from perfgate.diagnosis import diagnose, explain_regression, render_diagnosis_text
+from perfgate.diagnosis.facts import trace_facts
+from perfgate.diagnosis.records import CPU_ONLY_NOTE
+from perfgate.trace import load_trace
+
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
+CASES = sorted(p.name for p in TRACES.glob("*") if (p / "trace.sqlite").is_file()) if TRACES.is_dir() else []
+
+# Known verdicts: rules that must fire (and must not) per case.
+EXPECTED: dict[str, dict[str, object]] = {
+    # sleeps 2 ms in data_load and 1 ms in optimizer around a tiny MLP
+    "cpu-train-loop": {"bottleneck": "data-loading bound", "fires": {"dataloader_blocking"},
+                       "silent": set(), "facts": {"gpu_ops": 0}},
+    # forward/backward ranges around CPU work in two processes
+    "cpu-two-procs": {"bottleneck": "CPU compute bound", "fires": set(),
+                      "silent": {"dataloader_blocking"}, "facts": {"gpu_ops": 0}},
+    # PIN=0: pageable x.to(dev) without non_blocking, fp32/TF32 convs, no torch.compile, one stream
+    "toy-h100": {"bottleneck": "GPU compute bound", "fires": {"pageable_copies", "blocking_copy", "copy_not_overlapped",
+                           "no_mixed_precision", "not_compiled", "synchronizing_api_calls"},
+                 "silent": {"dataloader_blocking", "cpu_launch_bound", "low_gpu_utilization"},
+                 "facts": {"h2d_copies_per_step": 2.0, "h2d_pageable_per_step": 2.0,
+                           "h2d_syncs_per_step": 2.0, "h2d_on_compute_stream_fraction": 1.0,
+                           "h2d_overlap_fraction": 0.0, "kernels_per_step": 40.0}},
+}
+
+# The seed-003 ladder run in reverse: (faster case, case with one rung removed, cause named).
+LADDER_PAIRS: list[tuple[str, str, str]] = [
+    ("ladder-1-workers", "ladder-0-baseline", "workers"),
+    ("ladder-2-pinned", "ladder-1-workers", "pinned memory"),
+    ("ladder-3-nonblocking", "ladder-2-pinned", "non-blocking copy"),
+    ("ladder-4-autocast", "ladder-3-nonblocking", "mixed precision"),
+    ("ladder-5-compile", "ladder-4-autocast", "compile"),
+    ("ladder-6-stream", "ladder-5-compile", "overlap stream"),
+]
+
+
+def _options(case: str) -> AnalysisOptions:
+    return AnalysisOptions(warmup_steps=2) if case.startswith("cpu-") else AnalysisOptions()
+
+
+@pytest.fixture(scope="module", params=CASES or [pytest.param(None, marks=pytest.mark.skip("no fixtures"))])
+def case(request: pytest.FixtureRequest):
+    name = request.param
+    path = TRACES / name / "trace.sqlite"
+    analysis = analyze_trace(path, _options(name))
+    trace = load_trace(path)
+    return name, analysis, trace
+
+
+def test_trace_facts_agree_with_the_analysis_of_the_same_trace(case) -> None:
+    name, analysis, trace = case
+    facts = trace_facts(trace, analysis)
+    assert facts.steps == analysis.steps.count
+    if analysis.gpu is None:
+        assert facts.gpu_ops == 0 and facts.idle_ms_per_step is None
+        return
+    assert facts.kernels_per_step == pytest.approx(analysis.gpu.kernels_per_step)
+    assert facts.h2d_copy_ms_per_step == pytest.approx(analysis.gpu.h2d_ms_per_step, rel=1e-6)
+    assert facts.sync_calls_per_step == pytest.approx(analysis.gpu.sync_calls_per_step)
+    idle = analysis.gpu_idle
+    assert facts.idle_ms_per_step == pytest.approx(idle.fraction * idle.window_ms / analysis.steps.count, rel=1e-6)
+    assert sum(facts.idle_by_phase_ms.values()) == pytest.approx(facts.idle_ms_per_step, rel=1e-6)
+
+
+def test_diagnosis_of_each_capture_is_json_and_readable(case) -> None:
+    name, analysis, trace = case
+    d = diagnose(analysis, trace)
+    doc = json.loads(json.dumps(d.to_dict()))
+    assert doc["bottleneck"] == d.bottleneck and doc["facts"]["steps"] == analysis.steps.count
+    assert render_diagnosis_text(d).startswith(f"bottleneck: {d.bottleneck}")
+    assert (CPU_ONLY_NOTE in d.evidence) is (analysis.gpu is None)
+
+
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n in CASES])
+def test_known_captures_get_their_known_bottleneck_and_findings(name: str) -> None:
+    expected = EXPECTED[name]
+    path = TRACES / name / "trace.sqlite"
+    d = diagnose(analyze_trace(path, _options(name)), load_trace(path))
+    fired = set(d.rules_fired)
+    assert d.bottleneck == expected["bottleneck"]
+    assert expected["fires"] <= fired
+    assert not (expected["silent"] & fired)
+    for key, value in expected["facts"].items():
+        assert d.facts[key] == pytest.approx(value), key
+
+
+@pytest.mark.parametrize("faster, slower, cause", LADDER_PAIRS)
+def test_ladder_rung_removed_is_named(faster: str, slower: str, cause: str) -> None:
+    paths = [TRACES / c / "trace.sqlite" for c in (faster, slower)]
+    if not all(p.is_file() for p in paths):
+        pytest.skip(f"ladder captures {faster}/{slower} not committed yet")
+    base, cur = (analyze_trace(p) for p in paths)
+    a = explain_regression(base, cur, baseline_trace=load_trace(paths[0]), current_trace=load_trace(paths[1]))
+    assert a.cause == cause, a.to_text()
