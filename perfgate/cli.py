@@ -1,6 +1,253 @@
-"""perfgate command line (placeholder until the gate lands)."""
+"""``perfgate`` command line: run, analyze, compare, baseline update, list (and ab/calibrate/report
+when those modules provide ``add_parser(subparsers)``).
+
+Exit codes: 0 pass, 1 regression, 2 usage or infrastructure error (``perfgate: error: <message>``).
+Subcommand handlers are ``func(args) -> int`` set with ``parser.set_defaults(func=...)``.
+"""
 from __future__ import annotations
 
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-def main(argv: list[str] | None = None) -> int:
-    return 0
+from perfgate.errors import ConfigError, PerfgateError
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+PLUGGABLE = ("ab", "calibrate", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfgate", description="CI performance regression gate for PyTorch training under Nsight Systems.")
+    from perfgate import __version__
+
+    parser.add_argument("--version", action="version", version=f"perfgate {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser("run", help="run workloads under nsys and compare with their baselines")
+    run.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="workloads to run (default: all enabled)")
+    run.add_argument("--update-baseline", action="store_true", help="record the results as the new baselines")
+    add_gate_options(run)
+    run.set_defaults(func=cmd_run)
+
+    analyze = sub.add_parser("analyze", help="analyze one nsys trace (.sqlite or .nsys-rep)")
+    analyze.add_argument("trace", type=Path, metavar="TRACE")
+    analyze.add_argument("--format", choices=("table", "json"), default="table")
+    add_analysis_options(analyze)
+    analyze.set_defaults(func=cmd_analyze)
+
+    compare = sub.add_parser("compare", help="compare two traces, result JSONs or baseline files")
+    compare.add_argument("baseline", type=Path, metavar="BASELINE")
+    compare.add_argument("current", type=Path, metavar="CURRENT")
+    compare.add_argument("--format", choices=("table", "json"), default="table")
+    compare.add_argument("--tolerance", action="append", default=[], metavar="METRIC=SPEC",
+                         help="tolerance override, e.g. step_time_ms=5%% (repeatable)")
+    compare.add_argument("--alpha", type=float, default=0.01, help="false-alarm budget (default 0.01)")
+    compare.add_argument("--nsys", default=None, metavar="PATH", help="nsys for exporting .nsys-rep files")
+    add_analysis_options(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    baseline = sub.add_parser("baseline", help="manage baselines")
+    baseline_sub = baseline.add_subparsers(dest="baseline_command", metavar="ACTION", required=True)
+    update = baseline_sub.add_parser("update", help="run workloads and record them as baselines")
+    update.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="workloads (default: all enabled)")
+    add_gate_options(update)
+    update.set_defaults(func=cmd_baseline_update)
+
+    listing = sub.add_parser("list", help="list the workloads perfgate discovers")
+    listing.add_argument("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
+    listing.set_defaults(func=cmd_list)
+
+    for name in PLUGGABLE:
+        try:
+            module = importlib.import_module(f"perfgate.{name}")
+        except ImportError:
+            continue
+        add_parser = getattr(module, "add_parser", None)
+        if callable(add_parser):
+            add_parser(sub)
+    return parser
+
+
+def add_gate_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``run`` and ``baseline update`` (same meaning as the pytest options)."""
+    add = parser.add_argument
+    add("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
+    add("--launches", type=int, default=None, metavar="N", help="launches per workload (default 1)")
+    add("--baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
+    add("--artifacts-dir", default=None, metavar="DIR", help="nsys reports and logs (default .perfgate/runs)")
+    add("--report-dir", default=None, metavar="DIR", help="report files (default .perfgate/report)")
+    add("--nsys", default=None, metavar="PATH", help="the nsys executable")
+    add("--trace", default=None, metavar="LIST", help="nsys --trace set (default auto)")
+    add("--timeout", dest="timeout_s", type=float, default=None, metavar="SECONDS", help="timeout per launch")
+    add("--size", default=None, choices=("auto", "cpu", "gpu"), help="workload size preset")
+    add("--strict", action="store_true", default=None, help="a missing baseline fails")
+    add("--tolerance", action="append", default=[], metavar="METRIC=SPEC", help="tolerance override (repeatable)")
+
+
+def add_analysis_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--step-pattern", default=None, metavar="RE", help="regex naming the step range")
+    parser.add_argument("--warmup-steps", type=int, default=None, metavar="N", help="steps skipped at the start")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N", help="samples per step (samples/s)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except PerfgateError as exc:
+        print(f"perfgate: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("perfgate: interrupted", file=sys.stderr)
+        return 130
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
+    from perfgate.pipeline import result_fails, run_workload
+
+    settings = settings_from_args(args)
+    specs = selected_specs(settings)
+    update = args.update_baseline if update is None else update
+    results = []
+    for spec in specs:
+        print(f"perfgate: running {spec.full_name} ({settings.launches} launch{'es' if settings.launches != 1 else ''})",
+              file=sys.stderr, flush=True)
+        results.append(run_workload(spec, settings, update_baseline=update))
+    _print_results(results, settings.strict)
+    _write_reports(results, settings.report_dir)
+    if any(r.verdict.value == "ERROR" for r in results):
+        return EXIT_ERROR
+    return EXIT_REGRESSION if any(result_fails(r, settings.strict) for r in results) else EXIT_PASS
+
+
+def cmd_baseline_update(args: argparse.Namespace) -> int:
+    return cmd_run(args, update=True)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from perfgate.pipeline import analyze_file
+
+    analysis = analyze_file(args.trace, analysis_options_from(args))
+    if args.format == "json":
+        print(json.dumps(analysis.to_dict(), indent=2, sort_keys=True, default=str))
+    else:
+        from perfgate.analysis import render_table
+
+        print(render_table(analysis))
+    return EXIT_PASS
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from perfgate.compare import ComparePolicy, describe, parse_tolerance
+    from perfgate.config import parse_tolerance_option
+    from perfgate.pipeline import compare_files
+
+    for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
+        if not path.exists():
+            raise ConfigError(f"{what} {path}: no such file")
+    tolerances = {}
+    for text in args.tolerance:
+        metric, spec = parse_tolerance_option(text)
+        tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
+    policy = ComparePolicy(tolerances=tolerances, alpha=args.alpha)
+    outcome = compare_files(args.baseline, args.current, policy, analysis_options_from(args), args.nsys)
+    if args.format == "json":
+        from perfgate.report.json_report import comparison_dict
+
+        print(json.dumps({"verdict": outcome.verdict.value, "failed": outcome.failed, "summary": outcome.summary,
+                          "comparisons": [comparison_dict(c) for c in outcome.comparisons]},
+                         indent=2, sort_keys=True))
+    else:
+        print(outcome.summary)
+        for c in outcome.comparisons:
+            print(f"  {str(c.verdict):<12} {describe(c)}{'' if c.gating else ' (not gating)'}")
+    return EXIT_REGRESSION if outcome.failed else EXIT_PASS
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from perfgate.machine import machine_info
+    from perfgate.workloads import discover_workloads
+
+    settings = settings_from_args(args)
+    specs = discover_workloads(settings, machine_info(None, settings.machine_class).gpu_count)
+    if not specs:
+        print(f"perfgate: no workloads in {settings.workloads_dir} or [tool.perfgate.workloads]")
+    for spec in specs:
+        state = "" if spec.enabled else "  (disabled)"
+        launcher = f"torchrun x{spec.nproc}" if spec.launcher == "torchrun" else "python"
+        print(f"{spec.full_name:<32} {launcher:<12} -m {spec.module} {' '.join(spec.args)}".rstrip() + state)
+    return EXIT_PASS
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """Settings from pyproject/env with this command's options on top."""
+    from perfgate.config import find_pyproject, load_settings, parse_tolerance_option
+
+    keys = ("launches", "baseline_dir", "artifacts_dir", "report_dir", "nsys", "trace", "timeout_s", "size", "strict")
+    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
+    overrides["tolerance"] = dict(parse_tolerance_option(t) for t in getattr(args, "tolerance", []))
+    overrides["selected"] = getattr(args, "workloads", [])
+    root = getattr(args, "root", None)
+    pyproject = find_pyproject(root or Path.cwd())
+    if root is None and pyproject is not None:
+        root = pyproject.parent
+    return load_settings(root, overrides=overrides, pyproject=pyproject)
+
+
+def analysis_options_from(args: argparse.Namespace) -> Any:
+    from perfgate.analysis import AnalysisOptions
+
+    kwargs: dict[str, Any] = {"step_pattern": args.step_pattern, "batch_size": args.batch_size}
+    if args.warmup_steps is not None:
+        kwargs["warmup_steps"] = args.warmup_steps
+    return AnalysisOptions(**kwargs)
+
+
+def selected_specs(settings: Any) -> list[Any]:
+    """The workloads a command runs: those named, else all enabled (ConfigError when none)."""
+    from perfgate.machine import machine_info
+    from perfgate.workloads import discover_workloads, select_workloads
+
+    gpus = machine_info(None, settings.machine_class).gpu_count
+    specs = select_workloads(discover_workloads(settings, gpus), settings.selected)
+    if not specs:
+        raise ConfigError(f"no enabled workloads in {settings.workloads_dir} or [tool.perfgate.workloads]")
+    return specs
+
+
+_selected_specs = selected_specs  # the name perfgate.ab / perfgate.calibrate import
+
+
+def _print_results(results: list[Any], strict: bool) -> None:
+    from perfgate.pipeline import result_fails
+    from perfgate.report.terminal import failure_message, render_summary
+
+    for result in results:
+        if result_fails(result, strict):
+            print(failure_message(result) + "\n")
+    for line in render_summary(results):
+        print(line)
+
+
+def _write_reports(results: list[Any], report_dir: Path) -> None:
+    from perfgate.report import write_all
+
+    try:
+        machine = next((r.machine for r in results if r.machine is not None), None)
+        write_all(results, report_dir, machine_info=None if machine is None else vars(machine))
+    except Exception as exc:  # the gate's verdict stands even when a report cannot be written
+        print(f"perfgate: warning: reports not written to {report_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(f"perfgate: reports in {report_dir}")

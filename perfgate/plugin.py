@@ -1,1 +1,225 @@
-"""pytest plugin (placeholder until the gate lands)."""
+"""pytest plugin: ``pytest --perfgate`` adds one item per workload (``perfgate::<name>``).
+
+Inert without ``--perfgate``: options are registered, nothing is collected or imported beyond
+this module. The work happens in perfgate.pipeline; reports come from perfgate.report.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from perfgate.errors import PerfgateError
+
+if TYPE_CHECKING:
+    from perfgate.config import Settings
+    from perfgate.model import WorkloadResult
+    from perfgate.workloads import WorkloadSpec
+
+SETTINGS_KEY = pytest.StashKey["Settings"]()
+RESULTS_KEY = pytest.StashKey["list[WorkloadResult]"]()
+REPORTS_KEY = pytest.StashKey["dict[str, Any]"]()
+NOT_ACTIVE = "perfgate: performance gate runs only with --perfgate"
+
+# option dest -> Settings key
+_OPTION_KEYS = {
+    "perfgate_launches": "launches", "perfgate_baseline_dir": "baseline_dir",
+    "perfgate_artifacts_dir": "artifacts_dir", "perfgate_report_dir": "report_dir",
+    "perfgate_nsys": "nsys", "perfgate_trace": "trace", "perfgate_timeout": "timeout_s",
+    "perfgate_size": "size",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfgate", "perfgate: performance regression gate under Nsight Systems")
+    add = group.addoption
+    add("--perfgate", action="store_true", default=False,
+        help="run the workloads under nsys and compare them with their baselines (one item each)")
+    add("--perfgate-update-baselines", action="store_true", default=False,
+        help="record the measured launches as the new baselines of this machine class")
+    add("--perfgate-strict", action="store_true", default=None,
+        help="a workload without a baseline for this machine fails (default: passes as NEW)")
+    add("--perfgate-workload", action="append", default=[], metavar="NAME",
+        help="run only this workload (NAME or NAME[variant]; repeatable; default: all enabled)")
+    add("--perfgate-launches", type=int, default=None, metavar="N",
+        help="launches (separate processes) per workload (default 1, [tool.perfgate] launches)")
+    add("--perfgate-baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
+    add("--perfgate-artifacts-dir", default=None, metavar="DIR",
+        help="where nsys reports and logs go (default .perfgate/runs)")
+    add("--perfgate-report-dir", default=None, metavar="DIR",
+        help="where junit/markdown/json reports go (default .perfgate/report)")
+    add("--perfgate-nsys", default=None, metavar="PATH", help="the nsys executable (default: found)")
+    add("--perfgate-trace", default=None, metavar="LIST",
+        help="nsys --trace set (default auto: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
+    add("--perfgate-timeout", type=float, default=None, metavar="SECONDS",
+        help="timeout per launch (default 900)")
+    add("--perfgate-size", default=None, choices=("auto", "cpu", "gpu"),
+        help="workload size preset passed as --size (default auto)")
+    add("--perfgate-tolerance", action="append", default=[], metavar="METRIC=SPEC",
+        help="tolerance override, e.g. step_time_ms=5%% or 'phase.*.cpu_ms=10%%+0.5' (repeatable)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "perfgate(workload=None, args=(), variant=None): a test running a perfgate workload "
+        "through the `perfgate` fixture; skipped without --perfgate")
+    if not config.getoption("perfgate"):
+        return
+    from perfgate.config import find_pyproject, load_settings, parse_tolerance_option
+
+    overrides: dict[str, Any] = {key: config.getoption(dest) for dest, key in _OPTION_KEYS.items()}
+    overrides["strict"] = config.getoption("perfgate_strict")
+    overrides["selected"] = config.getoption("perfgate_workload")
+    try:
+        overrides["tolerance"] = dict(parse_tolerance_option(t) for t in config.getoption("perfgate_tolerance"))
+        start = config.invocation_params.dir
+        pyproject = find_pyproject(start)
+        settings = load_settings(pyproject.parent if pyproject else start, overrides=overrides, pyproject=pyproject)
+    except PerfgateError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[RESULTS_KEY] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Append one PerfgateItem per selected workload, before -k/-m deselection runs."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return
+    try:
+        specs = _specs(settings, settings.selected)
+    except PerfgateError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    for spec in specs:
+        items.append(PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("perfgate") is not None and SETTINGS_KEY not in item.config.stash:
+        pytest.skip(NOT_ACTIVE)
+
+
+class PerfgateFailure(Exception):
+    """A workload failed the gate; its text is the whole failure report (no traceback)."""
+
+
+class PerfgateItem(pytest.Item):
+    """One workload (or variant) run through the pipeline."""
+
+    def __init__(self, *, spec: WorkloadSpec, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.extra_keyword_matches.add("perfgate")
+        self.add_marker("perfgate")  # `pytest --perfgate -m perfgate` runs the gate items alone
+
+    def runtest(self) -> None:
+        _run(self.config, self.spec)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, PerfgateFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"perfgate::{self.spec.full_name}"
+
+
+class PerfgateRunner:
+    """What the ``perfgate`` fixture returns: ``run(workload, *args) -> WorkloadResult``."""
+
+    def __init__(self, config: pytest.Config, node: pytest.Item) -> None:
+        self._config = config
+        self._node = node
+
+    def run(self, workload: str | None = None, *args: str, variant: str | None = None) -> WorkloadResult:
+        """Run ``workload`` (default: the test's ``perfgate`` marker's) with extra ``args``; fails
+        the test on regression. Extra args get their own baseline, named after ``variant``
+        (default: the test's name)."""
+        from dataclasses import replace
+
+        marker = self._node.get_closest_marker("perfgate")
+        marked = dict(marker.kwargs) if marker is not None else {}
+        workload = workload or marked.get("workload") or (marker.args[0] if marker and marker.args else None)
+        if not workload:
+            raise pytest.UsageError(f"{self._node.nodeid}: perfgate.run() needs a workload name (or a perfgate marker)")
+        all_args = (*marked.get("args", ()), *args)
+        variant = variant or marked.get("variant")
+        if all_args and not variant:
+            variant = re.sub(r"[^A-Za-z0-9_.\-]+", "-", self._node.name).strip("-")
+        settings = self._config.stash[SETTINGS_KEY]
+        try:
+            spec = _specs(settings, [workload])[0]
+        except PerfgateError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        spec = replace(spec, args=(*spec.args, *all_args), variant=variant or spec.variant)
+        try:
+            return _run(self._config, spec)
+        except PerfgateFailure as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def perfgate(request: pytest.FixtureRequest) -> PerfgateRunner:
+    """Run perfgate workloads from a test; skipped without --perfgate."""
+    if SETTINGS_KEY not in request.config.stash:
+        pytest.skip(NOT_ACTIVE)
+    return PerfgateRunner(request.config, request.node)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    results = session.config.stash.get(RESULTS_KEY, None)
+    if not results:
+        return
+    settings = session.config.stash[SETTINGS_KEY]
+    try:
+        from perfgate.report import write_all
+
+        machine = next((r.machine for r in results if r.machine is not None), None)
+        written = write_all(results, settings.report_dir,
+                            machine_info=None if machine is None else vars(machine))
+        session.config.stash[REPORTS_KEY] = {"dir": settings.report_dir, "files": written}
+    except Exception as exc:  # reports must never turn a run into a crash
+        session.config.stash[REPORTS_KEY] = {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    results = config.stash.get(RESULTS_KEY, None)
+    if results is None:
+        return
+    try:
+        from perfgate.report.terminal import render_summary
+
+        terminalreporter.section("perfgate")
+        for line in render_summary(results):
+            terminalreporter.write_line(line)
+        reports = config.stash.get(REPORTS_KEY, {})
+        if "error" in reports:
+            terminalreporter.write_line(f"perfgate: reports not written: {reports['error']}", yellow=True)
+        elif "dir" in reports:
+            terminalreporter.write_line(f"perfgate: reports in {reports['dir']}")
+    except Exception as exc:  # never raise from a summary hook
+        terminalreporter.write_line(f"perfgate: could not render the summary: {type(exc).__name__}: {exc}")
+
+
+def _specs(settings: Settings, names: Sequence[str]) -> list[WorkloadSpec]:
+    from perfgate.machine import machine_info
+    from perfgate.workloads import discover_workloads, select_workloads
+
+    gpus = machine_info(None, settings.machine_class).gpu_count
+    return select_workloads(discover_workloads(settings, gpus), list(names))
+
+
+def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
+    """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
+    from perfgate.pipeline import result_fails, run_workload
+    from perfgate.report.terminal import failure_message
+
+    settings = config.stash[SETTINGS_KEY]
+    result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"))
+    config.stash[RESULTS_KEY].append(result)
+    if result_fails(result, settings.strict):
+        raise PerfgateFailure(failure_message(result))
+    return result

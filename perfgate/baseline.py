@@ -1,0 +1,217 @@
+"""Versioned baseline files: ``baselines/<workload>/<machine_class>.json``.
+
+One file per workload (variants: ``baselines/<workload>/<variant>/<machine_class>.json``) and
+machine class, written only on request, atomically, as diff-friendly JSON (indent 2, sorted
+keys, trailing newline). It holds the machine, provenance, each launch's metrics and step
+durations, and per-metric summaries across launches.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perfgate.errors import BaselineError
+from perfgate.model import Analysis, MachineInfo
+
+FORMAT = "perfgate-baseline"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class BaselineLaunch:
+    """One recorded launch: its metrics, its measured step durations and phase detail."""
+
+    metrics: dict[str, float]
+    step_durations_ms: tuple[float, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)   # phases, steps summary, self report
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline file's content."""
+
+    workload: str
+    machine_class: str
+    launches: tuple[BaselineLaunch, ...]
+    machine: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    variant: str | None = None
+    path: Path | None = None
+
+    @property
+    def launch_metrics(self) -> list[dict[str, float]]:
+        """Each launch's ``Analysis.metrics()``, as compare.compare_launches takes them."""
+        return [dict(launch.metrics) for launch in self.launches]
+
+    @property
+    def step_durations_ms(self) -> list[float]:
+        """All recorded step durations, launch after launch (for per-step charts)."""
+        return [d for launch in self.launches for d in launch.step_durations_ms]
+
+    @property
+    def launch_details(self) -> list[dict[str, Any]]:
+        """Per launch: metrics plus the recorded detail (for diagnosis.explain_regression)."""
+        return [{"metrics": dict(launch.metrics), **launch.detail} for launch in self.launches]
+
+    def summaries(self) -> dict[str, dict[str, float]]:
+        """Per metric across launches: count, median, mean, stdev (0 for one launch)."""
+        return summarize_launches(self.launch_metrics)
+
+
+def baseline_path(baseline_dir: Path, workload: str, machine_class: str, variant: str | None = None) -> Path:
+    """Where the baseline of ``workload`` (and ``variant``) for ``machine_class`` lives."""
+    folder = baseline_dir / workload / variant if variant else baseline_dir / workload
+    return folder / f"{machine_class}.json"
+
+
+def summarize_launches(launches: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Per metric: count, median, mean and sample stdev over the launches that have it."""
+    names = sorted({m for launch in launches for m in launch})
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        values = [float(launch[name]) for launch in launches if name in launch]
+        out[name] = {
+            "count": len(values),
+            "median": statistics.median(values),
+            "mean": statistics.fmean(values),
+            "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+        }
+    return out
+
+
+def baseline_from_analyses(
+    workload: str,
+    analyses: Sequence[Analysis],
+    machine: MachineInfo,
+    provenance: Mapping[str, Any],
+    variant: str | None = None,
+) -> Baseline:
+    """A Baseline recording ``analyses`` (one per launch) taken on ``machine``."""
+    launches = tuple(
+        BaselineLaunch(
+            metrics={m: v for m, v in a.metrics().items() if math.isfinite(v)},
+            step_durations_ms=tuple(a.steps.durations_ms),
+            detail={
+                "steps": {"range": a.steps.range_name, "count": a.steps.count,
+                          "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
+                "phases": {name: asdict(p) for name, p in a.phases.items()},
+                "nsys_version": a.nsys_version,
+            },
+        )
+        for a in analyses
+    )
+    machine_dict = {k: v for k, v in asdict(machine).items() if k != "hostname"}
+    return Baseline(workload=workload, variant=variant, machine_class=machine.machine_class,
+                    launches=launches, machine=machine_dict, provenance=dict(provenance))
+
+
+def baseline_document(baseline: Baseline) -> dict[str, Any]:
+    """The JSON object written for ``baseline``."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "workload": baseline.workload,
+        "variant": baseline.variant,
+        "machine_class": baseline.machine_class,
+        "machine": baseline.machine,
+        "provenance": baseline.provenance,
+        "launches": [
+            {"metrics": launch.metrics, "step_durations_ms": list(launch.step_durations_ms), **launch.detail}
+            for launch in baseline.launches
+        ],
+        "summary": baseline.summaries(),
+    }
+
+
+def write_baseline(path: Path, baseline: Baseline) -> Path:
+    """Write ``baseline`` to ``path`` atomically (temp file in the same folder + os.replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(baseline_document(baseline), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_baseline(path: Path) -> Baseline:
+    """Read a baseline file; BaselineError (naming ``path``) when it is not one perfgate can use."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read baseline: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    return parse_baseline(doc, path)
+
+
+def parse_baseline(doc: Any, path: Path) -> Baseline:
+    """A Baseline from a parsed baseline document (checked: format, version, launches)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BaselineError(f"{path}: not a perfgate baseline (expected \"format\": \"{FORMAT}\")")
+    if doc.get("version") != VERSION:
+        raise BaselineError(
+            f"{path}: baseline format version {doc.get('version')!r} is not supported by this perfgate "
+            f"(it reads version {VERSION}); re-record it with --perfgate-update-baselines"
+        )
+    raw_launches = doc.get("launches")
+    if not isinstance(raw_launches, list) or not raw_launches:
+        raise BaselineError(f"{path}: \"launches\" must be a non-empty list")
+    launches = []
+    for k, raw in enumerate(raw_launches):
+        metrics = raw.get("metrics") if isinstance(raw, dict) else None
+        if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
+            raise BaselineError(f"{path}: launches[{k}].metrics must map metric names to numbers")
+        detail = {k2: v for k2, v in raw.items() if k2 not in ("metrics", "step_durations_ms")}
+        launches.append(BaselineLaunch(
+            metrics={str(m): float(v) for m, v in metrics.items()},
+            step_durations_ms=tuple(float(d) for d in raw.get("step_durations_ms", [])),
+            detail=detail,
+        ))
+    for key in ("workload", "machine_class"):
+        if not isinstance(doc.get(key), str):
+            raise BaselineError(f"{path}: missing \"{key}\"")
+    return Baseline(
+        workload=doc["workload"], variant=doc.get("variant"), machine_class=doc["machine_class"],
+        launches=tuple(launches), machine=dict(doc.get("machine") or {}),
+        provenance=dict(doc.get("provenance") or {}), path=path,
+    )
+
+
+def git_provenance(root: Path) -> dict[str, Any]:
+    """Commit and dirty flag of the git checkout at ``root`` (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def provenance(root: Path, command: str) -> dict[str, Any]:
+    """Provenance recorded in a new baseline: git commit/dirty, UTC date, perfgate version, command."""
+    from perfgate import __version__
+
+    return {
+        **git_provenance(root),
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "perfgate_version": __version__,
+        "command": command,
+    }

@@ -1,0 +1,188 @@
+"""Run one launch of a workload under ``nsys profile`` and keep its artifacts.
+
+``nsys_command`` builds the command line (pure); ``run_capture`` runs it in its own process
+group with a timeout and leaves in the launch directory: ``trace.nsys-rep``, ``trace.sqlite``,
+``command.txt`` (the command line) and ``workload.log`` (stdout and stderr of nsys and the
+workload). The profiled process gets a scrubbed environment: nsys records it in the report.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfgate.config import Settings
+from perfgate.errors import CaptureTimeoutError, ImporterError, NsysNotFoundError, WorkloadFailedError
+from perfgate.model import Capture
+from perfgate.workloads import WorkloadSpec
+
+SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT "
+REPORT_STEM = "trace"
+TAIL_LINES = 30
+KILL_GRACE_S = 10.0
+
+
+def resolve_trace(trace: str, gpu_count: int) -> str:
+    """The nsys ``--trace`` set: ``auto`` is ``cuda,nvtx,osrt`` with a GPU, ``nvtx,osrt`` without."""
+    if trace != "auto":
+        return trace
+    return "cuda,nvtx,osrt" if gpu_count > 0 else "nvtx,osrt"
+
+
+def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = ()) -> list[str]:
+    """The command that runs the workload itself (``python -m MODULE`` or torchrun)."""
+    args = [*spec.args, *extra_args]
+    if spec.launcher == "torchrun":
+        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.nproc}",
+                "-m", spec.module, *args]
+    return [python, "-m", spec.module, *args]
+
+
+def nsys_command(
+    nsys: Path | str,
+    spec: WorkloadSpec,
+    output: Path,
+    *,
+    trace: str,
+    capture_range: str = "none",
+    python: str = sys.executable,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``."""
+    cmd = [str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none"]
+    if capture_range == "cudaProfilerApi":
+        cmd += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    elif capture_range.startswith("nvtx:"):
+        cmd += ["--capture-range=nvtx", "-p", capture_range.split(":", 1)[1], "--capture-range-end=stop"]
+    cmd += ["--export=sqlite", "-o", str(output), "-f", "true"]
+    return cmd + workload_command(spec, python, extra_args)
+
+
+def capture_environment(base: Mapping[str, str], capture_range: str = "none") -> dict[str, str]:
+    """The profiled process's environment: ``base`` without secrets (nor other variables holding
+    a secret's value), unbuffered Python output,
+    and NSYS_NVTX_PROFILER_REGISTER_ONLY=0 for an NVTX capture range (torch's ranges are not
+    registered strings)."""
+    from perfgate.secrets import scrubbed_environment, secret_values
+
+    secrets = set(secret_values(base))
+    env = scrubbed_environment(base, drop=[name for name, value in base.items() if value in secrets])
+    env["PYTHONUNBUFFERED"] = "1"
+    if capture_range.startswith("nvtx:"):
+        env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    return env
+
+
+def parse_self_report(text: str) -> dict[str, Any] | None:
+    """The last ``PERFGATE_SELF_REPORT {json}`` line of a workload's output, parsed."""
+    for line in reversed(text.splitlines()):
+        _, found, payload = line.partition(SELF_REPORT_PREFIX)
+        if found:
+            try:
+                value = json.loads(payload)
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def log_tail(text: str, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log, without nsys's progress-bar noise."""
+    kept = [ln.rsplit("\r", 1)[-1] for ln in text.splitlines()]
+    kept = [ln for ln in kept if ln.strip() and not ln.lstrip().startswith("[1/2]") and not ln.lstrip().startswith("[2/2]")]
+    return "\n".join(kept[-lines:])
+
+
+def run_capture(
+    spec: WorkloadSpec,
+    settings: Settings,
+    launch_dir: Path,
+    *,
+    cwd: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> Capture:
+    """Run ``spec`` once under nsys; artifacts go to ``launch_dir`` (created).
+
+    Raises NsysNotFoundError, WorkloadFailedError (non-zero exit, with the log's tail),
+    CaptureTimeoutError (process group killed) or ImporterError (only a .qdstrm left)."""
+    from perfgate.machine import machine_info
+    from perfgate.nsys import export_sqlite, find_nsys
+
+    try:
+        nsys = find_nsys(settings.nsys)
+    except NsysNotFoundError as exc:
+        raise NsysNotFoundError(f"nsys not found: {exc}") from None
+    machine = machine_info(None, settings.machine_class)
+    launch_dir.mkdir(parents=True, exist_ok=True)
+    output = launch_dir / REPORT_STEM
+    cmd = nsys_command(
+        nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count),
+        capture_range=settings.capture_range, extra_args=extra_args,
+    )
+    (launch_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
+    log_path = launch_dir / "workload.log"
+    timeout_s = spec.timeout_s or settings.timeout_s
+    env = capture_environment(os.environ, settings.capture_range)
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=str(cwd or settings.root), env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_process_group(proc)
+            text = log_path.read_text(errors="replace")
+            raise CaptureTimeoutError(
+                f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s and was killed "
+                f"(timeout_s in [tool.perfgate] or --perfgate-timeout); log: {log_path}\n{log_tail(text)}"
+            ) from None
+    wall_s = time.monotonic() - started
+    text = log_path.read_text(errors="replace")
+    if returncode != 0:
+        raise WorkloadFailedError(
+            f"workload {spec.full_name} exited with code {returncode} under nsys; "
+            f"last lines of its output ({log_path}):\n{log_tail(text)}"
+        )
+    report = output.with_suffix(".nsys-rep")
+    sqlite = output.with_suffix(".sqlite")
+    if not report.exists():
+        leftovers = sorted(launch_dir.glob("*.qdstrm"))
+        hint = f" (left {leftovers[0].name})" if leftovers else ""
+        raise ImporterError(
+            f"nsys produced no {report.name} in {launch_dir}{hint}: its importer could not convert the "
+            f"capture; see {log_path}\n{log_tail(text, 10)}"
+        )
+    if not sqlite.exists():
+        sqlite = export_sqlite(report, nsys)
+    return Capture(
+        workload=spec.full_name, run_dir=launch_dir, command=tuple(cmd), report_path=report,
+        sqlite_path=sqlite, log_path=log_path, returncode=returncode, wall_s=wall_s,
+        self_report=parse_self_report(text),
+    )
+
+
+def kill_process_group(proc: subprocess.Popen[bytes], grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the process group of ``proc`` (its session leader), wait up to ``grace_s``, then
+    SIGKILL whatever of the group is left (children that outlived nsys included)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,292 @@
+"""The gate's stages wired together, shared by the pytest plugin and the CLI.
+
+``run_workload``: capture x launches -> analyze_trace -> compare with this machine's baseline
+(or record it) -> WorkloadResult, with ``result.json`` in the run directory. ``analyze_file``
+and ``compare_files`` serve ``perfgate analyze`` / ``perfgate compare``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfgate.baseline import (
+    FORMAT as BASELINE_FORMAT,
+    baseline_from_analyses,
+    baseline_path,
+    load_baseline,
+    parse_baseline,
+    provenance,
+    write_baseline,
+)
+from perfgate.config import Settings
+from perfgate.errors import PerfgateError, TraceError
+from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.workloads import WorkloadSpec
+
+if TYPE_CHECKING:
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.compare import ComparePolicy, Outcome
+
+TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
+RESULT_FILE = "result.json"
+
+
+def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
+    """AnalysisOptions for ``spec`` (its step pattern, warm-up steps and batch size)."""
+    from perfgate.analysis import AnalysisOptions
+
+    kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
+    if spec.warmup_steps is not None:
+        kwargs["warmup_steps"] = spec.warmup_steps
+    return AnalysisOptions(**kwargs)
+
+
+def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> ComparePolicy:
+    """The ComparePolicy of a workload: global tolerances, the workload's on top."""
+    from perfgate.compare import ComparePolicy
+
+    tolerances = {**settings.tolerances, **(spec.tolerances if spec else {})}
+    return ComparePolicy(tolerances=tolerances, alpha=settings.alpha, strict_new=settings.strict)
+
+
+def new_run_dir(artifacts_dir: Path, name: str) -> Path:
+    """A fresh ``<artifacts>/<UTC timestamp>-<name>/`` directory."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+    run_dir = artifacts_dir / f"{stamp}-{safe}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def this_machine(settings: Settings) -> MachineInfo:
+    """MachineInfo of this machine with the nsys version (when nsys can be found)."""
+    from perfgate.machine import machine_info
+    from perfgate.nsys import find_nsys
+
+    try:
+        nsys: Path | None = find_nsys(settings.nsys)
+    except PerfgateError:
+        nsys = None
+    return machine_info(nsys, settings.machine_class)
+
+
+def run_workload(
+    spec: WorkloadSpec,
+    settings: Settings,
+    *,
+    update_baseline: bool = False,
+    cwd: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> WorkloadResult:
+    """Run ``spec`` ``settings.launches`` times under nsys and judge it against its baseline.
+
+    Never raises for a problem of this workload: it comes back as verdict ERROR with ``error``."""
+    started = time.monotonic()
+    result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR)
+    try:
+        result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
+        result.machine = this_machine(settings)
+        analyses = capture_and_analyze(spec, settings, result.run_dir, cwd=cwd, extra_args=extra_args)
+        result.analyses = analyses
+        path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
+        result.baseline_path = path
+        if update_baseline:
+            record = baseline_from_analyses(spec.name, analyses, result.machine,
+                                            provenance(settings.root, _command_line()), spec.variant)
+            write_baseline(path, record)
+            result.verdict = Verdict.PASS
+            result.message = f"baseline recorded: {path} ({len(analyses)} launch{'es' if len(analyses) != 1 else ''})"
+            result.baseline_step_times_ms = record.step_durations_ms
+            result.extra["baseline_updated"] = True
+        else:
+            judge(result, spec, settings, analyses, path)
+    except PerfgateError as exc:
+        result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
+    except Exception as exc:  # a bug must not hide the other workloads' results
+        text = "".join(traceback.format_exception(exc))
+        where = ""
+        if result.run_dir is not None:
+            (result.run_dir / "error.txt").write_text(text)
+            where = f" (traceback in {result.run_dir / 'error.txt'})"
+        result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
+        result.message = ""
+    result.wall_s = time.monotonic() - started
+    if result.run_dir is not None:
+        _write_result(result)
+    return result
+
+
+def capture_and_analyze(
+    spec: WorkloadSpec, settings: Settings, run_dir: Path, *, cwd: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[Analysis]:
+    """Capture ``settings.launches`` launches into ``run_dir/launch-<k>/`` and analyze each."""
+    from perfgate.analysis import analyze_trace
+    from perfgate.capture import run_capture
+
+    options = analysis_options(spec)
+    analyses = []
+    for k in range(settings.launches):
+        capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
+        if capture.sqlite_path is None or not capture.sqlite_path.exists():
+            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
+        analysis = analyze_trace(capture.sqlite_path, _with_reported_batch(options, capture.self_report))
+        _withhold_secrets(capture.run_dir)
+        extra = {**analysis.extra, "launch": k}
+        if capture.self_report is not None:
+            extra["self_report"] = capture.self_report
+        analyses.append(_diagnosed(replace(analysis, extra=extra)))
+    return analyses
+
+
+def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any] | None) -> AnalysisOptions:
+    """``options`` with the batch size the workload reported (x world size) when none is configured."""
+    if options.batch_size is not None or not self_report:
+        return options
+    batch, world = self_report.get("batch_size"), self_report.get("world_size") or 1
+    if isinstance(batch, int) and isinstance(world, int) and batch > 0 and world > 0:
+        return replace(options, batch_size=batch * world)
+    return options
+
+
+def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
+          analyses: Sequence[Analysis], path: Path) -> None:
+    """Compare ``analyses`` with the baseline at ``path`` (NEW without one); fills ``result``."""
+    from perfgate.compare import compare_launches
+
+    baseline = load_baseline(path) if path.exists() else None
+    outcome = compare_launches(baseline.launch_metrics if baseline else None,
+                               [a.metrics() for a in analyses], compare_policy(settings, spec))
+    result.verdict = outcome.verdict
+    result.comparisons = list(outcome.comparisons)
+    result.message = outcome.summary
+    result.extra["failed"] = outcome.failed
+    if baseline is None:
+        result.message += f" (record one with --perfgate-update-baselines: {path})"
+        return
+    result.baseline_step_times_ms = baseline.step_durations_ms
+    if outcome.verdict == Verdict.REGRESSED:
+        explanation = _explain(baseline.launch_details, analyses, outcome)
+        if explanation:
+            result.message += "\n" + explanation
+
+
+def result_fails(result: WorkloadResult, strict: bool = False) -> bool:
+    """Whether ``result`` fails the gate: REGRESSED or ERROR, and NEW under ``strict``."""
+    return result.failed or (strict and result.verdict == Verdict.NEW)
+
+
+def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
+    """Analyze one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside it first)."""
+    from perfgate.analysis import AnalysisOptions, analyze_trace
+
+    if not path.exists():
+        raise TraceError(f"{path}: no such file")
+    if path.suffix == ".nsys-rep":
+        from perfgate.nsys import export_sqlite, find_nsys
+
+        path = export_sqlite(path, find_nsys(nsys))
+    return analyze_trace(path, options or AnalysisOptions())
+
+
+def load_launch_metrics(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> list[dict[str, float]]:
+    """Per-launch metrics from a trace, a baseline file, a ``result.json`` /
+    ``perfgate-report.json`` (one workload) or ``perfgate analyze --format json`` output."""
+    if path.suffix in TRACE_SUFFIXES:
+        return [analyze_file(path, options, nsys).metrics()]
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: neither an nsys trace (.sqlite/.nsys-rep) nor JSON ({exc})") from exc
+    return metrics_from_document(doc, path)
+
+
+def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
+    """Per-launch metrics out of a parsed perfgate JSON document (see load_launch_metrics)."""
+    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
+        return parse_baseline(doc, path).launch_metrics
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        results = doc["results"]
+        if len(results) != 1:
+            names = ", ".join(str(r.get("name", r.get("workload"))) for r in results if isinstance(r, dict))
+            raise TraceError(f"{path}: holds {len(results)} workload results ({names}); "
+                             f"compare one workload's result.json instead")
+        doc = results[0]
+    if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
+        launches = [a.get("metrics") for a in doc["analyses"] if isinstance(a, dict)]
+    elif isinstance(doc, dict) and isinstance(doc.get("metrics"), dict):
+        launches = [doc["metrics"]]
+    else:
+        raise TraceError(f"{path}: not a perfgate baseline, result or analysis JSON")
+    clean = [{str(k): float(v) for k, v in m.items() if isinstance(v, (int, float))}
+             for m in launches if isinstance(m, dict)]
+    if not clean:
+        raise TraceError(f"{path}: contains no measured launches (an errored run?)")
+    return clean
+
+
+def compare_files(baseline: Path, current: Path, policy: ComparePolicy | None = None,
+                  options: AnalysisOptions | None = None, nsys: str | None = None) -> Outcome:
+    """Compare two files, each a trace, a result JSON or a baseline file."""
+    from perfgate.compare import ComparePolicy, compare_launches
+
+    return compare_launches(load_launch_metrics(baseline, options, nsys),
+                            load_launch_metrics(current, options, nsys), policy or ComparePolicy())
+
+
+def _write_result(result: WorkloadResult) -> None:
+    from perfgate.report.json_report import result_dict
+
+    assert result.run_dir is not None
+    doc = result_dict(result)
+    (result.run_dir / RESULT_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _command_line() -> str:
+    """The command that asked for a baseline (``perfgate baseline update x``, ``pytest --perfgate ...``)."""
+    import sys
+
+    if not sys.argv or not sys.argv[0]:
+        return "perfgate"
+    program = Path(sys.argv[0])
+    name = program.parent.name if program.name == "__main__.py" else program.name
+    return " ".join([name, *sys.argv[1:]])
+
+
+def _withhold_secrets(launch_dir: Path) -> None:
+    """Replace artifacts that still contain a secret of this environment by a note."""
+    from perfgate.secrets import secret_values, withhold_secrets
+
+    secrets = secret_values(os.environ)
+    if secrets:
+        withhold_secrets(launch_dir, secrets)
+
+
+def _diagnosed(analysis: Analysis) -> Analysis:
+    """``analysis`` with ``extra["diagnosis"]`` when perfgate.diagnosis can diagnose it."""
+    try:
+        from perfgate.diagnosis import diagnose
+    except ImportError:
+        return analysis
+    try:
+        diagnosis = diagnose(analysis)
+    except Exception as exc:  # a diagnosis bug must not fail the gate
+        return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
+    return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
+
+
+def _explain(baseline_launches: list[dict[str, Any]], analyses: Sequence[Analysis], outcome: Outcome) -> str:
+    try:
+        from perfgate.diagnosis import explain_regression
+    except ImportError:
+        return ""
+    return explain_regression(baseline_launches, list(analyses), outcome) or ""

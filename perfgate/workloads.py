@@ -1,0 +1,109 @@
+"""Which workloads the gate runs: WorkloadSpec discovery.
+
+A workload is every ``<workloads_dir>/<name>.py`` whose name does not start with ``_`` (module
+``<dir>.<name>``), plus every declared ``[tool.perfgate.workloads.<name>]`` table; a table's
+keys refine the discovered file, ``enabled = false`` keeps it out of default runs (naming it
+explicitly still runs it). Each declared variant gives one more spec (``name[variant]``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from perfgate.config import Settings, WorkloadConfig
+from perfgate.errors import ConfigError
+from perfgate.model import Tolerance
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One runnable workload (or variant), with its arguments resolved for this machine."""
+
+    name: str
+    module: str
+    args: tuple[str, ...] = ()
+    launcher: str = "python"              # "python" or "torchrun"
+    nproc: int = 1                        # processes (torchrun)
+    batch_size: int | None = None
+    step_pattern: str | None = None
+    warmup_steps: int | None = None
+    timeout_s: float | None = None
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+    variant: str | None = None
+    enabled: bool = True
+
+    @property
+    def full_name(self) -> str:
+        """``resnet_cifar`` or ``resnet_cifar[pinned]`` (pytest item and report name)."""
+        return self.name if not self.variant else f"{self.name}[{self.variant}]"
+
+
+def workload_files(workloads_dir: Path) -> dict[str, Path]:
+    """``<name> -> <dir>/<name>.py`` for every module not starting with ``_``."""
+    if not workloads_dir.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(workloads_dir.glob("*.py")) if not p.name.startswith("_")}
+
+
+def module_prefix(settings: Settings) -> str:
+    """Dotted package of the workloads dir relative to the project root (``workloads``)."""
+    try:
+        relative = settings.workloads_dir.relative_to(settings.root)
+    except ValueError:
+        return settings.workloads_dir.name
+    return ".".join(relative.parts) or settings.workloads_dir.name
+
+
+def discover_workloads(settings: Settings, gpu_count: int = 0) -> list[WorkloadSpec]:
+    """Every workload and variant known to ``settings`` (disabled ones included, flagged)."""
+    files = workload_files(settings.workloads_dir)
+    prefix = module_prefix(settings)
+    names = sorted(set(files) | set(settings.workloads))
+    specs: list[WorkloadSpec] = []
+    for name in names:
+        config = settings.workloads.get(name, WorkloadConfig(name=name))
+        if config.module is None and name not in files:
+            where = f"{settings.pyproject} [tool.perfgate.workloads.{name}]"
+            raise ConfigError(f"{where}: no module given and no {settings.workloads_dir / (name + '.py')}")
+        specs.extend(_specs_for(config, f"{prefix}.{name}", settings, gpu_count))
+    return specs
+
+
+def select_workloads(specs: list[WorkloadSpec], names: tuple[str, ...] | list[str]) -> list[WorkloadSpec]:
+    """The enabled specs when ``names`` is empty; else those named (``name`` selects the workload
+    and all its variants, ``name[variant]`` one variant). Unknown names raise ConfigError."""
+    if not names:
+        return [s for s in specs if s.enabled]
+    chosen: list[WorkloadSpec] = []
+    for wanted in names:
+        matches = [s for s in specs if wanted in (s.name, s.full_name)]
+        if not matches:
+            known = ", ".join(s.full_name for s in specs) or "none"
+            raise ConfigError(f"workload {wanted!r} not found (known: {known})")
+        chosen.extend(m for m in matches if m not in chosen)
+    return chosen
+
+
+def _specs_for(config: WorkloadConfig, default_module: str, settings: Settings, gpu_count: int) -> list[WorkloadSpec]:
+    size = settings.size if settings.size != "auto" else ("gpu" if gpu_count > 0 else "cpu")
+    args = config.args + (config.gpu_args if size == "gpu" else config.cpu_args)
+    if settings.size != "auto":
+        args += ("--size", settings.size)
+    nproc = config.nproc or (gpu_count if gpu_count > 0 else 2)
+    base = WorkloadSpec(
+        name=config.name,
+        module=config.module or default_module,
+        args=args,
+        launcher=config.launcher,
+        nproc=nproc if config.launcher == "torchrun" else 1,
+        batch_size=config.batch_size,
+        step_pattern=config.step_pattern,
+        warmup_steps=config.warmup_steps if config.warmup_steps is not None else settings.warmup_steps,
+        timeout_s=config.timeout_s,
+        tolerances=dict(config.tolerances),
+        enabled=config.enabled,
+    )
+    out = [base]
+    for variant, extra in config.variants.items():
+        out.append(replace(base, args=args + extra, variant=variant))
+    return out

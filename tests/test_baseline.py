@@ -1,0 +1,100 @@
+"""Baseline files: path layout, diff-friendly atomic writes, round trip, refusal of unknown versions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.baseline import (
+    baseline_from_analyses,
+    baseline_path,
+    load_baseline,
+    provenance,
+    summarize_launches,
+    write_baseline,
+)
+from perfgate.errors import BaselineError
+from perfgate.model import Analysis, MachineInfo, PhaseStats, StepStats, Summary
+
+MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver=None, cuda=None,
+                      torch="2.13.0", nsys="2022.4.2.1", hostname="runner-17", cpu="EPYC", python="3.11.7")
+
+
+def analysis(step_ms: list[float], forward_ms: float) -> Analysis:
+    """A hand-built Analysis record (the stage record, not an imitation of nsys output)."""
+    n = len(step_ms)
+    ordered = sorted(step_ms)
+    summary = Summary(count=n, mean=sum(step_ms) / n, median=ordered[n // 2], stdev=0.0, p10=ordered[0],
+                      p90=ordered[-1], min=ordered[0], max=ordered[-1])
+    steps = StepStats(range_name="step", count=n, warmup_skipped=0, durations_ms=tuple(step_ms), summary_ms=summary,
+                      window_start_ns=0, window_end_ns=int(sum(step_ms) * 1e6))
+    forward = PhaseStats(name="forward", count=n, cpu_total_ms=forward_ms * n, cpu_median_ms=forward_ms,
+                         cpu_mean_ms=forward_ms, cpu_per_step_ms=forward_ms, share_of_step=0.5)
+    return Analysis(source="t.sqlite", nsys_version="2022.4.2.1", schema_version=None, steps=steps,
+                    phases={"forward": forward}, ranges={})
+
+
+def test_baselines_live_under_workload_and_machine_class(tmp_path: Path) -> None:
+    assert baseline_path(tmp_path, "resnet_cifar", "cpu-x86_64") == tmp_path / "resnet_cifar" / "cpu-x86_64.json"
+    assert baseline_path(tmp_path, "resnet_cifar", "nvidia-h100-80gb-hbm3-x1", "pinned") == (
+        tmp_path / "resnet_cifar" / "pinned" / "nvidia-h100-80gb-hbm3-x1.json")
+
+
+def test_written_baseline_round_trips_launches_and_step_samples(tmp_path: Path) -> None:
+    record = baseline_from_analyses("resnet_cifar", [analysis([10, 12, 11], 5.0), analysis([20, 22, 21], 7.0)],
+                                    MACHINE, {"git_commit": "abc"})
+    path = write_baseline(tmp_path / "b" / "resnet_cifar" / "cpu-x86_64.json", record)
+    loaded = load_baseline(path)
+    assert loaded.launch_metrics == [
+        {"step_time_ms": 11.0, "step_time_mean_ms": 11.0, "step_time_p90_ms": 12.0, "phase.forward.cpu_ms": 5.0},
+        {"step_time_ms": 21.0, "step_time_mean_ms": 21.0, "step_time_p90_ms": 22.0, "phase.forward.cpu_ms": 7.0},
+    ]
+    assert loaded.step_durations_ms == [10, 12, 11, 20, 22, 21]
+    assert loaded.machine_class == "cpu-x86_64" and loaded.path == path
+    assert loaded.launch_details[1]["phases"]["forward"]["cpu_per_step_ms"] == 7.0
+
+
+def test_baseline_file_is_sorted_indented_versioned_and_has_no_hostname(tmp_path: Path) -> None:
+    record = baseline_from_analyses("w", [analysis([10, 30], 5.0), analysis([20, 40], 9.0)], MACHINE, {})
+    path = write_baseline(tmp_path / "w.json", record)
+    text = path.read_text()
+    doc = json.loads(text)
+    assert text.endswith("}\n") and text.startswith('{\n  "format": "perfgate-baseline"')
+    assert list(doc) == sorted(doc)
+    assert (doc["format"], doc["version"]) == ("perfgate-baseline", 1)
+    assert "hostname" not in doc["machine"] and doc["machine"]["nsys"] == "2022.4.2.1"
+    assert doc["summary"]["phase.forward.cpu_ms"] == {"count": 2, "median": 7.0, "mean": 7.0,
+                                                       "stdev": pytest.approx(2.8284271)}
+    assert [p.name for p in tmp_path.iterdir()] == ["w.json"]       # no temp file left behind
+
+
+def test_unknown_version_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps({"format": "perfgate-baseline", "version": 99, "launches": []}))
+    with pytest.raises(BaselineError, match=r"future.json: baseline format version 99 is not supported"):
+        load_baseline(path)
+
+
+def test_broken_json_and_foreign_files_are_refused(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{\"format\": ")
+    with pytest.raises(BaselineError, match="broken.json: not valid JSON"):
+        load_baseline(broken)
+    foreign = tmp_path / "other.json"
+    foreign.write_text("{\"benchmarks\": []}")
+    with pytest.raises(BaselineError, match="other.json: not a perfgate baseline"):
+        load_baseline(foreign)
+
+
+def test_summaries_use_only_launches_that_have_the_metric() -> None:
+    out = summarize_launches([{"a": 1.0, "b": 4.0}, {"a": 3.0}])
+    assert out["a"] == {"count": 2, "median": 2.0, "mean": 2.0, "stdev": pytest.approx(1.41421356)}
+    assert out["b"] == {"count": 1, "median": 4.0, "mean": 4.0, "stdev": 0.0}
+
+
+def test_provenance_records_commit_date_version_and_command(repo_root: Path) -> None:
+    info = provenance(repo_root, "pytest --perfgate")
+    assert info["command"] == "pytest --perfgate"
+    assert info["created_utc"].endswith("Z") and info["perfgate_version"]
+    assert info["git_commit"] is None or len(info["git_commit"]) == 40

@@ -1,0 +1,164 @@
+"""The nsys command line (pure) and real captures under nsys: artifacts, self report, failures,
+timeouts that kill the whole process group, and a missing nsys."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate.capture import (
+    capture_environment,
+    nsys_command,
+    parse_self_report,
+    resolve_trace,
+    run_capture,
+    workload_command,
+)
+from perfgate.config import Settings, load_settings
+from perfgate.errors import CaptureTimeoutError, NsysNotFoundError, WorkloadFailedError
+from perfgate.workloads import WorkloadSpec
+
+TINY = '''
+import json, os, subprocess, sys, time
+import torch
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if mode == "crash":
+    print("loading the model...")
+    print("RuntimeError: simulated out of memory", file=sys.stderr)
+    sys.exit(3)
+if mode == "hang":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open("child.pid", "w").write(str(child.pid))
+    time.sleep(600)
+nvtx = torch.cuda.nvtx
+for _ in range(6):
+    nvtx.range_push("step")
+    for phase, ms in (("data_load", 2), ("forward", 8)):
+        nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()
+    nvtx.range_pop()
+print("PERFGATE_SELF_REPORT " + json.dumps({"workload": "tiny", "steps": 6, "batch_size": 4,
+      "env_secret": os.environ.get("MY_API_TOKEN")}))
+'''
+
+
+def tiny_project(root: Path) -> Settings:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'tiny'\n")
+    (root / "tinywl.py").write_text(TINY)
+    return load_settings(root, env={}, overrides={"timeout_s": 120})
+
+
+SPEC = WorkloadSpec(name="tiny", module="tinywl")
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_module: object):
+    root = tmp_path_factory.mktemp("capture")
+    settings = tiny_project(root)
+    os.environ["MY_API_TOKEN"] = "ghp_" + "x" * 36
+    try:
+        capture = run_capture(SPEC, settings, root / "runs" / "launch-0")
+    finally:
+        del os.environ["MY_API_TOKEN"]
+    return capture
+
+
+def test_command_has_trace_set_export_and_output() -> None:
+    cmd = nsys_command("/opt/nsys", SPEC, Path("/r/launch-0/trace"), trace="nvtx,osrt", python="py")
+    assert cmd == ["/opt/nsys", "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+                   "--export=sqlite", "-o", "/r/launch-0/trace", "-f", "true", "py", "-m", "tinywl"]
+
+
+def test_capture_ranges_add_their_switches() -> None:
+    cuda = nsys_command("nsys", SPEC, Path("o"), trace="cuda,nvtx,osrt", capture_range="cudaProfilerApi")
+    assert "--capture-range=cudaProfilerApi" in cuda and "--capture-range-end=stop" in cuda
+    nvtx = nsys_command("nsys", SPEC, Path("o"), trace="nvtx", capture_range="nvtx:measure")
+    i = nvtx.index("--capture-range=nvtx")
+    assert nvtx[i + 1:i + 3] == ["-p", "measure"] and "--capture-range-end=stop" in nvtx
+    assert capture_environment({"PATH": "/bin"}, "nvtx:measure")["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"
+
+
+def test_torchrun_workloads_run_through_torch_distributed() -> None:
+    spec = WorkloadSpec(name="ddp", module="workloads.ddp", args=("--steps", "3"), launcher="torchrun", nproc=2)
+    assert workload_command(spec, python="py", extra_args=["--x"]) == [
+        "py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "workloads.ddp", "--steps", "3", "--x"]
+
+
+def test_trace_set_is_auto_by_gpu_presence_unless_configured() -> None:
+    assert resolve_trace("auto", 0) == "nvtx,osrt"
+    assert resolve_trace("auto", 2) == "cuda,nvtx,osrt"
+    assert resolve_trace("nvtx", 2) == "nvtx"
+
+
+def test_environment_loses_secrets_and_their_copies() -> None:
+    env = capture_environment({"PATH": "/bin", "GITHUB_TOKEN": "ghp_" + "a" * 36, "COPY": "ghp_" + "a" * 36})
+    assert env["PATH"] == "/bin" and env["PYTHONUNBUFFERED"] == "1"
+    assert "GITHUB_TOKEN" not in env and "COPY" not in env
+
+
+def test_self_report_is_the_last_marked_line() -> None:
+    text = 'noise\nPERFGATE_SELF_REPORT {"steps": 1}\nmore\nPERFGATE_SELF_REPORT {"steps": 2}\n'
+    assert parse_self_report(text) == {"steps": 2}
+    assert parse_self_report("nothing here") is None
+
+
+def test_capture_keeps_report_export_command_and_log(captured) -> None:
+    launch = captured.run_dir
+    assert captured.returncode == 0
+    assert captured.report_path == launch / "trace.nsys-rep" and captured.report_path.stat().st_size > 0
+    assert captured.sqlite_path == launch / "trace.sqlite"
+    assert (launch / "command.txt").read_text().split()[1:3] == ["profile", "--trace=nvtx,osrt"]
+    assert "PERFGATE_SELF_REPORT" in captured.log_path.read_text()
+    with sqlite3.connect(captured.sqlite_path) as db:
+        names = {row[0] for row in db.execute("SELECT text FROM NVTX_EVENTS WHERE text IS NOT NULL")}
+    assert {"step", "data_load", "forward"} <= names
+
+
+def test_capture_parses_self_report_and_hides_secrets_from_the_workload(captured) -> None:
+    assert captured.self_report == {"workload": "tiny", "steps": 6, "batch_size": 4, "env_secret": None}
+    assert b"ghp_xxxx" not in captured.sqlite_path.read_bytes()
+
+
+def test_failing_workload_reports_exit_code_and_output_tail(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    settings = tiny_project(tmp_path)
+    spec = WorkloadSpec(name="tiny", module="tinywl", args=("crash",))
+    with pytest.raises(WorkloadFailedError) as err:
+        run_capture(spec, settings, tmp_path / "launch-0")
+    text = str(err.value)
+    assert "workload tiny exited with code 3" in text
+    assert "RuntimeError: simulated out of memory" in text
+    assert str(tmp_path / "launch-0" / "workload.log") in text
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    settings = tiny_project(tmp_path)
+    spec = WorkloadSpec(name="tiny", module="tinywl", args=("hang",), timeout_s=8)
+    started = time.monotonic()
+    with pytest.raises(CaptureTimeoutError, match="ran past its timeout of 8 s"):
+        run_capture(spec, settings, tmp_path / "launch-0")
+    assert time.monotonic() - started < 60
+    child = int((tmp_path / "child.pid").read_text())
+    time.sleep(0.5)
+    assert not _alive(child), "the workload's child process outlived the timeout"
+
+
+def test_missing_nsys_is_reported_before_anything_runs(tmp_path: Path) -> None:
+    settings = load_settings(tiny_project(tmp_path).root, env={}, overrides={"nsys": "/nonexistent/nsys"})
+    with pytest.raises(NsysNotFoundError, match="/nonexistent/nsys"):
+        run_capture(SPEC, settings, tmp_path / "launch-0")
+    assert not (tmp_path / "launch-0").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # pragma: no cover - non-Linux
+        return sys.platform != "linux"

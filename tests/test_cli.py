@@ -1,0 +1,123 @@
+"""`perfgate` CLI: exit codes 0/1/2, the `analyze --format json` contract, compare across file
+kinds, baseline update with real nsys, and usage errors naming the option or file."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate.cli import main
+
+TINY = '''
+import json, time
+import torch
+nvtx = torch.cuda.nvtx
+for _ in range(5):
+    nvtx.range_push("step")
+    for phase, ms in (("data_load", 2), ("forward", 6)):
+        nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()
+    nvtx.range_pop()
+print("PERFGATE_SELF_REPORT " + json.dumps({"workload": "tiny", "steps": 5, "batch_size": 2}))
+'''
+ANALYZE_KEYS = {"source", "nsys_version", "steps", "phases", "ranges", "metrics", "gpu_idle_fraction", "warnings"}
+
+
+@pytest.fixture(scope="module")
+def traces(repo_root: Path) -> Path:
+    """Real nsys 2022.4 exports of CPU workloads committed by the trace tests."""
+    return repo_root / "tests" / "fixtures" / "traces"
+
+
+def tiny_project(root: Path) -> Path:
+    (root / "workloads").mkdir(parents=True, exist_ok=True)
+    (root / "workloads" / "tiny.py").write_text(TINY)
+    (root / "workloads" / "_helper.py").write_text("")
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.perfgate]\nwarmup_steps = 1\n")
+    return root
+
+
+def test_analyze_json_prints_exactly_one_object_with_the_contract_keys(traces: Path, capsys) -> None:
+    assert main(["analyze", str(traces / "cpu-train-loop" / "trace.sqlite"), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert ANALYZE_KEYS <= set(doc)
+    assert doc["steps"]["count"] == len(doc["steps"]["durations_ms"]) > 0
+    assert doc["metrics"]["step_time_ms"] == doc["steps"]["median_ms"]
+
+
+def test_analyze_options_change_the_result(traces: Path, capsys) -> None:
+    trace = str(traces / "cpu-train-loop" / "trace.sqlite")
+    main(["analyze", trace, "--format", "json", "--warmup-steps", "0", "--batch-size", "8"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["steps"]["warmup_skipped"] == 0 and doc["steps"]["batch_size"] == 8
+    assert doc["metrics"]["samples_per_s"] > 0
+
+
+def test_compare_exits_0_for_the_same_trace_and_1_for_a_slower_one(traces: Path, capsys) -> None:
+    fast, slow = traces / "cpu-train-loop" / "trace.sqlite", traces / "cpu-two-procs" / "trace.sqlite"
+    assert main(["compare", str(fast), str(fast)]) == 0
+    assert capsys.readouterr().out.startswith("PASS")
+    assert main(["compare", str(fast), str(slow), "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "REGRESSED" and "step_time_ms" in doc["summary"]
+
+
+def test_compare_accepts_analyze_json_output(traces: Path, tmp_path: Path, capsys) -> None:
+    trace = traces / "cpu-train-loop" / "trace.sqlite"
+    main(["analyze", str(trace), "--format", "json"])
+    saved = tmp_path / "analysis.json"
+    saved.write_text(capsys.readouterr().out)
+    assert main(["compare", str(saved), str(trace), "--tolerance", "step_time_ms=1%"]) == 0
+
+
+def test_missing_file_and_bad_tolerance_exit_2_naming_them(traces: Path, tmp_path: Path, capsys) -> None:
+    assert main(["analyze", str(tmp_path / "absent.sqlite")]) == 2
+    assert "perfgate: error:" in (err := capsys.readouterr().err) and "absent.sqlite" in err
+    trace = str(traces / "cpu-train-loop" / "trace.sqlite")
+    assert main(["compare", trace, trace, "--tolerance", "step_time_ms=fast"]) == 2
+    assert "--tolerance step_time_ms" in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "nope.json"), trace]) == 2
+    assert "BASELINE" in capsys.readouterr().err
+
+
+def test_argparse_errors_exit_2_naming_the_option(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", "x.sqlite", "--format", "yaml"])
+    assert exc.value.code == 2 and "--format" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+
+
+def test_list_shows_discovered_workloads_but_not_private_modules(tmp_path: Path, capsys) -> None:
+    assert main(["list", "--root", str(tiny_project(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "-m workloads.tiny" in out and "_helper" not in out
+
+
+def test_run_with_missing_nsys_exits_2_with_the_error(tmp_path: Path, capsys) -> None:
+    root = tiny_project(tmp_path)
+    assert main(["run", "--root", str(root), "--nsys", "/nonexistent/nsys"]) == 2
+    out = capsys.readouterr().out
+    assert "nsys not found" in out and "ERROR" in out
+
+
+def test_unknown_workload_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["run", "nope", "--root", str(tiny_project(tmp_path))]) == 2
+    assert "workload 'nope' not found" in capsys.readouterr().err
+
+
+def test_baseline_update_records_a_baseline_its_run_compares_equal_to(
+        tmp_path: Path, nsys_path: str, torch_module: object, capsys) -> None:
+    root = tiny_project(tmp_path)
+    update = subprocess.run([sys.executable, "-m", "perfgate", "baseline", "update", "tiny"], cwd=root,
+                            capture_output=True, text=True, timeout=600)
+    assert update.returncode == 0, update.stdout + update.stderr
+    [baseline] = list((root / "baselines" / "tiny").glob("*.json"))
+    assert json.loads(baseline.read_text())["provenance"]["command"] == "perfgate baseline update tiny"
+    assert (root / ".perfgate" / "report" / "perfgate-report.json").exists()
+    [run_dir] = list((root / ".perfgate" / "runs").iterdir())
+    capsys.readouterr()
+    assert main(["compare", str(baseline), str(run_dir / "result.json")]) == 0

@@ -1,0 +1,150 @@
+"""Settings resolution (option > env > pyproject > default), validation messages, and workload
+discovery from the workloads folder plus [tool.perfgate.workloads.*] tables."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import load_settings, parse_tolerance_option
+from perfgate.errors import ConfigError
+from perfgate.model import Tolerance
+from perfgate.workloads import discover_workloads, select_workloads
+
+
+def project(tmp_path: Path, table: str, workloads: tuple[str, ...] = ()) -> Path:
+    (tmp_path / "pyproject.toml").write_text(f"[project]\nname = 'demo'\n\n{table}\n")
+    folder = tmp_path / "workloads"
+    folder.mkdir(exist_ok=True)
+    for name in workloads:
+        (folder / f"{name}.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+def test_defaults_apply_without_a_perfgate_table(tmp_path: Path) -> None:
+    root = project(tmp_path, "")
+    s = load_settings(root, env={})
+    assert s.baseline_dir == root / "baselines"
+    assert s.artifacts_dir == root / ".perfgate" / "runs"
+    assert (s.trace, s.capture_range, s.timeout_s, s.launches, s.size, s.strict) == (
+        "auto", "none", 900.0, 1, "auto", False)
+
+
+def test_option_beats_environment_beats_pyproject(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate]\nlaunches = 3\ntimeout_s = 60\nsize = 'cpu'\n")
+    env = {"PERFGATE_LAUNCHES": "5", "PERFGATE_TIMEOUT_S": "30"}
+    s = load_settings(root, env=env, overrides={"launches": 7})
+    assert s.launches == 7          # option
+    assert s.timeout_s == 30.0      # environment over pyproject
+    assert s.size == "cpu"          # pyproject over default
+
+
+def test_strict_comes_from_environment_words(tmp_path: Path) -> None:
+    root = project(tmp_path, "")
+    assert load_settings(root, env={"PERFGATE_STRICT": "yes"}).strict is True
+    assert load_settings(root, env={"PERFGATE_STRICT": "0"}).strict is False
+
+
+def test_relative_directories_resolve_against_the_project_root(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate]\nbaseline_dir = 'perf/base'\n")
+    assert load_settings(root, env={}).baseline_dir == root / "perf" / "base"
+
+
+def test_bad_workload_value_names_the_file_table_and_key(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate.workloads.resnet_cifar]\ntimeout_s = 'abc'\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(root, env={})
+    text = str(err.value)
+    assert "pyproject.toml [tool.perfgate.workloads.resnet_cifar] timeout_s" in text
+    assert "expected a positive number, got 'abc'" in text
+
+
+def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
+    root = project(tmp_path, "")
+    with pytest.raises(ConfigError, match="environment variable PERFGATE_LAUNCHES: expected a whole number"):
+        load_settings(root, env={"PERFGATE_LAUNCHES": "many"})
+
+
+def test_unknown_key_and_bad_capture_range_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\]: unknown key 'lanches'"):
+        load_settings(project(tmp_path, "[tool.perfgate]\nlanches = 2\n"), env={})
+    with pytest.raises(ConfigError, match="capture_range: expected none, cudaProfilerApi or nvtx:<range name>"):
+        load_settings(project(tmp_path, "[tool.perfgate]\ncapture_range = 'hotkey'\n"), env={})
+
+
+def test_tolerance_table_and_options_are_parsed_options_winning(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate.tolerance]\nstep_time_ms = '5%'\n'phase.*.cpu_ms' = '10%+0.5'\n")
+    s = load_settings(root, env={}, overrides={"tolerance": {"step_time_ms": "8%"}})
+    assert s.tolerances["phase.*.cpu_ms"] == Tolerance(rel=0.10, abs=0.5)
+    assert s.tolerances["step_time_ms"] == Tolerance(rel=0.08)
+
+
+def test_bad_tolerance_names_where_it_came_from(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate.tolerance]\nstep_time_ms = 'fast'\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate.tolerance\] step_time_ms"):
+        load_settings(root, env={})
+
+
+def test_tolerance_option_needs_metric_equals_spec() -> None:
+    assert parse_tolerance_option("step_time_ms=5%") == ("step_time_ms", "5%")
+    with pytest.raises(ConfigError, match="--perfgate-tolerance: expected METRIC=SPEC"):
+        parse_tolerance_option("step_time_ms")
+
+
+def test_discovery_finds_modules_and_declared_workloads_with_variants(tmp_path: Path) -> None:
+    root = project(tmp_path, """
+[tool.perfgate.workloads.resnet]
+args = ["--steps", "4"]
+cpu_args = ["--batch-size", "2"]
+gpu_args = ["--batch-size", "256"]
+variants = { pinned = ["--pin-memory"] }
+
+[tool.perfgate.workloads.ddp]
+launcher = "torchrun"
+enabled = false
+
+[tool.perfgate.workloads.external]
+module = "mypkg.train"
+""", workloads=("resnet", "ddp", "_helpers"))
+    specs = {s.full_name: s for s in discover_workloads(load_settings(root, env={}), gpu_count=0)}
+    assert sorted(specs) == ["ddp", "external", "resnet", "resnet[pinned]"]
+    assert specs["resnet"].module == "workloads.resnet"
+    assert specs["resnet"].args == ("--steps", "4", "--batch-size", "2")
+    assert specs["resnet[pinned]"].args == ("--steps", "4", "--batch-size", "2", "--pin-memory")
+    assert specs["ddp"].nproc == 2 and not specs["ddp"].enabled     # 2 gloo processes without GPU
+    assert specs["external"].module == "mypkg.train"
+
+
+def test_gpu_machine_gets_gpu_args_and_one_process_per_gpu(tmp_path: Path) -> None:
+    root = project(tmp_path, """
+[tool.perfgate.workloads.resnet]
+gpu_args = ["--batch-size", "256"]
+[tool.perfgate.workloads.ddp]
+launcher = "torchrun"
+""", workloads=("resnet", "ddp"))
+    specs = {s.name: s for s in discover_workloads(load_settings(root, env={}), gpu_count=4)}
+    assert specs["resnet"].args == ("--batch-size", "256")
+    assert specs["ddp"].nproc == 4
+
+
+def test_selection_skips_disabled_unless_named_and_rejects_unknown_names(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate.workloads.ddp]\nenabled = false\n", workloads=("a", "ddp"))
+    specs = discover_workloads(load_settings(root, env={}))
+    assert [s.name for s in select_workloads(specs, [])] == ["a"]
+    assert [s.name for s in select_workloads(specs, ["ddp"])] == ["ddp"]
+    with pytest.raises(ConfigError, match="workload 'nope' not found"):
+        select_workloads(specs, ["nope"])
+
+
+def test_declared_workload_without_module_or_file_is_an_error(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate.workloads.ghost]\nargs = []\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate.workloads.ghost\]: no module given"):
+        discover_workloads(load_settings(root, env={}))
+
+
+def test_repository_pyproject_declares_the_default_gate(repo_root: Path) -> None:
+    s = load_settings(repo_root, env={})
+    enabled = {spec.name for spec in discover_workloads(s) if spec.enabled}
+    assert {"resnet_cifar", "transformer_lm"} <= enabled
+    assert not {"resnet_imagefolder", "ddp", "ladder"} & enabled
+    assert s.workloads["ddp"].launcher == "torchrun"

@@ -1,0 +1,96 @@
+"""The pipeline on the repository's real resnet_cifar workload under nsys: NEW without a baseline,
+recording a baseline, judging against it, result.json, errors as results, and compare_files."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.baseline import load_baseline
+from perfgate.compare import ComparePolicy
+from perfgate.config import load_settings
+from perfgate.errors import TraceError
+from perfgate.model import Verdict
+from perfgate.pipeline import compare_files, judge, metrics_from_document, result_fails, run_workload
+from perfgate.workloads import discover_workloads, select_workloads
+
+SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, nsys_path: str, torch_module: object):
+    tmp = tmp_path_factory.mktemp("pipeline")
+    settings = load_settings(repo_root, env={}, overrides={
+        "artifacts_dir": str(tmp / "runs"), "baseline_dir": str(tmp / "baselines"),
+        "report_dir": str(tmp / "report"), "size": "cpu", "timeout_s": 300, "launches": 1})
+    spec = select_workloads(discover_workloads(settings), ["resnet_cifar"])[0]
+    spec = replace(spec, args=(*spec.args, *SMALL))
+    recorded = run_workload(spec, settings, update_baseline=True)
+    return settings, spec, recorded
+
+
+def test_update_records_a_baseline_of_the_real_workload(gate) -> None:
+    settings, _spec, recorded = gate
+    assert recorded.verdict == Verdict.PASS, recorded.error
+    assert recorded.baseline_path == settings.baseline_dir / "resnet_cifar" / f"{recorded.machine.machine_class}.json"
+    baseline = load_baseline(recorded.baseline_path)
+    assert len(baseline.launches) == 1 and len(baseline.step_durations_ms) == 3
+    metrics = baseline.launch_metrics[0]
+    assert {f"phase.{p}.cpu_ms" for p in ("data_load", "h2d", "forward", "backward", "optimizer")} <= set(metrics)
+    # the batch size comes from the workload's PERFGATE_SELF_REPORT line (2 samples per step)
+    assert metrics["samples_per_s"] == pytest.approx(2 * 1000 / metrics["step_time_mean_ms"], rel=1e-6)
+
+
+def test_run_directory_keeps_launch_artifacts_and_result_json(gate) -> None:
+    _settings, _spec, recorded = gate
+    launch = recorded.run_dir / "launch-0"
+    assert (launch / "command.txt").exists() and (launch / "workload.log").exists()
+    doc = json.loads((recorded.run_dir / "result.json").read_text())
+    assert doc["workload"] == "resnet_cifar" and doc["verdict"] == "PASS"
+    assert doc["analyses"][0]["self_report"]["steps"] == 3
+    assert doc["analyses"][0]["launch"] == 0
+
+
+def test_same_measurements_pass_against_their_baseline(gate) -> None:
+    settings, spec, recorded = gate
+    result = replace(recorded, comparisons=[], extra={})
+    judge(result, spec, settings, recorded.analyses, recorded.baseline_path)
+    assert result.verdict == Verdict.PASS
+    assert result.baseline_step_times_ms == load_baseline(recorded.baseline_path).step_durations_ms
+    assert not result_fails(result, strict=True)
+
+
+def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
+    settings, spec, recorded = gate
+    strict = replace(settings, strict=True)
+    result = replace(recorded, comparisons=[], extra={})
+    judge(result, spec, strict, recorded.analyses, settings.baseline_dir / "absent.json")
+    assert result.verdict == Verdict.NEW
+    assert "--perfgate-update-baselines" in result.message
+    assert result_fails(result, strict=True) and not result_fails(result, strict=False)
+
+
+def test_crashing_workload_becomes_an_error_result(gate) -> None:
+    settings, spec, _recorded = gate
+    result = run_workload(replace(spec, args=("--steps", "0")), settings)
+    assert result.verdict == Verdict.ERROR and result_fails(result)
+    assert "exited with code 2" in result.error and "--steps" in result.error
+    assert json.loads((result.run_dir / "result.json").read_text())["verdict"] == "ERROR"
+
+
+def test_compare_files_reads_baselines_and_result_json(gate) -> None:
+    _settings, _spec, recorded = gate
+    outcome = compare_files(recorded.baseline_path, recorded.run_dir / "result.json", ComparePolicy())
+    assert outcome.verdict == Verdict.PASS
+    assert outcome.row("step_time_ms").change == pytest.approx(0.0)
+
+
+def test_documents_without_launches_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="x.json: not a perfgate baseline, result or analysis JSON"):
+        metrics_from_document({"hello": 1}, tmp_path / "x.json")
+    two = {"results": [{"name": "a", "analyses": []}, {"name": "b", "analyses": []}]}
+    with pytest.raises(TraceError, match=r"holds 2 workload results \(a, b\)"):
+        metrics_from_document(two, tmp_path / "r.json")
+    assert metrics_from_document({"metrics": {"step_time_ms": 5}}, tmp_path / "a.json") == [{"step_time_ms": 5.0}]
