@@ -25,3 +25,7 @@ for name in full no-workers no-pin no-nonblocking no-amp no-compile no-overlap; 
     grep -iE "REGRESSED|PASS|IMPROVED|first reason|cause" "$dir/compare-$name.txt" | head -4
   fi
 done
+# The fully optimized capture doubles as the compiled-model fixture: its nsys stats oracle.
+for r in nvtx_sum nvtx_gpu_proj_sum cuda_gpu_kern_sum; do
+  nsys stats -r $r -f csv -o "$dir/stats" "$dir/full.sqlite" >/dev/null 2>&1 && mv "$dir/stats_$r.csv" "$dir/full-$r.csv"
+done
