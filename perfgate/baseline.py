@@ -105,6 +105,10 @@ def baseline_from_analyses(
                           "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
                 "phases": {name: asdict(p) for name, p in a.phases.items()},
                 "nsys_version": a.nsys_version,
+                # what diagnosis.explain_regression diffs against: GPU work, idle gaps, rules fired
+                "gpu": asdict(a.gpu) if a.gpu is not None else None,
+                "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
+                "diagnosis": a.extra.get("diagnosis"),
             },
         )
         for a in analyses

@@ -143,6 +143,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from perfgate.analysis import render_table
 
         print(render_table(analysis))
+        if "diagnosis" in analysis.extra:
+            from perfgate.diagnosis import render_diagnosis_text
+
+            print("\n" + render_diagnosis_text(analysis.extra["diagnosis"]))
     return EXIT_PASS
 
 
@@ -159,15 +163,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
         metric, spec = parse_tolerance_option(text)
         tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
     policy = ComparePolicy(tolerances=tolerances, alpha=args.alpha)
-    outcome = compare_files(args.baseline, args.current, policy, analysis_options_from(args), args.nsys)
+    options = analysis_options_from(args)
+    outcome = compare_files(args.baseline, args.current, policy, options, args.nsys)
+    attribution = None
+    if outcome.verdict.value != "PASS":
+        from perfgate.pipeline import explain_files
+
+        attribution = explain_files(args.baseline, args.current, outcome, options, args.nsys)
     if args.format == "json":
         from perfgate.report.json_report import comparison_dict
 
         print(json.dumps({"verdict": outcome.verdict.value, "failed": outcome.failed, "summary": outcome.summary,
-                          "comparisons": [comparison_dict(c) for c in outcome.comparisons]},
-                         indent=2, sort_keys=True))
+                          "comparisons": [comparison_dict(c) for c in outcome.comparisons],
+                          "attribution": attribution.to_dict() if attribution is not None else None},
+                         indent=2, sort_keys=True, default=str))
     else:
         print(outcome.summary)
+        if attribution is not None:
+            print(attribution.to_text())
         for c in outcome.comparisons:
             print(f"  {str(c.verdict):<12} {describe(c)}{'' if c.gating else ' (not gating)'}")
     return EXIT_REGRESSION if outcome.failed else EXIT_PASS

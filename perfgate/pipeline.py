@@ -142,7 +142,7 @@ def capture_and_analyze(
         extra = {**analysis.extra, "launch": k}
         if capture.self_report is not None:
             extra["self_report"] = capture.self_report
-        analyses.append(_diagnosed(replace(analysis, extra=extra)))
+        analyses.append(_diagnosed(replace(analysis, extra=extra), capture.sqlite_path))
     return analyses
 
 
@@ -173,9 +173,10 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
         return
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict == Verdict.REGRESSED:
-        explanation = _explain(baseline.launch_details, analyses, outcome)
-        if explanation:
-            result.message += "\n" + explanation
+        attribution = _explain(baseline.launch_details, analyses, outcome)
+        if attribution is not None:
+            result.extra["attribution"] = attribution.to_dict()
+            result.message += "\n" + attribution.to_text()
 
 
 def result_fails(result: WorkloadResult, strict: bool = False) -> bool:
@@ -193,7 +194,7 @@ def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str |
         from perfgate.nsys import export_sqlite, find_nsys
 
         path = export_sqlite(path, find_nsys(nsys))
-    return analyze_trace(path, options or AnalysisOptions())
+    return _diagnosed(analyze_trace(path, options or AnalysisOptions()), path)
 
 
 def load_launch_metrics(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> list[dict[str, float]]:
@@ -243,6 +244,42 @@ def compare_files(baseline: Path, current: Path, policy: ComparePolicy | None = 
                             load_launch_metrics(current, options, nsys), policy or ComparePolicy())
 
 
+def explain_files(baseline: Path, current: Path, outcome: Outcome, options: AnalysisOptions | None = None,
+                  nsys: str | None = None) -> Any | None:
+    """The diagnosis Attribution of ``outcome`` for two files (traces, result JSONs or a baseline):
+    phase deltas, newly firing rules, kernel changes; None when it cannot be made."""
+    sides = [_attribution_side(path, options, nsys) for path in (baseline, current)]
+    traces: dict[str, Any] = {}
+    if current.suffix in TRACE_SUFFIXES and baseline.suffix in TRACE_SUFFIXES:
+        from perfgate.trace import load_trace
+
+        traces = {"baseline_trace": load_trace(_sqlite_of(baseline, nsys)),
+                  "current_trace": load_trace(_sqlite_of(current, nsys))}
+    return _explain(sides[0], sides[1], outcome, **traces)
+
+
+def _sqlite_of(path: Path, nsys: str | None) -> Path:
+    if path.suffix == ".nsys-rep":
+        from perfgate.nsys import export_sqlite, find_nsys
+
+        return export_sqlite(path, find_nsys(nsys))
+    return path
+
+
+def _attribution_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> list[Any]:
+    """One side of an attribution: Analyses of a trace, or the launch dicts of a JSON document."""
+    if path.suffix in TRACE_SUFFIXES:
+        return [analyze_file(path, options, nsys)]
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
+        return parse_baseline(doc, path).launch_details
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list) and len(doc["results"]) == 1:
+        doc = doc["results"][0]
+    if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
+        return [a for a in doc["analyses"] if isinstance(a, dict)]
+    return [doc]
+
+
 def _write_result(result: WorkloadResult) -> None:
     from perfgate.report.json_report import result_dict
 
@@ -271,22 +308,31 @@ def _withhold_secrets(launch_dir: Path) -> None:
         withhold_secrets(launch_dir, secrets)
 
 
-def _diagnosed(analysis: Analysis) -> Analysis:
-    """``analysis`` with ``extra["diagnosis"]`` when perfgate.diagnosis can diagnose it."""
+def _diagnosed(analysis: Analysis, trace_path: Path | None = None) -> Analysis:
+    """``analysis`` with ``extra["diagnosis"]`` (a dict) when perfgate.diagnosis can diagnose it;
+    ``trace_path`` (the export the analysis came from) lets the trace-level rules run too."""
     try:
         from perfgate.diagnosis import diagnose
+        from perfgate.trace import load_trace
     except ImportError:
         return analysis
     try:
-        diagnosis = diagnose(analysis)
+        trace = load_trace(trace_path) if trace_path is not None else None
+        diagnosis = diagnose(analysis, trace).to_dict()
     except Exception as exc:  # a diagnosis bug must not fail the gate
         return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
     return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
 
 
-def _explain(baseline_launches: list[dict[str, Any]], analyses: Sequence[Analysis], outcome: Outcome) -> str:
+def _explain(baseline_launches: Sequence[Any], analyses: Sequence[Any], outcome: Outcome,
+             **traces: Any) -> Any | None:
+    """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
+    an attribution bug must not fail the gate)."""
     try:
         from perfgate.diagnosis import explain_regression
     except ImportError:
-        return ""
-    return explain_regression(baseline_launches, list(analyses), outcome) or ""
+        return None
+    try:
+        return explain_regression(list(baseline_launches), list(analyses), outcome, **traces)
+    except Exception:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
+        return None
