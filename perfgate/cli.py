@@ -77,7 +77,7 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``baseline update`` (same meaning as the pytest options)."""
     add = parser.add_argument
     add("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
-    add("--launches", type=int, default=None, metavar="N", help="launches per workload (default 1)")
+    add("--launches", type=int, default=None, metavar="N", help="launches per workload (default 3)")
     add("--baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
     add("--artifacts-dir", default=None, metavar="DIR", help="nsys reports and logs (default .perfgate/runs)")
     add("--report-dir", default=None, metavar="DIR", help="report files (default .perfgate/report)")

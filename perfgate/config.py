@@ -36,7 +36,7 @@ GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
     "trace": ("str", "auto"),
     "capture_range": ("str", "none"),
     "timeout_s": ("float", 900.0),
-    "launches": ("int", 1),
+    "launches": ("int", 3),
     "warmup_steps": ("int", None),
     "size": ("str", "auto"),
     "strict": ("bool", False),

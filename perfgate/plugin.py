@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--perfgate-workload", action="append", default=[], metavar="NAME",
         help="run only this workload (NAME or NAME[variant]; repeatable; default: all enabled)")
     add("--perfgate-launches", type=int, default=None, metavar="N",
-        help="launches (separate processes) per workload (default 1, [tool.perfgate] launches)")
+        help="launches (separate processes) per workload (default 3, [tool.perfgate] launches)")
     add("--perfgate-baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
     add("--perfgate-artifacts-dir", default=None, metavar="DIR",
         help="where nsys reports and logs go (default .perfgate/runs)")

@@ -27,7 +27,7 @@ def test_defaults_apply_without_a_perfgate_table(tmp_path: Path) -> None:
     assert s.baseline_dir == root / "baselines"
     assert s.artifacts_dir == root / ".perfgate" / "runs"
     assert (s.trace, s.capture_range, s.timeout_s, s.launches, s.size, s.strict) == (
-        "auto", "none", 900.0, 1, "auto", False)
+        "auto", "none", 900.0, 3, "auto", False)
 
 
 def test_option_beats_environment_beats_pyproject(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ name = "demo"
 baseline_dir = "{baselines}"
 warmup_steps = 1
 timeout_s = 300
+launches = 1
 
 [tool.perfgate.tolerance]
 "step_time*" = "40%+5"

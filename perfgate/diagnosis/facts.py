@@ -106,16 +106,27 @@ def _overlap_ns(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) ->
     return int((covered_before(e) - covered_before(s)).sum())
 
 
+def _pids(frame: pd.DataFrame) -> np.ndarray:
+    """Process ids of a frame's rows (its ``pid`` column, else decoded from ``global_tid``)."""
+    if "pid" in frame.columns:
+        return frame["pid"].to_numpy()
+    return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
+
+
 def _idle_by_phase(ops: pd.DataFrame, phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
     total = 0
     by_phase: dict[str, float] = {}
+    phase_pid = _pids(phases)
     for _, dev_ops in ops.groupby("device_id", sort=True):
         gs, ge = intervals.gaps(dev_ops["start"].to_numpy(), dev_ops["end"].to_numpy(), lo, hi)
         idle = int((ge - gs).sum())
         total += idle
         inside = 0
-        for name, rows in phases.groupby("phase", sort=True):
+        # only the phases of the processes that use this GPU: in a multi-process (DDP) trace every
+        # rank's phases are open at once, and each GPU's idle time belongs to its own rank's phase
+        mine = phases[np.isin(phase_pid, pd.unique(_pids(dev_ops)))] if len(phases) else phases
+        for name, rows in mine.groupby("phase", sort=True):
             us, ue = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy())
             ns = _overlap_ns(gs, ge, us, ue)
             by_phase[name] = by_phase.get(name, 0.0) + ns
@@ -195,7 +206,9 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     ndev = max(ops["device_id"].nunique(), 1)
     changes, empty_steps = _kernel_set_changes(kernels, steps)
     return TraceFacts(
-        steps=n, gpu_ops=len(ops), kernels_per_step=len(kernels) / n,
+        steps=n, gpu_ops=len(ops),
+        # the analysis's count (ops launched in the window), not ops overlapping it: one definition
+        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else len(kernels) / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
         h2d_copies_per_step=len(copies) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
