@@ -166,7 +166,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     options = analysis_options_from(args)
     outcome = compare_files(args.baseline, args.current, policy, options, args.nsys)
     attribution = None
-    if outcome.verdict.value != "PASS":
+    if outcome.verdict.value != "PASS" or any(c.verdict.value == "REGRESSED" for c in outcome.comparisons):
         from perfgate.pipeline import explain_files
 
         attribution = explain_files(args.baseline, args.current, outcome, options, args.nsys)

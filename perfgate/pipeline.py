@@ -11,7 +11,7 @@ import os
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from perfgate.baseline import (
 )
 from perfgate.config import Settings
 from perfgate.errors import PerfgateError, TraceError
+from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
 from perfgate.workloads import WorkloadSpec
 
@@ -134,7 +135,8 @@ def capture_and_analyze(
     options = analysis_options(spec)
     analyses = []
     for k in range(settings.launches):
-        capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
+        with GpuMonitor() as monitor:
+            capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
         if capture.sqlite_path is None or not capture.sqlite_path.exists():
             raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
         analysis = analyze_trace(capture.sqlite_path, _with_reported_batch(options, capture.self_report))
@@ -142,8 +144,28 @@ def capture_and_analyze(
         extra = {**analysis.extra, "launch": k}
         if capture.self_report is not None:
             extra["self_report"] = capture.self_report
-        analyses.append(_diagnosed(replace(analysis, extra=extra), capture.sqlite_path))
+        analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
+        analyses.append(_diagnosed(analysis, capture.sqlite_path))
     return analyses
+
+
+def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
+    """``analysis`` with the launch's measurement checks: whether its measured steps look stationary
+    (no drift, no second level inside the window: stats.stability) and, with NVML, its GPU clocks
+    and whether the GPU throttled. A failed check becomes a warning on the analysis."""
+    from perfgate.stats import stability
+
+    extra, warnings = dict(analysis.extra), list(analysis.warnings)
+    report = stability(list(analysis.steps.durations_ms))
+    extra["stability"] = asdict(report)
+    if not report.stable:
+        warnings.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
+    if clocks is not None:
+        extra["gpu_clocks"] = clocks.to_dict()
+        if clocks.throttled:
+            warnings.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
+                            f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
+    return replace(analysis, extra=extra, warnings=tuple(warnings))
 
 
 def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any] | None) -> AnalysisOptions:
@@ -168,8 +190,15 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
     result.comparisons = list(outcome.comparisons)
     result.message = outcome.summary
     result.extra["failed"] = outcome.failed
+    notes = [w for a in analyses for w in a.warnings if w.startswith("launch ")]
+    if notes:
+        result.message += "\nnote: " + "\nnote: ".join(notes)
     if baseline is None:
         result.message += f" (record one with --perfgate-update-baselines: {path})"
+        others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
+        if others:
+            result.message += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
+                               f"this machine is {path.stem}")
         return
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict == Verdict.REGRESSED:
