@@ -275,7 +275,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "calibration.json and calibration.md.")
     p.add_argument("workloads", nargs=1, metavar="WORKLOAD", help="the workload to calibrate")
     p.add_argument("--inject", default="2,3,5", metavar="PCTS", help="injected slowdowns in %% of step time")
-    p.add_argument("--phase", default="forward", help="phase that gets the slowdown (workload --slow-phase)")
+    p.add_argument("--phase", default=None,
+                   help="phase that gets the slowdown (workload --slow-phase; default forward, or the phase "
+                        "recorded in --from-json)")
     p.add_argument("--k", dest="k_values", default="3,5", metavar="KS", help="launches per side to evaluate")
     p.add_argument("--max-comparisons", type=int, default=500, metavar="N", help="comparisons per pool and k")
     p.add_argument("--alpha", type=float, default=None, help="false-alarm budget (default 0.01)")
@@ -304,25 +306,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.from_json is not None:
             data = json.loads(args.from_json.read_text())
             pools, injected, walls = data["pools"], data["injected"], data.get("launch_wall_s", [])
+            phase = args.phase or data.get("phase") or "forward"
             out = args.out or args.from_json.parent
         else:
             n = args.launches if args.launches is not None else 20
             if n < 2 * min(ks):
                 raise ConfigError(f"option --launches: {n} is too few for k = {min(ks)} (need >= {2 * min(ks)})")
+            phase = args.phase or "forward"
             run_dir = new_run_dir(settings.artifacts_dir, f"calibrate-{spec.full_name}")
             out = args.out or run_dir
             pools, injected, walls = run_pools(
-                capture_launch(spec, settings, run_dir), launches=n, inject_pcts=pcts, phase=args.phase,
+                capture_launch(spec, settings, run_dir), launches=n, inject_pcts=pcts, phase=phase,
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     except PerfgateError as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)
         return 2
     mean_wall = float(np.mean(walls)) if walls else None
-    tables = [evaluate_pools(pools, k, policy, args.max_comparisons, injected=injected, phase=args.phase,
+    tables = [evaluate_pools(pools, k, policy, args.max_comparisons, injected=injected, phase=phase,
                              launch_wall_s=mean_wall) for k in ks]
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.json").write_text(json.dumps(
-        {"workload": spec.full_name, "phase": args.phase, "injected": injected, "pools": pools,
+        {"workload": spec.full_name, "phase": phase, "injected": injected, "pools": pools,
          "launch_wall_s": walls, "tables": [t.to_dict() for t in tables]}, indent=2, sort_keys=True))
     md = f"### Calibration of {spec.full_name}\n\n" + "\n".join(t.to_markdown() for t in tables)
     (out / "calibration.md").write_text(md)

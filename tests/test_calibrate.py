@@ -106,3 +106,19 @@ def test_run_pools_sizes_injection_from_the_aa_median_and_interleaves_pools() ->
     assert {k: len(v) for k, v in pools.items()} == {AA: 3, "+2%": 3, "+5%": 3}
     assert len(walls) == 9
     json.dumps(pools)  # what calibration.json stores
+
+
+def test_h100_calibration_pools_reproduce_the_published_table(tmp_path, repo_root) -> None:
+    """The committed H100 pools (28 launches of transformer_lm) give the README's k = 3 row with the
+    gate's default policy, and --from-json takes the injected phase from the file."""
+    from perfgate.cli import main
+
+    pools = repo_root / "docs" / "calibration" / "transformer_lm-h100-pools.json"
+    assert main(["calibrate", "transformer_lm", "--root", str(repo_root), "--from-json", str(pools),
+                 "--k", "3", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "calibration.json").read_text())
+    table = doc["tables"][0]
+    assert doc["phase"] == "data_load"
+    assert (table["false_alarms"]["comparisons"], table["false_alarms"]["regressed"]) == (140, 0)
+    for row in table["detection"]:
+        assert row["regressed"] == row["comparisons"] == row["phase_named"] == 500, row
