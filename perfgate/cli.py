@@ -153,7 +153,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from perfgate.compare import ComparePolicy, describe, parse_tolerance
     from perfgate.config import parse_tolerance_option
-    from perfgate.pipeline import compare_files
+    from perfgate.pipeline import compare_and_explain
 
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
         if not path.exists():
@@ -164,12 +164,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
     policy = ComparePolicy(tolerances=tolerances, alpha=args.alpha)
     options = analysis_options_from(args)
-    outcome = compare_files(args.baseline, args.current, policy, options, args.nsys)
-    attribution = None
-    if outcome.verdict.value != "PASS" or any(c.verdict.value == "REGRESSED" for c in outcome.comparisons):
-        from perfgate.pipeline import explain_files
-
-        attribution = explain_files(args.baseline, args.current, outcome, options, args.nsys)
+    outcome, attribution = compare_and_explain(args.baseline, args.current, policy, options, args.nsys)
     if args.format == "json":
         from perfgate.report.json_report import comparison_dict
 

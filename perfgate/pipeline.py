@@ -11,7 +11,7 @@ import os
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from perfgate.workloads import WorkloadSpec
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
     from perfgate.compare import ComparePolicy, Outcome
+    from perfgate.trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
 RESULT_FILE = "result.json"
@@ -129,8 +130,9 @@ def capture_and_analyze(
     extra_args: Sequence[str] = (),
 ) -> list[Analysis]:
     """Capture ``settings.launches`` launches into ``run_dir/launch-<k>/`` and analyze each."""
-    from perfgate.analysis import analyze_trace
+    from perfgate.analysis import analyze
     from perfgate.capture import run_capture
+    from perfgate.trace import load_trace
 
     options = analysis_options(spec)
     analyses = []
@@ -139,13 +141,14 @@ def capture_and_analyze(
             capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
         if capture.sqlite_path is None or not capture.sqlite_path.exists():
             raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
-        analysis = analyze_trace(capture.sqlite_path, _with_reported_batch(options, capture.self_report))
+        trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
+        analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
         _withhold_secrets(capture.run_dir)
         extra = {**analysis.extra, "launch": k}
         if capture.self_report is not None:
             extra["self_report"] = capture.self_report
         analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
-        analyses.append(_diagnosed(analysis, capture.sqlite_path))
+        analyses.append(_diagnosed(analysis, trace))
     return analyses
 
 
@@ -215,7 +218,13 @@ def result_fails(result: WorkloadResult, strict: bool = False) -> bool:
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
     """Analyze one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside it first)."""
-    from perfgate.analysis import AnalysisOptions, analyze_trace
+    return _analyzed(path, options, nsys)[0]
+
+
+def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> tuple[Analysis, Trace]:
+    """The diagnosed Analysis of one trace file and the Trace it was made from (loaded once)."""
+    from perfgate.analysis import AnalysisOptions, analyze
+    from perfgate.trace import load_trace
 
     if not path.exists():
         raise TraceError(f"{path}: no such file")
@@ -223,34 +232,30 @@ def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str |
         from perfgate.nsys import export_sqlite, find_nsys
 
         path = export_sqlite(path, find_nsys(nsys))
-    return _diagnosed(analyze_trace(path, options or AnalysisOptions()), path)
+    trace = load_trace(path)
+    return _diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
 
 
 def load_launch_metrics(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> list[dict[str, float]]:
     """Per-launch metrics from a trace, a baseline file, a ``result.json`` /
     ``perfgate-report.json`` (one workload) or ``perfgate analyze --format json`` output."""
-    if path.suffix in TRACE_SUFFIXES:
-        return [analyze_file(path, options, nsys).metrics()]
+    return _load_side(path, options, nsys).metrics
+
+
+def _read_json(path: Path) -> Any:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: neither an nsys trace (.sqlite/.nsys-rep) nor JSON ({exc})") from exc
-    return metrics_from_document(doc, path)
 
 
 def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     """Per-launch metrics out of a parsed perfgate JSON document (see load_launch_metrics)."""
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
         return parse_baseline(doc, path).launch_metrics
-    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
-        results = doc["results"]
-        if len(results) != 1:
-            names = ", ".join(str(r.get("name", r.get("workload"))) for r in results if isinstance(r, dict))
-            raise TraceError(f"{path}: holds {len(results)} workload results ({names}); "
-                             f"compare one workload's result.json instead")
-        doc = results[0]
+    doc = _single_result(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
         launches = [a.get("metrics") for a in doc["analyses"] if isinstance(a, dict)]
     elif isinstance(doc, dict) and isinstance(doc.get("metrics"), dict):
@@ -264,49 +269,63 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     return clean
 
 
+def _single_result(doc: Any, path: Path) -> Any:
+    """A ``perfgate-report.json``'s one workload result (the document itself when it is not a report)."""
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        results = doc["results"]
+        if len(results) != 1:
+            names = ", ".join(str(r.get("name", r.get("workload"))) for r in results if isinstance(r, dict))
+            raise TraceError(f"{path}: holds {len(results)} workload results ({names}); "
+                             f"compare one workload's result.json instead")
+        return results[0]
+    return doc
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a file comparison, read and analyzed once: its per-launch metrics, what the
+    attribution reads (Analyses, or launch dicts of a JSON document) and, for a trace, the Trace."""
+
+    metrics: list[dict[str, float]]
+    launches: list[Any]
+    trace: Trace | None = None
+
+
+def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> _Side:
+    if path.suffix in TRACE_SUFFIXES:
+        analysis, trace = _analyzed(path, options, nsys)
+        return _Side([analysis.metrics()], [analysis], trace)
+    doc = _read_json(path)
+    metrics = metrics_from_document(doc, path)
+    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
+        return _Side(metrics, parse_baseline(doc, path).launch_details)
+    doc = _single_result(doc, path)
+    if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
+        return _Side(metrics, [a for a in doc["analyses"] if isinstance(a, dict)])
+    return _Side(metrics, [doc])
+
+
 def compare_files(baseline: Path, current: Path, policy: ComparePolicy | None = None,
                   options: AnalysisOptions | None = None, nsys: str | None = None) -> Outcome:
     """Compare two files, each a trace, a result JSON or a baseline file."""
+    return compare_and_explain(baseline, current, policy, options, nsys, explain=False)[0]
+
+
+def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | None = None,
+                        options: AnalysisOptions | None = None, nsys: str | None = None, *,
+                        explain: bool = True) -> tuple[Outcome, Any | None]:
+    """Compare two files (each a trace, a result JSON or a baseline file, read once) and, unless the
+    outcome is a PASS without any regressed row, the diagnosis Attribution of the change (phase
+    deltas, newly firing rules, kernel changes; None when it cannot be made)."""
     from perfgate.compare import ComparePolicy, compare_launches
 
-    return compare_launches(load_launch_metrics(baseline, options, nsys),
-                            load_launch_metrics(current, options, nsys), policy or ComparePolicy())
-
-
-def explain_files(baseline: Path, current: Path, outcome: Outcome, options: AnalysisOptions | None = None,
-                  nsys: str | None = None) -> Any | None:
-    """The diagnosis Attribution of ``outcome`` for two files (traces, result JSONs or a baseline):
-    phase deltas, newly firing rules, kernel changes; None when it cannot be made."""
-    sides = [_attribution_side(path, options, nsys) for path in (baseline, current)]
-    traces: dict[str, Any] = {}
-    if current.suffix in TRACE_SUFFIXES and baseline.suffix in TRACE_SUFFIXES:
-        from perfgate.trace import load_trace
-
-        traces = {"baseline_trace": load_trace(_sqlite_of(baseline, nsys)),
-                  "current_trace": load_trace(_sqlite_of(current, nsys))}
-    return _explain(sides[0], sides[1], outcome, **traces)
-
-
-def _sqlite_of(path: Path, nsys: str | None) -> Path:
-    if path.suffix == ".nsys-rep":
-        from perfgate.nsys import export_sqlite, find_nsys
-
-        return export_sqlite(path, find_nsys(nsys))
-    return path
-
-
-def _attribution_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> list[Any]:
-    """One side of an attribution: Analyses of a trace, or the launch dicts of a JSON document."""
-    if path.suffix in TRACE_SUFFIXES:
-        return [analyze_file(path, options, nsys)]
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
-        return parse_baseline(doc, path).launch_details
-    if isinstance(doc, dict) and isinstance(doc.get("results"), list) and len(doc["results"]) == 1:
-        doc = doc["results"][0]
-    if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
-        return [a for a in doc["analyses"] if isinstance(a, dict)]
-    return [doc]
+    b, c = _load_side(baseline, options, nsys), _load_side(current, options, nsys)
+    outcome = compare_launches(b.metrics, c.metrics, policy or ComparePolicy())
+    clean = outcome.verdict == Verdict.PASS and not any(r.verdict == Verdict.REGRESSED for r in outcome.comparisons)
+    if not explain or clean:
+        return outcome, None
+    traces = {"baseline_trace": b.trace, "current_trace": c.trace} if b.trace and c.trace else {}
+    return outcome, _explain(b.launches, c.launches, outcome, **traces)
 
 
 def _write_result(result: WorkloadResult) -> None:
@@ -337,16 +356,14 @@ def _withhold_secrets(launch_dir: Path) -> None:
         withhold_secrets(launch_dir, secrets)
 
 
-def _diagnosed(analysis: Analysis, trace_path: Path | None = None) -> Analysis:
+def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
     """``analysis`` with ``extra["diagnosis"]`` (a dict) when perfgate.diagnosis can diagnose it;
-    ``trace_path`` (the export the analysis came from) lets the trace-level rules run too."""
+    ``trace`` (the Trace the analysis was made from) lets the trace-level rules run too."""
     try:
         from perfgate.diagnosis import diagnose
-        from perfgate.trace import load_trace
     except ImportError:
         return analysis
     try:
-        trace = load_trace(trace_path) if trace_path is not None else None
         diagnosis = diagnose(analysis, trace).to_dict()
     except Exception as exc:  # a diagnosis bug must not fail the gate
         return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
