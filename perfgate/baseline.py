@@ -23,7 +23,9 @@ from perfgate.errors import BaselineError
 from perfgate.model import Analysis, MachineInfo
 
 FORMAT = "perfgate-baseline"
-VERSION = 1
+#: 2: step time is the iteration period (start of a step range to the next one's start); version 1
+#: measured the step range's duration, which a period must never be compared with.
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ def baseline_from_analyses(
             metrics={m: v for m, v in a.metrics().items() if math.isfinite(v)},
             step_durations_ms=tuple(a.steps.durations_ms),
             detail={
-                "steps": {"range": a.steps.range_name, "count": a.steps.count,
+                "steps": {"range": a.steps.range_name, "source": a.steps.source, "basis": a.steps.basis,
+                          "count": a.steps.count,
                           "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
                 "phases": {name: asdict(p) for name, p in a.phases.items()},
                 "nsys_version": a.nsys_version,
@@ -166,6 +169,13 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     """A Baseline from a parsed baseline document (checked: format, version, launches)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BaselineError(f"{path}: not a perfgate baseline (expected \"format\": \"{FORMAT}\")")
+    if doc.get("version") == 1:
+        raise BaselineError(
+            f"{path}: this baseline (format version 1) measured step time as the step range's duration; "
+            "perfgate now measures the iteration period (from one step's start to the next one's, data "
+            "loading between steps included), and the two cannot be compared. Re-record it on the gate's "
+            "machine: pytest --perfgate --perfgate-update-baselines (or perfgate baseline update)"
+        )
     if doc.get("version") != VERSION:
         raise BaselineError(
             f"{path}: baseline format version {doc.get('version')!r} is not supported by this perfgate "

@@ -52,17 +52,25 @@ class Summary:
 
 @dataclass(frozen=True)
 class StepStats:
-    """The measured steps of one launch (warm-up steps excluded)."""
+    """The measured steps of one launch (warm-up steps excluded). A step's duration is its
+    iteration period: from the start of its step range to the start of the next one."""
 
     range_name: str                   # folded NVTX name of the step range, e.g. "step"
     count: int
     warmup_skipped: int
-    durations_ms: tuple[float, ...]   # per measured step, in time order (several processes: per process, concatenated)
+    durations_ms: tuple[float, ...]   # iteration period per measured step, in time order (per process, concatenated)
     summary_ms: Summary
-    window_start_ns: int              # start of first measured step
-    window_end_ns: int                # end of last measured step
+    window_start_ns: int              # start of the first measured step
+    window_end_ns: int                # end of the last measured step's period (the next step's start)
     batch_size: int | None = None
     samples_per_s: float | None = None
+    source: str = "nvtx"              # where the steps come from: "nvtx" (the workload's ranges), "autostep", "nsys-pytorch"
+    range_durations_ms: tuple[float, ...] = ()   # the step ranges' own durations (reported, not gated)
+    range_summary_ms: Summary | None = None
+
+    #: What ``durations_ms`` measures; baselines and results record it, and compare refuses to
+    #: compare a period with a range duration.
+    basis: str = "period"
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,8 @@ class Analysis:
             "step_time_mean_ms": s.mean,
             "step_time_p90_ms": s.p90,
         }
+        if self.steps.range_summary_ms is not None:
+            out["step_range_ms"] = self.steps.range_summary_ms.median
         if self.steps.samples_per_s is not None:
             out["samples_per_s"] = self.steps.samples_per_s
         if self.gpu_idle is not None:
@@ -178,6 +188,8 @@ class Analysis:
             "schema_version": self.schema_version,
             "steps": {
                 "range": st.range_name,
+                "source": st.source,
+                "basis": st.basis,
                 "count": st.count,
                 "warmup_skipped": st.warmup_skipped,
                 "median_ms": st.summary_ms.median,
@@ -190,6 +202,10 @@ class Analysis:
                 "batch_size": st.batch_size,
                 "samples_per_s": st.samples_per_s,
                 "durations_ms": list(st.durations_ms),
+                "range_median_ms": None if st.range_summary_ms is None else st.range_summary_ms.median,
+                "range_mean_ms": None if st.range_summary_ms is None else st.range_summary_ms.mean,
+                "window_start_ns": st.window_start_ns,
+                "window_end_ns": st.window_end_ns,
             },
             "gpu_idle_fraction": None if self.gpu_idle is None else self.gpu_idle.fraction,
             "gpu_idle": None if self.gpu_idle is None else asdict(self.gpu_idle),

@@ -26,7 +26,7 @@ from perfgate.baseline import (
     write_baseline,
 )
 from perfgate.config import Settings
-from perfgate.errors import PerfgateError, TraceError
+from perfgate.errors import BaselineError, PerfgateError, TraceError
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
 from perfgate.workloads import WorkloadSpec
@@ -305,6 +305,28 @@ def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) ->
     return _Side(metrics, [doc])
 
 
+def _step_basis(side: _Side) -> set[str]:
+    """What the side's step times measure ("period" or "range"); documents from before the
+    iteration period say nothing and measured the range. Metrics-only documents: unknown."""
+    found: set[str] = set()
+    for launch in side.launches:
+        if isinstance(launch, Analysis):
+            found.add(launch.steps.basis)
+        elif isinstance(launch, dict) and isinstance(launch.get("steps"), dict):
+            found.add(str(launch["steps"].get("basis") or "range"))
+    return found
+
+
+def _check_same_basis(base_path: Path, base: _Side, cur_path: Path, cur: _Side) -> None:
+    b, c = _step_basis(base), _step_basis(cur)
+    if b and c and b != c:
+        old = base_path if "range" in b else cur_path
+        raise BaselineError(
+            f"{old}: its step times are step-range durations (written by an older perfgate), the other "
+            "side's are iteration periods (step start to next step start); they cannot be compared. "
+            "Re-analyze the trace or re-record the result with this perfgate")
+
+
 def compare_files(baseline: Path, current: Path, policy: ComparePolicy | None = None,
                   options: AnalysisOptions | None = None, nsys: str | None = None) -> Outcome:
     """Compare two files, each a trace, a result JSON or a baseline file."""
@@ -320,6 +342,7 @@ def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | N
     from perfgate.compare import ComparePolicy, compare_launches
 
     b, c = _load_side(baseline, options, nsys), _load_side(current, options, nsys)
+    _check_same_basis(baseline, b, current, c)
     outcome = compare_launches(b.metrics, c.metrics, policy or ComparePolicy())
     clean = outcome.verdict == Verdict.PASS and not any(r.verdict == Verdict.REGRESSED for r in outcome.comparisons)
     if not explain or clean:

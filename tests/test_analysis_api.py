@@ -35,14 +35,15 @@ def test_invalid_options_are_config_errors_naming_the_option(kwargs: dict, messa
 def test_to_dict_carries_the_documented_contract_and_is_json(analysis) -> None:
     d = json.loads(json.dumps(analysis.to_dict()))
     assert d["nsys_version"] == "2025.3.2.0"
-    assert {k: d["steps"][k] for k in ("count", "warmup_skipped")} == {"count": 35, "warmup_skipped": 5}
-    assert set(d["steps"]) >= {"median_ms", "mean_ms", "p90_ms", "stdev_ms"}
+    assert {k: d["steps"][k] for k in ("count", "warmup_skipped")} == {"count": 34, "warmup_skipped": 5}
+    assert set(d["steps"]) >= {"median_ms", "mean_ms", "p90_ms", "stdev_ms", "range_median_ms"}
+    assert (d["steps"]["basis"], d["steps"]["source"]) == ("period", "nvtx")
     assert 0 < d["gpu_idle_fraction"] < 1
-    assert set(d["phases"]) == {"data_load", "h2d", "forward", "backward", "optimizer"}
+    assert set(d["phases"]) == {"data_load", "h2d", "forward", "backward", "optimizer", "between_steps"}
     assert set(d["phases"]["backward"]) >= {"count", "cpu_total_ms", "cpu_median_ms", "gpu_ms"}
     assert d["ranges"]["step"] == {"count": 40, "total_ns": 798770059}  # nsys nvtx_sum's total
     m = d["metrics"]
-    assert m["samples_per_s"] == pytest.approx(64 * 35 / (sum(analysis.steps.durations_ms) / 1e3))
+    assert m["samples_per_s"] == pytest.approx(64 * 34 / (sum(analysis.steps.durations_ms) / 1e3))
     assert m["phase.backward.gpu_ms"] == analysis.phases["backward"].gpu_per_step_ms
 
 

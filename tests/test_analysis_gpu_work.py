@@ -26,7 +26,7 @@ def test_api_names_lose_their_version_suffix() -> None:
 def test_h2d_bytes_per_step_are_the_input_batch_and_labels(analysis) -> None:
     # toy_gpu_workload.py copies x (64x3x128x128 float32) and y (64 int64) each step
     assert analysis.gpu.h2d_bytes_per_step == 64 * 3 * 128 * 128 * 4 + 64 * 8
-    assert analysis.gpu.pageable_copies == 2 * 35   # PIN=0: both copies from pageable memory
+    assert analysis.gpu.pageable_copies == 2 * 34   # PIN=0: both copies from pageable memory
 
 
 def test_kernels_per_step_and_top_kernels_match_the_raw_kernel_rows(analysis) -> None:
@@ -50,6 +50,6 @@ def test_sync_calls_per_step_count_stream_and_device_synchronizes(analysis) -> N
             "WHERE (s.value LIKE 'cudaStreamSynchronize%' OR s.value LIKE 'cudaDeviceSynchronize%') "
             "AND r.start BETWEEN ? AND ?",
             (analysis.steps.window_start_ns, analysis.steps.window_end_ns)).fetchone()[0]
-    assert n > 0 and analysis.gpu.sync_calls_per_step == n / 35
+    assert n > 0 and analysis.gpu.sync_calls_per_step == n / 34
     assert analysis.gpu.peak_memory_bytes is None  # captured without --cuda-memory-usage
     assert 0 < analysis.gpu.cuda_api_ms_per_step < analysis.steps.summary_ms.mean

@@ -21,24 +21,29 @@ def h100():
 def test_phases_are_the_step_children_in_order_with_exact_cpu_totals() -> None:
     path = TRACES / "cpu-train-loop" / "trace.sqlite"
     a = analyze_trace(path, AnalysisOptions(warmup_steps=4))
-    assert list(a.phases) == ["data_load", "h2d", "forward", "backward", "optimizer"]
+    assert list(a.phases) == ["data_load", "h2d", "forward", "backward", "optimizer", "between_steps"]
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         rows = conn.execute("SELECT text, \"end\" - start FROM NVTX_EVENTS WHERE eventType = 59 "
                             "AND text != 'step' ORDER BY start").fetchall()
-    data_load = [d for t, d in rows if t == "data_load"][4:]
+        steps = conn.execute("SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType = 59 "
+                             "AND text = 'step' ORDER BY start").fetchall()
+    data_load = [d for t, d in rows if t == "data_load"][4:11]   # steps 4..10: the last has no period
     p = a.phases["data_load"]
-    assert p.count == 8 and p.cpu_total_ms == pytest.approx(sum(data_load) / 1e6, rel=1e-12)
-    assert p.cpu_per_step_ms == pytest.approx(p.cpu_total_ms / 8)
+    assert p.count == 7 and p.cpu_total_ms == pytest.approx(sum(data_load) / 1e6, rel=1e-12)
+    assert p.cpu_per_step_ms == pytest.approx(p.cpu_total_ms / 7)
     total_step_ms = sum(a.steps.durations_ms)
     assert p.share_of_step == pytest.approx(p.cpu_total_ms / total_step_ms)
+    # between_steps: from each measured step range's end to the next one's start, nothing else there
+    gaps = [steps[k + 1][0] - steps[k][1] for k in range(4, 11)]
+    assert a.phases["between_steps"].cpu_total_ms == pytest.approx(sum(gaps) / 1e6, rel=1e-12)
     assert 0.9 < sum(x.share_of_step for x in a.phases.values()) <= 1.0
     assert all(x.gpu_ms is None for x in a.phases.values())
 
 
 def test_numbered_phase_names_fold_and_start_end_ranges_count() -> None:
     a = analyze_trace(TRACES / "cpu-two-procs" / "trace.sqlite", AnalysisOptions(warmup_steps=3))
-    assert list(a.phases) == ["forward", "backward", "checkpoint"]
-    assert (a.phases["forward"].count, a.phases["checkpoint"].count) == (12, 4)  # batches 3..8, 2 procs
+    assert list(a.phases) == ["forward", "backward", "checkpoint", "between_steps"]
+    assert (a.phases["forward"].count, a.phases["checkpoint"].count) == (10, 4)  # batches 3..7, 2 procs
 
 
 def test_backward_gets_most_gpu_time_although_nsys_thread_projection_sees_almost_none(h100) -> None:
@@ -47,7 +52,7 @@ def test_backward_gets_most_gpu_time_although_nsys_thread_projection_sees_almost
     assert bwd.gpu_ms > fwd.gpu_ms and bwd.gpu_ms / total_gpu > 0.4
     assert bwd.gpu_thread_proj_ms < 0.01 * bwd.gpu_ms          # autograd launches from another thread
     assert fwd.gpu_thread_proj_ms == pytest.approx(fwd.gpu_ms, rel=0.05)
-    assert bwd.gpu_per_step_ms == pytest.approx(bwd.gpu_ms / 35)
+    assert bwd.gpu_per_step_ms == pytest.approx(bwd.gpu_ms / 34)   # 40 steps, 5 warm-up, the last has no period
 
 
 def test_attributed_gpu_time_is_at_most_the_busy_time_of_ops_launched_in_the_window(h100) -> None:

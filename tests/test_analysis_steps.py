@@ -52,22 +52,27 @@ def test_summary_uses_sample_stdev_and_linear_percentiles() -> None:
     assert (s.p10, s.p90) == (pytest.approx(1.4), pytest.approx(7.6))
 
 
-def test_measured_steps_are_the_steps_after_warmup_with_their_exact_durations() -> None:
+def test_measured_steps_are_the_iteration_periods_after_warmup_and_the_last_range_is_left_out() -> None:
     path = TRACES / "cpu-train-loop" / "trace.sqlite"
     a = analyze_trace(path, AnalysisOptions(warmup_steps=5, batch_size=32))
     raw = _durations(path, "step")
     assert len(raw) == 12
-    expected_ms = (raw["dur"].to_numpy()[5:] / 1e6).tolist()
-    assert (a.steps.range_name, a.steps.count, a.steps.warmup_skipped) == ("step", 7, 5)
+    starts = raw["start"].to_numpy()
+    expected_ms = (np.diff(starts)[5:] / 1e6).tolist()          # start to next start, steps 5..10
+    range_ms = (raw["dur"].to_numpy()[5:11] / 1e6).tolist()
+    assert (a.steps.range_name, a.steps.count, a.steps.warmup_skipped, a.steps.source) == ("step", 6, 5, "nvtx")
     assert list(a.steps.durations_ms) == pytest.approx(expected_ms, abs=0, rel=1e-12)
+    assert list(a.steps.range_durations_ms) == pytest.approx(range_ms, abs=0, rel=1e-12)
+    assert all(p > r for p, r in zip(a.steps.durations_ms, a.steps.range_durations_ms))
     assert a.steps.summary_ms.median == pytest.approx(float(np.median(expected_ms)))
-    assert a.steps.samples_per_s == pytest.approx(32 * 7 / (sum(expected_ms) / 1e3))
-    assert a.steps.window_start_ns == int(raw["start"].iloc[5])
+    assert a.metrics()["step_range_ms"] == pytest.approx(float(np.median(range_ms)))
+    assert a.steps.samples_per_s == pytest.approx(32 * 6 / (sum(expected_ms) / 1e3))
+    assert (a.steps.window_start_ns, a.steps.window_end_ns) == (int(starts[5]), int(starts[11]))
 
 
 def test_too_few_steps_for_the_warmup_skip_fewer_and_warn() -> None:
     a = analyze_trace(TRACES / "cpu-train-loop" / "trace.sqlite", AnalysisOptions(warmup_steps=20))
-    assert (a.steps.count, a.steps.warmup_skipped) == (2, 10)
+    assert (a.steps.count, a.steps.warmup_skipped) == (1, 10)
     assert any("skipping 10 warm-up steps instead of 20" in w for w in a.warnings)
 
 
@@ -77,10 +82,14 @@ def test_numbered_steps_fold_and_warmup_applies_per_process_with_throughput_summ
     raw = _durations(path, "batch %")
     assert raw["pid"].nunique() == 2
     measured = raw.groupby("pid").apply(lambda g: g.iloc[3:], include_groups=False)
-    assert (a.steps.range_name, a.steps.count, a.processes) == ("batch", 12, 2)
-    per_proc = raw.groupby("pid")["dur"].apply(lambda d: 8 * (len(d) - 3) / (d.iloc[3:].sum() / 1e9))
+    assert (a.steps.range_name, a.steps.count, a.processes) == ("batch", 10, 2)
+    periods = raw.groupby("pid")["start"].apply(lambda s: np.diff(s.to_numpy())[3:])
+    per_proc = periods.apply(lambda p: 8 * len(p) / (p.sum() / 1e9))
     assert a.steps.samples_per_s == pytest.approx(per_proc.sum())
-    assert sorted(a.steps.durations_ms) == pytest.approx(sorted(measured["dur"] / 1e6))
+    assert sorted(a.steps.durations_ms) == pytest.approx(sorted(np.concatenate(periods.to_list()) / 1e6))
+    assert sorted(a.steps.range_durations_ms) == pytest.approx(sorted(measured["dur"].to_numpy() / 1e6)[:0]
+                                                               or sorted(measured.groupby(level=0).apply(
+                                                                   lambda g: g.iloc[:-1])["dur"] / 1e6))
 
 
 def test_a_user_step_pattern_must_be_a_valid_regex() -> None:

@@ -62,7 +62,7 @@ def test_baseline_file_is_sorted_indented_versioned_and_has_no_hostname(tmp_path
     doc = json.loads(text)
     assert text.endswith("}\n") and text.startswith('{\n  "format": "perfgate-baseline"')
     assert list(doc) == sorted(doc)
-    assert (doc["format"], doc["version"]) == ("perfgate-baseline", 1)
+    assert (doc["format"], doc["version"]) == ("perfgate-baseline", 2)
     assert "hostname" not in doc["machine"] and doc["machine"]["nsys"] == "2022.4.2.1"
     assert doc["summary"]["phase.forward.cpu_ms"] == {"count": 2, "median": 7.0, "mean": 7.0,
                                                        "stdev": pytest.approx(2.8284271)}
@@ -98,3 +98,11 @@ def test_provenance_records_commit_date_version_and_command(repo_root: Path) -> 
     assert info["command"] == "pytest --perfgate"
     assert info["created_utc"].endswith("Z") and info["perfgate_version"]
     assert info["git_commit"] is None or len(info["git_commit"]) == 40
+
+
+def test_a_version_1_baseline_is_refused_with_the_step_time_change_and_how_to_rerecord(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"format": "perfgate-baseline", "version": 1,
+                                "launches": [{"metrics": {"step_time_ms": 10.0}}]}))
+    with pytest.raises(BaselineError, match=r"old.json: .*step range's duration.*iteration period.*update-baselines"):
+        load_baseline(path)

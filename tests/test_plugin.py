@@ -86,8 +86,8 @@ def test_update_run_records_a_versioned_baseline(recorded: dict) -> None:
     files = list(recorded["baselines"].glob("tiny/*.json"))
     assert len(files) == 1
     doc = json.loads(files[0].read_text())
-    assert (doc["format"], doc["version"], doc["workload"]) == ("perfgate-baseline", 1, "tiny")
-    assert len(doc["launches"]) == 1 and len(doc["launches"][0]["step_durations_ms"]) == 7   # 8 - 1 warm-up
+    assert (doc["format"], doc["version"], doc["workload"]) == ("perfgate-baseline", 2, "tiny")
+    assert len(doc["launches"]) == 1 and len(doc["launches"][0]["step_durations_ms"]) == 6   # 8 - 1 warm-up - the last (no next start)
     assert doc["launches"][0]["metrics"]["phase.forward.cpu_ms"] == pytest.approx(10, abs=4)
     assert doc["provenance"]["command"].endswith("--perfgate --perfgate-update-baselines -p no:cacheprovider")
 

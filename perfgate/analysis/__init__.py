@@ -59,7 +59,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     sel = select_steps(trace.nvtx, options.step_pattern, options.warmup_steps, str(trace.path))
     steps = step_stats(sel, options.batch_size)
     measured = sel.measured
-    total_step_ns = int((measured["end"] - measured["start"]).sum())
+    total_step_ns = int((measured["period_end"] - measured["start"]).sum())
     instances = phase_instances(trace.nvtx, measured)
     launches = join_launches(trace.gpu_ops, trace.runtime) if trace.has_gpu else None
     busy = projected = None
@@ -85,5 +85,12 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         gpu=work,
         processes=int(sel.measured["pid"].nunique()),
         devices=devices,
-        warnings=sel.warnings,
+        warnings=sel.warnings + _source_note(sel.source),
     )
+
+
+def _source_note(source: str) -> tuple[str, ...]:
+    """A note saying where the steps came from when they are not the workload's own ranges."""
+    from perfgate.analysis.steps import SOURCE_DESCRIPTIONS, SOURCE_NVTX
+
+    return () if source == SOURCE_NVTX else (f"steps from {SOURCE_DESCRIPTIONS.get(source, source)}",)

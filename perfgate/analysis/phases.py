@@ -1,5 +1,5 @@
-"""Phases: the NVTX ranges directly inside the measured steps (same thread), grouped by folded
-name, with CPU time and two GPU times: PyTorch-correct process-time attribution (``gpu_ms``) and
+"""Phases: the NVTX ranges directly inside the measured iterations (same thread), grouped by folded
+name, and ``between_steps`` (the time between step ranges that no range covers), with CPU time and two GPU times: PyTorch-correct process-time attribution (``gpu_ms``) and
 nsys's thread projection (``gpu_thread_proj_ms``)."""
 from __future__ import annotations
 
@@ -7,20 +7,25 @@ import numpy as np
 import pandas as pd
 
 from perfgate.analysis.intervals import union_length_by_group
-from perfgate.analysis.steps import fold_name, top_level_mask
+from perfgate.analysis.steps import BETWEEN_STEPS, phase_name, top_level_mask
 from perfgate.model import PhaseStats
 
 
 def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """NVTX rows that are direct children of a measured step on the step's thread, with
-    ``phase`` (folded name) and ``step_index`` (position of the step in ``measured``)."""
-    parts: list[pd.DataFrame] = []
+    """The phases of each measured iteration, with ``phase`` (name) and ``step_index`` (position
+    of the step in ``measured``): NVTX ranges on the step's thread that are direct children of the
+    iteration, i.e. inside the step range or between its end and the next step's start
+    (``period_end``; the range's end when that column is absent), plus ``between_steps`` pieces:
+    the parts of that gap no such range covers (synthetic rows, ``row_id`` -1)."""
     steps = measured.reset_index(drop=True)
+    if "period_end" not in steps.columns:
+        steps = steps.assign(period_end=steps["end"])
+    parts: list[pd.DataFrame] = []
     for tid, st in steps.groupby("global_tid", sort=False):
         rows = nvtx[nvtx["global_tid"] == tid].sort_values("start", kind="stable")
         starts = rows["start"].to_numpy()
         i = np.searchsorted(starts, st["start"].to_numpy(), side="left")
-        j = np.searchsorted(starts, st["end"].to_numpy(), side="right")
+        j = np.searchsorted(starts, st["period_end"].to_numpy(), side="right")
         lengths = j - i
         if lengths.sum() == 0:
             continue
@@ -28,18 +33,68 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         offsets = np.repeat(i - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
         idx = np.arange(lengths.sum()) + offsets
         cand = rows.iloc[idx].assign(step_index=step_pos)
-        step_end = steps["end"].to_numpy()[step_pos]
+        limit = steps["period_end"].to_numpy()[step_pos]
         step_row = steps["row_id"].to_numpy()[step_pos]
-        cand = cand[(cand["end"].to_numpy() <= step_end) & (cand["row_id"].to_numpy() != step_row)]
-        parts.append(cand)
-    if not parts:
-        return nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
-    cand = pd.concat(parts, ignore_index=True)
-    direct = top_level_mask(cand["start"].to_numpy(), cand["end"].to_numpy(), cand["step_index"].to_numpy())
-    inst = cand[direct].reset_index(drop=True)
-    names = pd.unique(inst["name"])
-    folded = {n: fold_name(n) for n in names}
-    return inst.assign(phase=inst["name"].map(folded))
+        keep = (cand["end"].to_numpy() <= limit) & (cand["row_id"].to_numpy() != step_row)
+        # a range that straddles the step range's end is not a phase of the step
+        range_end = steps["end"].to_numpy()[step_pos]
+        keep &= (cand["end"].to_numpy() <= range_end) | (cand["start"].to_numpy() >= range_end)
+        parts.append(cand[keep])
+    empty = nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
+    if parts:
+        cand = pd.concat(parts, ignore_index=True)
+        direct = top_level_mask(cand["start"].to_numpy(), cand["end"].to_numpy(), cand["step_index"].to_numpy())
+        inst = cand[direct].reset_index(drop=True)
+        names = pd.unique(inst["name"])
+        folded = {n: phase_name(n) for n in names}
+        inst = inst.assign(phase=inst["name"].map(folded))
+    else:
+        inst = empty
+    between = between_steps_pieces(steps, inst)
+    if between.empty:
+        return inst
+    return pd.concat([inst, between], ignore_index=True).sort_values(["step_index", "start"], kind="stable") \
+        .reset_index(drop=True)
+
+
+def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFrame:
+    """Per iteration, the stretches of [step range end, period end) that no phase instance of
+    that iteration covers, as rows of phase ``between_steps`` on the step's thread."""
+    lo = steps["end"].to_numpy()
+    hi = steps["period_end"].to_numpy()
+    n = len(steps)
+    if n == 0 or not (hi > lo).any():
+        return inst.iloc[:0]
+    st_index = inst["step_index"].to_numpy() if len(inst) else np.zeros(0, dtype=np.int64)
+    in_gap = (inst["start"].to_numpy() >= lo[st_index]) if len(inst) else np.zeros(0, dtype=bool)
+    g = inst[in_gap].sort_values(["step_index", "start"], kind="stable")
+    gi = g["step_index"].to_numpy()
+    gs, ge = g["start"].to_numpy(), g["end"].to_numpy()
+    # cursor before each gap instance: max(step range end, ends of earlier instances of its step)
+    first = np.r_[True, gi[1:] != gi[:-1]] if gi.size else np.zeros(0, dtype=bool)
+    prev_end = pd.Series(ge).groupby(gi).cummax().groupby(gi).shift(1).to_numpy() if gi.size else ge
+    cursor = np.where(first, lo[gi], np.maximum(lo[gi], np.nan_to_num(prev_end, nan=-1))).astype(np.int64)
+    piece_s = [cursor]
+    piece_e = [np.minimum(gs, hi[gi])]
+    piece_i = [gi]
+    # the stretch after the last gap instance of each step (or the whole gap without any)
+    last_end = lo.copy()
+    if gi.size:
+        np.maximum.at(last_end, gi, ge)
+    piece_s.append(last_end)
+    piece_e.append(hi)
+    piece_i.append(np.arange(n))
+    s = np.concatenate(piece_s)
+    e = np.concatenate(piece_e)
+    k = np.concatenate(piece_i)
+    ok = e > s
+    s, e, k = s[ok], e[ok], k[ok]
+    return pd.DataFrame({
+        "row_id": np.full(s.size, -1, dtype=np.int64), "start": s, "end": e,
+        "text": BETWEEN_STEPS, "name": BETWEEN_STEPS,
+        "global_tid": steps["global_tid"].to_numpy()[k], "pid": steps["pid"].to_numpy()[k],
+        "step_index": k, "phase": BETWEEN_STEPS,
+    })
 
 
 def attribute_gpu_time(instances: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:

@@ -1,4 +1,13 @@
-"""Step ranges: which NVTX ranges are training steps, warm-up, per-step durations, summaries."""
+"""Iterations: which NVTX ranges mark training steps, warm-up, the iteration period of each
+measured step, and summaries.
+
+A step lasts from the start of its step range to the start of the next step range of the same
+process (the *iteration period*, as ``torch.profiler``'s ``ProfilerStep#N`` and nsys's
+``nvtx_pace`` recipe count iterations); the last step range of each process has no next start and
+is left out. The step range's own duration is kept as a reported metric. Where the trace has no
+step range of the user's, the iterations are found from ranges that mark the end of each
+iteration (see ``ITERATION_MARKERS``).
+"""
 from __future__ import annotations
 
 import re
@@ -21,6 +30,27 @@ DEFAULT_STEP_PATTERNS: tuple[str, ...] = (
 )
 DEFAULT_STEP_REGEX = "(?i)(?:" + "|".join(DEFAULT_STEP_PATTERNS) + ")"
 
+#: Prefix of the ranges that perfgate's own hooks emit in the profiled process (perfgate/autostep.py).
+AUTOSTEP_PREFIX = "perfgate/"
+
+#: Step sources, in order of preference: the user's step ranges, then ranges that end once per
+#: iteration (the optimizer step), each iteration lasting from the end of one to the end of the next.
+SOURCE_NVTX = "nvtx"
+ITERATION_MARKERS: tuple[tuple[str, str], ...] = (
+    # nsys --pytorch=functions-trace (Nsight Systems 2024.x+): the optimizer's step function
+    ("nsys-pytorch", r"torch\.optim\.[\w.]*\.step"),
+    # perfgate's own hook (global optimizer step hooks), installed through the environment
+    ("autostep", re.escape(AUTOSTEP_PREFIX) + r"optimizer"),
+)
+SOURCE_DESCRIPTIONS = {
+    SOURCE_NVTX: "the workload's step ranges",
+    "nsys-pytorch": "nsys's PyTorch annotation (--pytorch): one iteration per optimizer step",
+    "autostep": "perfgate's optimizer hook (no NVTX in the workload): one iteration per optimizer step",
+}
+#: The phase made of the time between one step range's end and the next one's start that no
+#: other range on the step's thread covers (data wait and host work outside the step range).
+BETWEEN_STEPS = "between_steps"
+
 _NUMBER = re.compile(r"[\s#_:=-]+\d+\b")
 _SPACES = re.compile(r"\s+")
 
@@ -31,6 +61,12 @@ def fold_name(name: str) -> str:
     ``conv2d``) are kept: only numbers set off by a space, ``#``, ``_``, ``:``, ``=`` or ``-``."""
     folded = _SPACES.sub(" ", _NUMBER.sub("", name)).strip()
     return folded or name
+
+
+def phase_name(name: str) -> str:
+    """A phase's name: folded, without the prefix of perfgate's own hook ranges
+    (``perfgate/data_load`` -> ``data_load``)."""
+    return fold_name(name.removeprefix(AUTOSTEP_PREFIX))
 
 
 def compile_step_pattern(pattern: str | None) -> re.Pattern[str]:
@@ -57,11 +93,13 @@ def summarize(values: np.ndarray | list[float]) -> Summary:
 
 @dataclass(frozen=True, eq=False)
 class StepSelection:
-    """The step ranges found in a trace: all of them and the measured ones (after warm-up)."""
+    """The steps found in a trace: all of them and the measured ones (after warm-up, with a next
+    step). ``measured`` has the nvtx columns plus ``period_end`` (the next step's start)."""
 
-    name: str                 # folded name of the chosen step range
-    all_steps: pd.DataFrame   # nvtx rows of every step range, sorted by (pid, start)
-    measured: pd.DataFrame    # the rows kept after warm-up
+    name: str                 # folded name of the step range (or of the iteration marker)
+    source: str               # SOURCE_NVTX or a marker source ("autostep", "nsys-pytorch")
+    all_steps: pd.DataFrame   # rows of every step, sorted by (pid, start)
+    measured: pd.DataFrame    # the measured steps, with ``period_end``
     warmup_skipped: int       # per process
     warnings: tuple[str, ...]
 
@@ -83,23 +121,74 @@ def top_level_mask(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) ->
     return out
 
 
-def select_steps(nvtx: pd.DataFrame, pattern: str | None, warmup_steps: int, source: str) -> StepSelection:
-    """Find the step ranges (top-most matching ranges per thread; the most frequent folded name
-    when several remain) and drop the first ``warmup_steps`` of each process."""
-    if warmup_steps < 0:
-        raise ConfigError(f"warmup_steps must be >= 0, got {warmup_steps}")
+def _top_level(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[top_level_mask(rows["start"].to_numpy(), rows["end"].to_numpy(), rows["global_tid"].to_numpy())]
+
+
+def user_step_ranges(nvtx: pd.DataFrame, pattern: str | None) -> tuple[str, pd.DataFrame] | None:
+    """The user's step ranges: top-most matching ranges per thread, the most frequent folded name
+    when several remain; None when no range matches. perfgate's own hook ranges never count."""
     regex = compile_step_pattern(pattern)
-    texts = nvtx["text"]
-    unique = pd.unique(texts)
-    matching = {t for t in unique if regex.fullmatch(t)}
-    cand = nvtx[texts.isin(matching)]
+    matching = {t for t in pd.unique(nvtx["text"]) if regex.fullmatch(t) and not t.startswith(AUTOSTEP_PREFIX)}
+    cand = nvtx[nvtx["text"].isin(matching)]
     if cand.empty:
-        raise TraceError(_no_steps_message(nvtx, pattern, source))
-    top = cand[top_level_mask(cand["start"].to_numpy(), cand["end"].to_numpy(),
-                              cand["global_tid"].to_numpy())]
+        return None
+    top = _top_level(cand)
     folded = top["text"].map(fold_name)
     name = folded.value_counts().index[0]
-    steps = top[folded == name].sort_values(["pid", "start"], kind="stable")
+    return name, top[folded == name].sort_values(["pid", "start"], kind="stable")
+
+
+def marker_steps(nvtx: pd.DataFrame, marker: str) -> pd.DataFrame:
+    """Iterations from ranges that end once per iteration: on each thread, one step from the end of
+    one marker range to the end of the next (the first marker only opens the first step). The rows
+    are synthetic (``row_id`` negative, ``text``/``name`` the marker's folded name)."""
+    regex = re.compile(marker)
+    names = {t for t in pd.unique(nvtx["text"]) if regex.fullmatch(t)}
+    cand = nvtx[nvtx["text"].isin(names)]
+    if cand.empty:
+        return cand.assign(row_id=pd.Series(dtype="int64"))
+    top = _top_level(cand).sort_values(["global_tid", "end"], kind="stable")
+    same = top["global_tid"].to_numpy()[1:] == top["global_tid"].to_numpy()[:-1]
+    ends = top["end"].to_numpy()
+    steps = top.iloc[1:][same].assign(start=ends[:-1][same])
+    label = fold_name(str(top["text"].iloc[0]))
+    steps = steps.assign(text=label, name=label, row_id=-np.arange(1, len(steps) + 1, dtype=np.int64))
+    return steps.sort_values(["pid", "start"], kind="stable")
+
+
+def find_steps(nvtx: pd.DataFrame, pattern: str | None, source: str) -> tuple[str, str, pd.DataFrame]:
+    """(name, source, step rows): the user's step ranges, else the first marker source present."""
+    found = user_step_ranges(nvtx, pattern)
+    if found is not None:
+        return found[0], SOURCE_NVTX, found[1]
+    if pattern is None:
+        for label, marker in ITERATION_MARKERS:
+            steps = marker_steps(nvtx, marker)
+            if len(steps):
+                return str(steps["text"].iloc[0]), label, steps
+    raise TraceError(_no_steps_message(nvtx, pattern, source))
+
+
+def with_period_end(steps: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` (sorted by pid, start) with ``period_end``: the next step's start in the same
+    process, -1 for the last one."""
+    pid = steps["pid"].to_numpy()
+    start = steps["start"].to_numpy()
+    nxt = np.full(len(steps), -1, dtype=np.int64)
+    if len(steps) > 1:
+        same = pid[1:] == pid[:-1]
+        nxt[:-1] = np.where(same, start[1:], -1)
+    return steps.assign(period_end=nxt)
+
+
+def select_steps(nvtx: pd.DataFrame, pattern: str | None, warmup_steps: int, source: str) -> StepSelection:
+    """Find the steps and drop the first ``warmup_steps`` of each process; the measured steps are
+    the remaining ones that have a next step (their period ends at its start)."""
+    if warmup_steps < 0:
+        raise ConfigError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    name, origin, steps = find_steps(nvtx, pattern, source)
+    steps = with_period_end(steps)
     counts = steps.groupby("pid").size()
     skip = int(warmup_steps)
     warnings: list[str] = []
@@ -110,37 +199,66 @@ def select_steps(nvtx: pd.DataFrame, pattern: str | None, warmup_steps: int, sou
             f"only {fewest} '{name}' steps in a process: skipping {reduced} warm-up steps instead of {skip}"
         )
         skip = reduced
-    rank = steps.groupby("pid").cumcount()
-    measured = steps[rank.to_numpy() >= skip]
-    return StepSelection(name, steps, measured, skip, tuple(warnings))
+    rank = steps.groupby("pid").cumcount().to_numpy()
+    kept = steps[rank >= skip]
+    measured = kept[kept["period_end"].to_numpy() >= 0]
+    lonely = kept[kept["pid"].map(counts).to_numpy() == 1]
+    if len(lonely):   # a process with a single step: its range is all there is
+        warnings.append(f"{len(lonely)} process(es) with a single '{name}' step: measured as the range's duration")
+        measured = pd.concat([measured, lonely.assign(period_end=lonely["end"])]).sort_values(
+            ["pid", "start"], kind="stable")
+    return StepSelection(name, origin, steps, measured, skip, tuple(warnings))
+
+
+def measured_iterations(nvtx: pd.DataFrame, steps: StepStats) -> pd.DataFrame:
+    """The measured steps of an analysis, found again in its trace (same source, same window)."""
+    if steps.source == SOURCE_NVTX:
+        texts = pd.unique(nvtx["text"])
+        names = {t for t in texts if fold_name(t) == steps.range_name and not t.startswith(AUTOSTEP_PREFIX)}
+        rows = _top_level(nvtx[nvtx["text"].isin(names)]).sort_values(["pid", "start"], kind="stable")
+    else:
+        marker = dict(ITERATION_MARKERS).get(steps.source)
+        rows = marker_steps(nvtx, marker) if marker is not None else nvtx.iloc[:0]
+    rows = with_period_end(rows)
+    rows = rows.assign(period_end=np.where(rows["period_end"].to_numpy() >= 0, rows["period_end"].to_numpy(),
+                                           rows["end"].to_numpy()))
+    inside = (rows["start"] >= steps.window_start_ns) & (rows["period_end"] <= steps.window_end_ns)
+    return rows[inside.to_numpy()]
 
 
 def step_stats(sel: StepSelection, batch_size: int | None) -> StepStats:
-    """Per-step durations (per process, concatenated in time order) and their summary."""
+    """Per-step iteration periods and range durations (per process, concatenated in time order)."""
     m = sel.measured
-    dur_ns = (m["end"] - m["start"]).to_numpy()
-    durations_ms = tuple(float(x) for x in dur_ns / 1e6)
+    period_ns = (m["period_end"] - m["start"]).to_numpy()
+    range_ns = (m["end"] - m["start"]).to_numpy()
     samples_per_s = None
     if batch_size is not None and len(m):
-        per_proc = m.assign(d=dur_ns).groupby("pid").agg(n=("d", "size"), total=("d", "sum"))
+        per_proc = m.assign(d=period_ns).groupby("pid").agg(n=("d", "size"), total=("d", "sum"))
         samples_per_s = float((batch_size * per_proc["n"] / (per_proc["total"] / 1e9)).sum())
     return StepStats(
         range_name=sel.name,
         count=len(m),
         warmup_skipped=sel.warmup_skipped,
-        durations_ms=durations_ms,
-        summary_ms=summarize(dur_ns / 1e6),
+        durations_ms=tuple(float(x) for x in period_ns / 1e6),
+        summary_ms=summarize(period_ns / 1e6),
         window_start_ns=int(m["start"].min()),
-        window_end_ns=int(m["end"].max()),
+        window_end_ns=int(m["period_end"].max()),
         batch_size=batch_size,
         samples_per_s=samples_per_s,
+        source=sel.source,
+        range_durations_ms=tuple(float(x) for x in range_ns / 1e6),
+        range_summary_ms=summarize(range_ns / 1e6),
     )
 
 
 def _no_steps_message(nvtx: pd.DataFrame, pattern: str | None, source: str) -> str:
     common = nvtx["text"].map(fold_name).value_counts().head(8)
     listing = ", ".join(f"{n!r} ({c})" for n, c in common.items())
-    which = "the default step patterns (step, train_step, iteration, batch N, Step N Start, ProfilerStep#N)" \
-        if pattern is None else f"step_pattern {pattern!r}"
+    if pattern is None:
+        which = ("the default step patterns (step, train_step, iteration, batch N, Step N Start, ProfilerStep#N), "
+                 "nor an optimizer-step range of nsys's PyTorch annotation or of perfgate's hook "
+                 "(autostep: was the capture made with autostep off, or does the workload use no torch.optim optimizer?)")
+    else:
+        which = f"step_pattern {pattern!r}"
     return (f"{source}: no NVTX range matches {which}. Most frequent ranges: {listing}. "
             "Set the step pattern (--step-pattern / step_pattern) to the range that marks one iteration")

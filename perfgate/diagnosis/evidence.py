@@ -167,6 +167,15 @@ def _summary_from_steps(st: Mapping[str, Any], metrics: Mapping[str, Any]) -> Su
     )
 
 
+def _range_summary(st: Mapping[str, Any], metrics: Mapping[str, Any]) -> Summary | None:
+    median = st.get("range_median_ms", metrics.get("step_range_ms"))
+    if median is None:
+        return None
+    mean = float(st.get("range_mean_ms") or median)
+    return Summary(count=int(st.get("count") or 0), mean=mean, median=float(median), stdev=0.0,
+                   p10=float(median), p90=float(median), min=float(median), max=float(median))
+
+
 def _steps_from_metrics(metrics: Mapping[str, Any]) -> StepStats:
     median = float(metrics.get("step_time_ms", 0.0))
     mean = float(metrics.get("step_time_mean_ms", median))
@@ -209,7 +218,8 @@ def as_analysis(value: Analysis | Mapping[str, Any]) -> Analysis:
             durations_ms=tuple(float(x) for x in st.get("durations_ms") or ()),
             summary_ms=summary, window_start_ns=int(st.get("window_start_ns") or 0),
             window_end_ns=int(st.get("window_end_ns") or 0), batch_size=st.get("batch_size"),
-            samples_per_s=st.get("samples_per_s"))
+            samples_per_s=st.get("samples_per_s"), source=str(st.get("source") or "nvtx"),
+            range_summary_ms=_range_summary(st, metrics), basis=str(st.get("basis") or "range"))
     else:
         steps = _steps_from_metrics(metrics)
     if d.get("phases"):

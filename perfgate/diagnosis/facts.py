@@ -14,7 +14,7 @@ import pandas as pd
 from perfgate.analysis import intervals
 from perfgate.analysis.launches import join_launches
 from perfgate.analysis.phases import phase_instances
-from perfgate.analysis.steps import fold_name, top_level_mask
+from perfgate.analysis.steps import measured_iterations
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
 from perfgate.model import Analysis, KernelStat
 
@@ -81,16 +81,6 @@ def api_name(raw: str) -> str:
     return API_VERSION_RE.sub("", raw)
 
 
-def _measured_steps(nvtx: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
-    st = analysis.steps
-    texts = pd.unique(nvtx["text"])
-    names = {t for t in texts if fold_name(t) == st.range_name}
-    cand = nvtx[nvtx["text"].isin(names) & (nvtx["start"] >= st.window_start_ns)
-                & (nvtx["end"] <= st.window_end_ns)]
-    top = top_level_mask(cand["start"].to_numpy(), cand["end"].to_numpy(), cand["global_tid"].to_numpy())
-    return cand[top].sort_values(["pid", "start"], kind="stable")
-
-
 def _overlap_ns(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> int:
     """Length of the intervals [s, e) inside the disjoint sorted union [us, ue)."""
     if s.size == 0 or us.size == 0:
@@ -136,17 +126,24 @@ def _idle_by_phase(ops: pd.DataFrame, phases: pd.DataFrame, lo: int, hi: int) ->
 
 
 def _kernel_set_changes(kernels: pd.DataFrame, steps: pd.DataFrame) -> tuple[int, int]:
-    """(steps whose kernel-name set differs from the most common one, steps launching nothing)."""
+    """(steps whose kernel-name set differs from the most common one, steps launching nothing).
+    A kernel belongs to the iteration of its process in which its launch started."""
     if len(steps) < 3:
         return 0, 0
     t = np.where(kernels["api_start"].to_numpy() >= 0, kernels["api_start"].to_numpy(),
                  kernels["start"].to_numpy())
-    sets: list[frozenset[int]] = []
     names = kernels["name_id"].to_numpy()
     kpid = kernels["pid"].to_numpy()
-    for s, e, pid in steps[["start", "end", "pid"]].itertuples(index=False):
-        mask = (t >= s) & (t < e) & (kpid == pid)
-        sets.append(frozenset(names[mask].tolist()))
+    end_col = "period_end" if "period_end" in steps.columns else "end"
+    sets: list[frozenset[int]] = []
+    for pid, st in steps.groupby("pid", sort=False):
+        mine = kpid == pid
+        kt, kn = t[mine], names[mine]
+        order = np.argsort(kt, kind="stable")
+        kt, kn = kt[order], kn[order]
+        lo = np.searchsorted(kt, st["start"].to_numpy(), side="left")
+        hi = np.searchsorted(kt, st[end_col].to_numpy(), side="left")
+        sets.extend(frozenset(kn[a:b].tolist()) for a, b in zip(lo, hi))
     counts: dict[frozenset[int], int] = {}
     for ks in sets:
         counts[ks] = counts.get(ks, 0) + 1
@@ -193,7 +190,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     sync_memcpy = rt[rt_name.map(lambda s: bool(SYNC_MEMCPY_RE.match(s))).to_numpy(dtype=bool)] \
         if len(rt) else rt
 
-    steps = _measured_steps(trace.nvtx, analysis)
+    steps = measured_iterations(trace.nvtx, analysis.steps)
     phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
     h2d = phases[phases["phase"] == H2D_PHASE] if len(phases) else phases
     h2d_syncs = 0
