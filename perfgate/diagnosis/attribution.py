@@ -11,7 +11,8 @@ from typing import Any
 
 from perfgate.diagnosis.evidence import (
     COMPUTE_PHASES,
-    DATA_PHASE,
+    BETWEEN_STEPS,
+    data_phase,
     H2D_PHASE,
     as_analysis,
     gap_idle_by_phase_ms,
@@ -72,7 +73,7 @@ def _rule_delta_ms(rule: str, base: Analysis, cur: Analysis) -> float:
         return 0.0 if b is None or c is None else c - b
 
     table: dict[str, Callable[[], float]] = {
-        "dataloader_blocking": lambda: pd_(DATA_PHASE),
+        "dataloader_blocking": lambda: pd_(data_phase(cur)),
         "pageable_copies": lambda: max(pd_(H2D_PHASE), gpu("h2d_ms_per_step")),
         "blocking_copy": lambda: pd_(H2D_PHASE),
         "synchronous_copies": lambda: pd_(H2D_PHASE),
@@ -186,6 +187,8 @@ def _where(phase: str | None, delta: float, idle_phase: dict[str, float], cur: A
         return f"{delta:+.1f} ms/step"
     idle = idle_phase.get(phase, 0.0)
     note = f" (GPU idle while {phase} open)" if idle >= MIN_REASON_MS and cur.gpu is not None else ""
+    if phase == BETWEEN_STEPS:
+        phase = "between steps (outside the step range: data wait or host work)"
     return f"{phase} {delta:+.1f} ms/step{note}"
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from perfgate.diagnosis.evidence import (
     COMPUTE_PHASES,
-    DATA_PHASE,
+    data_phase,
     H2D_PHASE,
     OUTSIDE_PHASES,
     gap_idle_by_phase_ms,
@@ -48,7 +48,7 @@ class Classification:
 def classify_cpu_only(analysis: Analysis) -> Classification:
     """Largest of data_load, h2d and compute (forward+backward+optimizer) CPU shares wins."""
     compute = sum(phase_share(analysis, p) for p in COMPUTE_PHASES)
-    scores = {DATA_LOADING: phase_share(analysis, DATA_PHASE),
+    scores = {DATA_LOADING: phase_share(analysis, data_phase(analysis)),
               H2D_COPY: phase_share(analysis, H2D_PHASE), CPU_COMPUTE: compute}
     evidence = [CPU_ONLY_NOTE, f"mean step {step_mean_ms(analysis):.2f} ms"]
     evidence += [f"{name} {p.cpu_per_step_ms:.2f} ms/step = {p.share_of_step:.0%} of the step"
@@ -99,7 +99,7 @@ def classify_gpu(analysis: Analysis, facts: TraceFacts | None = None) -> Classif
     sync_ms = _sync_ms(analysis, facts)
     per = (lambda ms: ms / step) if step > 0 else (lambda ms: 0.0)
     scores = {
-        DATA_LOADING: per(by_phase.get(DATA_PHASE, 0.0)),
+        DATA_LOADING: per(by_phase.get(data_phase(analysis), 0.0)),
         H2D_COPY: per(by_phase.get(H2D_PHASE, 0.0) + unoverlapped_copy),
         SYNCHRONIZATION: min(per(sync_ms), idle_frac),
         CPU_LAUNCH: per(launch_idle),
@@ -132,8 +132,8 @@ def classify_gpu(analysis: Analysis, facts: TraceFacts | None = None) -> Classif
 def _cause_evidence(best: str, analysis: Analysis, by_phase: dict[str, float],
                     unoverlapped_copy: float, sync_ms: float) -> str:
     if best == DATA_LOADING:
-        return (f"GPU idle {by_phase.get(DATA_PHASE, 0.0):.2f} ms/step while data_load open "
-                f"(data_load {phase_ms(analysis, DATA_PHASE):.2f} ms/step)")
+        return (f"GPU idle {by_phase.get(data_phase(analysis), 0.0):.2f} ms/step while {data_phase(analysis)} open "
+                f"({data_phase(analysis)} {phase_ms(analysis, data_phase(analysis)):.2f} ms/step)")
     if best == H2D_COPY:
         return (f"GPU idle {by_phase.get(H2D_PHASE, 0.0):.2f} ms/step while h2d open, "
                 f"{unoverlapped_copy:.2f} ms/step of H2D copies not overlapping compute")

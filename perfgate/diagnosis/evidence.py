@@ -21,6 +21,10 @@ from perfgate.model import (
 )
 
 DATA_PHASE = "data_load"
+# Other names loops give their data-loading range (seed 003's ``__next__ N``, ...): the data phase of
+# an analysis is ``data_load`` when present, else the first phase whose name matches.
+DATA_PHASE_RE = re.compile(r"__next__|data|loader|fetch|next_batch", re.IGNORECASE)
+BETWEEN_STEPS = "between_steps"   # analysis.steps.BETWEEN_STEPS (no pandas import here)
 H2D_PHASE = "h2d"
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 OUTSIDE_PHASES = "(no phase)"     # idle while only the step range (or nothing) was open
@@ -83,6 +87,13 @@ def gap_idle_by_phase_ms(analysis: Analysis) -> dict[str, float]:
 def phase_share(analysis: Analysis, name: str) -> float:
     p = analysis.phases.get(name)
     return 0.0 if p is None else float(p.share_of_step)
+
+
+def data_phase(analysis: Analysis) -> str:
+    """The name of the analysis's data-loading phase (``data_load`` when there is none)."""
+    if DATA_PHASE in analysis.phases:
+        return DATA_PHASE
+    return next((n for n in analysis.phases if n != BETWEEN_STEPS and DATA_PHASE_RE.search(n)), DATA_PHASE)
 
 
 def phase_ms(analysis: Analysis, name: str) -> float:
