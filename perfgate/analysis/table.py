@@ -15,15 +15,24 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
 
 
+def _source(source: str) -> str:
+    from perfgate.analysis.steps import SOURCE_DESCRIPTIONS
+
+    return SOURCE_DESCRIPTIONS.get(source, source)
+
+
 def render_table(analysis: Analysis) -> str:
     """Steps, phases, GPU idle and GPU work of one analysis, for a terminal."""
     a, st = analysis, analysis.steps
     s = st.summary_ms
     out = [f"trace: {a.source}  (nsys {a.nsys_version or '?'}, schema {a.schema_version or '?'})",
            f"steps: '{st.range_name}' x {st.count} measured ({st.warmup_skipped} warm-up skipped per "
-           f"process, {a.processes} process{'es' if a.processes != 1 else ''})",
-           f"step time ms: median {_fmt(s.median)}  mean {_fmt(s.mean)}  p10 {_fmt(s.p10)}  "
-           f"p90 {_fmt(s.p90)}  stdev {_fmt(s.stdev)}"]
+           f"process, {a.processes} process{'es' if a.processes != 1 else ''}), from {_source(st.source)}",
+           f"step time ms (iteration period, step start to next step start): median {_fmt(s.median)}  "
+           f"mean {_fmt(s.mean)}  p10 {_fmt(s.p10)}  p90 {_fmt(s.p90)}  stdev {_fmt(s.stdev)}"]
+    if st.range_summary_ms is not None and st.source == "nvtx":
+        out.append(f"step range ms (the '{st.range_name}' range itself, not gated): median "
+                   f"{_fmt(st.range_summary_ms.median)}  mean {_fmt(st.range_summary_ms.mean)}")
     if st.samples_per_s is not None:
         out.append(f"throughput: {st.samples_per_s:.1f} samples/s (batch size {st.batch_size})")
     if a.gpu_idle is not None:
