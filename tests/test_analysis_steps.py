@@ -28,7 +28,8 @@ def _durations(path: Path, name_like: str) -> pd.DataFrame:
 @pytest.mark.parametrize("raw, folded", [
     ("forward 12", "forward"), ("Step 3 Start", "Step Start"), ("ProfilerStep#4", "ProfilerStep"),
     ("batch_7", "batch"), ("layer1", "layer1"), ("conv2d", "conv2d"),
-    ("aten::add, op_id = 314359", "aten::add, op_id"), ("step", "step"),
+    ("aten::add, op_id = 314359", "aten::add, op_id"), ("step", "step"), ("__next__ 5", "__next__"),
+    ("copy data 12", "copy data"), ("step-3", "step"), ("layer_1", "layer"),
 ])
 def test_fold_name_drops_only_set_off_iteration_numbers(raw: str, folded: str) -> None:
     assert fold_name(raw) == folded
@@ -112,3 +113,16 @@ def test_emit_nvtx_trace_without_step_ranges_gives_a_clear_error_or_an_analysis_
     a = analyze_trace(EMIT_NVTX, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", warmup_steps=2))
     assert a.processes == 2 and a.devices == ("0", "1")
     assert set(a.gpu_idle.per_device) == {"0", "1"}
+
+
+@pytest.mark.parametrize("raw, phase", [
+    ("perfgate/data_load", "data_load"), ("perfgate/optimizer", "optimizer"),
+    ("torch.utils.data.dataloader._BaseDataLoaderIter.__next__", "data_load"),
+    ("torch.autograd.backward", "backward"), ("torch.optim.AdamW.step", "optimizer"),
+    ("torch.nn.modules.Module.__call__", "forward"), ("torch.Tensor.to", "h2d"),
+    ("forward 3", "forward"), ("torch.compile", "torch.compile"),
+])
+def test_phase_names_of_hook_and_nsys_pytorch_ranges(raw: str, phase: str) -> None:
+    from perfgate.analysis.steps import phase_name
+
+    assert phase_name(raw) == phase

@@ -51,7 +51,9 @@ SOURCE_DESCRIPTIONS = {
 #: other range on the step's thread covers (data wait and host work outside the step range).
 BETWEEN_STEPS = "between_steps"
 
-_NUMBER = re.compile(r"[\s#_:=-]+\d+\b")
+# a number set off by spaces (and an optional #:=- sign), by #:=- alone, or by one underscore after a
+# letter or digit (``batch_7``); the underscores of ``__next__`` stay
+_NUMBER = re.compile(r"(?:\s+[#_:=-]*\s*|[#:=-]+\s*|(?<=[A-Za-z0-9])_)\d+\b")
 _SPACES = re.compile(r"\s+")
 
 
@@ -63,9 +65,25 @@ def fold_name(name: str) -> str:
     return folded or name
 
 
+#: The phase that ranges of nsys's PyTorch annotation (``--pytorch=functions-trace``, names seen on
+#: nsys 2025.3.1 with torch 2.11) stand for, when they are direct children of an iteration.
+NSYS_PYTORCH_PHASES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"torch\.utils\.data\.dataloader\._\w*DataLoaderIter\.__next__"), "data_load"),
+    (re.compile(r"torch\.Tensor\.to"), "h2d"),
+    (re.compile(r"torch\.nn\.modules\.Module\.__call__|torch\.nn\.functional\.\w+"), "forward"),
+    (re.compile(r"torch\.autograd\.backward"), "backward"),
+    (re.compile(r"torch\.optim\.[\w.]*\.(?:step|zero_grad)"), "optimizer"),
+)
+
+
 def phase_name(name: str) -> str:
     """A phase's name: folded, without the prefix of perfgate's own hook ranges
-    (``perfgate/data_load`` -> ``data_load``)."""
+    (``perfgate/data_load`` -> ``data_load``), nsys's PyTorch function ranges by what they do
+    (``torch.autograd.backward`` -> ``backward``)."""
+    if name.startswith("torch."):
+        for pattern, phase in NSYS_PYTORCH_PHASES:
+            if pattern.fullmatch(name):
+                return phase
     return fold_name(name.removeprefix(AUTOSTEP_PREFIX))
 
 
