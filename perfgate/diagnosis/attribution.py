@@ -77,7 +77,8 @@ def _rule_delta_ms(rule: str, base: Analysis, cur: Analysis) -> float:
         "pageable_copies": lambda: max(pd_(H2D_PHASE), gpu("h2d_ms_per_step")),
         "blocking_copy": lambda: pd_(H2D_PHASE),
         "synchronous_copies": lambda: pd_(H2D_PHASE),
-        "copy_not_overlapped": lambda: max(pd_(H2D_PHASE), idle()),
+        # the copy's own phase: GPU idle that grew elsewhere (e.g. while data loads) is not the copy's
+        "copy_not_overlapped": lambda: pd_(H2D_PHASE),
         "no_mixed_precision": lambda: max(gpu("kernel_ms_per_step"),
                                           sum(pd_(p) for p in COMPUTE_PHASES)),
         "not_compiled": lambda: max(gpu("kernel_ms_per_step"), sum(pd_(p) for p in COMPUTE_PHASES)),
@@ -163,6 +164,12 @@ def _first_reason(base: Analysis, cur: Analysis, new: tuple[Finding, ...], prese
         if f.cause is not None and delta >= MIN_REASON_MS:
             scored.append((weight * delta, delta, f))
     top_phase = phases[0] if phases and phases[0].delta_ms >= MIN_REASON_MS else None
+    if scored and top_phase is not None:
+        best = max(scored, key=lambda s: s[0])
+        named = best[2].phases[0] if best[2].phases else None
+        # a phase that changed much more than the best rule's cause explains is the reason itself
+        if named != top_phase.name and top_phase.delta_ms > 2 * best[1]:
+            scored = [s for s in scored if s[2].phases and s[2].phases[0] == top_phase.name]
     if scored:
         _, delta, f = max(scored, key=lambda s: s[0])
         phase = f.phases[0] if f.phases else None

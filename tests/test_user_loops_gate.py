@@ -1,0 +1,127 @@
+"""The gate on loops written the way users write them, under the real nsys (2022.4 on CPU): the
+step is the iteration period, so a slower input pipeline outside the step range (or in code
+without any NVTX) is caught, and the first reason names data loading / the time between steps.
+
+Each loop style records a baseline, passes an unchanged rerun, and is REGRESSED when its dataset
+gets slower by about one iteration (``--slow-data-ms``). Checked with values a range-duration
+implementation would not give: the step range stays as it was while the period grows by the
+added loading time."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.config import load_settings
+from perfgate.model import Verdict
+from perfgate.pipeline import run_workload
+from perfgate.workloads import discover_workloads, select_workloads
+
+# loop style -> (workload, extra args, the phase that must carry the added loading time)
+LOOPS = {
+    "plain loop (step range inside the body)": ("plain_loop", (), "data_load"),
+    "seed 003's loop (__next__ N, batch N)": ("seed003_loop", (), "__next__"),
+    "HF Trainer, no NVTX": ("hf_trainer", (), "data_load"),
+    "Lightning, no NVTX": ("lightning_loop", (), "data_load"),
+}
+COMMON = ("--steps", "10", "--warmup-steps", "3")
+# a 2-core shared CI machine: a loose step-time tolerance keeps an unchanged rerun green, while the
+# injected slowdown (about one iteration of extra loading) is far beyond it
+TOLERANCE = {"step_time*": "35%+3", "phase.*": "off", "gpu_idle_fraction": "off"}
+
+
+def _settings(tmp: Path, repo_root: Path):
+    return load_settings(repo_root, env={}, overrides={
+        "artifacts_dir": str(tmp / "runs"), "baseline_dir": str(tmp / "baselines"),
+        "report_dir": str(tmp / "report"), "size": "cpu", "timeout_s": 300, "launches": 1,
+        "tolerance": TOLERANCE})
+
+
+@pytest.fixture(scope="module", params=list(LOOPS), ids=lambda s: LOOPS[s][0])
+def gated(request, tmp_path_factory: pytest.TempPathFactory, repo_root: Path, nsys_path: str,
+          torch_module: object) -> dict:
+    workload, extra, phase = LOOPS[request.param]
+    tmp = tmp_path_factory.mktemp(workload)
+    settings = _settings(tmp, repo_root)
+    spec = select_workloads(discover_workloads(settings), [workload])[0]
+    spec = replace(spec, args=(*spec.args, *COMMON, *extra))
+    recorded = run_workload(spec, settings, update_baseline=True)
+    assert recorded.verdict != Verdict.ERROR, recorded.error
+    rerun = run_workload(spec, settings)
+    iteration_ms = recorded.analyses[0].steps.summary_ms.median
+    slow_ms = max(20.0, 1.0 * iteration_ms)
+    slowed = run_workload(replace(spec, args=(*spec.args, "--slow-data-ms", f"{slow_ms:.1f}")), settings)
+    return {"recorded": recorded, "rerun": rerun, "slowed": slowed, "phase": phase, "slow_ms": slow_ms}
+
+
+def test_steps_are_found_and_measured_as_periods(gated: dict) -> None:
+    a = gated["recorded"].analyses[0]
+    assert a.steps.basis == "period" and a.steps.count >= 5
+    # the loop's own host-timed iteration (PERFGATE_SELF_REPORT) agrees with the period
+    own = a.extra["self_report"]["step_ms_median"] if "self_report" in a.extra else None
+    if own is not None:
+        assert a.steps.summary_ms.median == pytest.approx(own, rel=0.25)
+
+
+def test_unchanged_rerun_passes(gated: dict) -> None:
+    rerun = gated["rerun"]
+    assert rerun.verdict in (Verdict.PASS, Verdict.IMPROVED), rerun.message
+
+
+def test_slower_input_pipeline_is_regressed_and_named(gated: dict) -> None:
+    slowed, phase, slow_ms = gated["slowed"], gated["phase"], gated["slow_ms"]
+    base = gated["recorded"].analyses[0]
+    cur = slowed.analyses[0]
+    assert slowed.verdict == Verdict.REGRESSED, slowed.message
+    # the period grew by about the added loading time ...
+    grown = cur.steps.summary_ms.median - base.steps.summary_ms.median
+    assert grown == pytest.approx(slow_ms, rel=0.5)
+    # ... inside the data-loading phase, which lies outside any step range of the user's
+    assert cur.phases[phase].cpu_per_step_ms - base.phases[phase].cpu_per_step_ms == pytest.approx(slow_ms, rel=0.5)
+    if cur.steps.source == "nvtx":
+        # the step range itself did not get slower: a range-duration gate would have passed this
+        assert cur.steps.range_summary_ms.median < base.steps.range_summary_ms.median + 0.25 * slow_ms
+    first = slowed.extra["attribution"]["first_reason"]
+    assert first.startswith(phase) or first.startswith("between steps"), first
+
+
+# ----------------------------------------------------------------------------- H100 captures
+# seed 003's loop as the seed writes it (``__next__ N`` before ``batch N``), captured on an H100 by
+# scripts/gpu/user-loops.sh with DataLoader workers 8 and 0 (nsys 2025.3.1, 20 measured steps + 3).
+
+GPU_SEED = Path(__file__).parent / "fixtures" / "traces"
+
+
+def _own_median_ms(log: Path) -> float:
+    import json
+
+    line = next(ln for ln in log.read_text().splitlines() if ln.startswith("PERFGATE_SELF_REPORT "))
+    return float(json.loads(line.split(" ", 1)[1])["step_ms_median"])
+
+
+@pytest.mark.parametrize("workers", [8, 0])
+def test_seed003_h100_period_matches_the_loops_own_iteration_time(workers: int) -> None:
+    from perfgate.analysis import AnalysisOptions, analyze_trace
+
+    d = GPU_SEED / f"gpu-seed003-loop-workers{workers}"
+    a = analyze_trace(d / "trace.sqlite", AnalysisOptions(warmup_steps=3))
+    own = _own_median_ms(d / "workload.log")
+    assert a.steps.range_name == "batch" and a.steps.count == 19
+    assert a.steps.summary_ms.median == pytest.approx(own, rel=0.05)
+    assert "__next__" in a.phases and a.phases["__next__"].gpu_ms == 0.0
+    # the batch range alone is far shorter than the iteration: what the gate used to measure
+    assert a.steps.range_summary_ms.median < 0.8 * a.steps.summary_ms.median
+
+
+def test_seed003_h100_losing_the_workers_is_regressed_and_named(tmp_path: Path) -> None:
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.pipeline import compare_and_explain
+
+    outcome, attribution = compare_and_explain(
+        GPU_SEED / "gpu-seed003-loop-workers8" / "trace.sqlite",
+        GPU_SEED / "gpu-seed003-loop-workers0" / "trace.sqlite", options=AnalysisOptions(warmup_steps=3))
+    assert outcome.verdict == Verdict.REGRESSED
+    assert outcome.row("step_time_ms").change > 1.0                 # 19.0 -> 43.2 ms
+    assert abs(outcome.row("step_range_ms").change) < 0.05          # the batch range did not change
+    assert attribution.first_reason.startswith("__next__ +"), attribution.first_reason
