@@ -4,6 +4,9 @@
 group with a timeout and leaves in the launch directory: ``trace.nsys-rep``, ``trace.sqlite``,
 ``command.txt`` (the command line) and ``workload.log`` (stdout and stderr of nsys and the
 workload). The profiled process gets a scrubbed environment: nsys records it in the report.
+With ``autostep`` on (the default) that environment also carries ``PERFGATE_AUTOSTEP=1`` and
+autostep's ``sitecustomize`` folder first on ``PYTHONPATH`` (perfgate.autostep: NVTX ranges
+for DataLoader, backward and optimizer step in code that has none).
 """
 from __future__ import annotations
 
@@ -18,8 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfgate.autostep import ENV_VAR as AUTOSTEP_ENV_VAR
+from perfgate.autostep import site_dir as autostep_site_dir
 from perfgate.config import Settings
-from perfgate.errors import CaptureTimeoutError, ImporterError, NsysNotFoundError, WorkloadFailedError
+from perfgate.errors import CaptureTimeoutError, ConfigError, ImporterError, NsysNotFoundError, WorkloadFailedError
 from perfgate.model import Capture
 from perfgate.workloads import WorkloadSpec
 
@@ -27,6 +32,12 @@ SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT "
 REPORT_STEM = "trace"
 TAIL_LINES = 30
 KILL_GRACE_S = 10.0
+# What ``pytorch_trace = "auto"`` passes as nsys --pytorch where nsys has it. Its ranges (names seen
+# with nsys 2025.3.1 on the H100: torch.optim.AdamW.step, ..._BaseDataLoaderIter.__next__,
+# torch.autograd.backward, one torch.nn.modules.Module.__call__ per module call) are a step source
+# and phases (analysis/steps.py). Not the default: autostep gives the same iterations with three
+# ranges per step instead of one per module call.
+AUTO_PYTORCH_TRACE: str | None = "functions-trace"
 
 
 def resolve_trace(trace: str, gpu_count: int) -> str:
@@ -52,11 +63,15 @@ def nsys_command(
     *,
     trace: str,
     capture_range: str = "none",
+    pytorch: str | None = None,
     python: str = sys.executable,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``."""
+    """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``;
+    ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``."""
     cmd = [str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none"]
+    if pytorch:
+        cmd.append(f"--pytorch={pytorch}")
     if capture_range == "cudaProfilerApi":
         cmd += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     elif capture_range.startswith("nvtx:"):
@@ -65,11 +80,36 @@ def nsys_command(
     return cmd + workload_command(spec, python, extra_args)
 
 
-def capture_environment(base: Mapping[str, str], capture_range: str = "none") -> dict[str, str]:
+def pytorch_trace_mode(setting: str, nsys: Path | str) -> str | None:
+    """The nsys ``--pytorch`` value for the ``pytorch_trace`` setting, or None for no flag.
+
+    ``off``: None. ``auto``: AUTO_PYTORCH_TRACE where this nsys has ``--pytorch`` (None for now).
+    A mode list (``functions-trace``, ``autograd-nvtx``, ...): itself; ConfigError when this nsys
+    has no ``--pytorch`` (Nsight Systems 2024.x added it)."""
+    from perfgate.nsys import supports_option
+
+    if setting == "off" or (setting == "auto" and AUTO_PYTORCH_TRACE is None):
+        return None
+    supported = supports_option(nsys, "--pytorch")
+    if setting == "auto":
+        return AUTO_PYTORCH_TRACE if supported else None
+    if not supported:
+        raise ConfigError(
+            f"pytorch_trace = {setting!r} needs nsys profile --pytorch, which {nsys} does not offer "
+            "(Nsight Systems 2024.x or newer); set pytorch_trace to off or auto"
+        )
+    return setting
+
+
+def capture_environment(
+    base: Mapping[str, str], capture_range: str = "none", *, autostep: bool = True,
+) -> dict[str, str]:
     """The profiled process's environment: ``base`` without secrets (nor other variables holding
     a secret's value), unbuffered Python output,
     and NSYS_NVTX_PROFILER_REGISTER_ONLY=0 for an NVTX capture range (torch's ranges are not
-    registered strings)."""
+    registered strings). ``autostep``: ``PERFGATE_AUTOSTEP=1`` and autostep's sitecustomize
+    folder first on ``PYTHONPATH`` (an existing PYTHONPATH kept after it); off:
+    ``PERFGATE_AUTOSTEP=0``."""
     from perfgate.secrets import scrubbed_environment, secret_values
 
     secrets = set(secret_values(base))
@@ -77,7 +117,18 @@ def capture_environment(base: Mapping[str, str], capture_range: str = "none") ->
     env["PYTHONUNBUFFERED"] = "1"
     if capture_range.startswith("nvtx:"):
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    if autostep:
+        env[AUTOSTEP_ENV_VAR] = "1"
+        env["PYTHONPATH"] = prepend_path(autostep_site_dir(), env.get("PYTHONPATH", ""))
+    else:
+        env[AUTOSTEP_ENV_VAR] = "0"
     return env
+
+
+def prepend_path(entry: str, path: str) -> str:
+    """``entry`` first in the ``os.pathsep``-separated ``path``, once, the rest kept in order."""
+    rest = [p for p in path.split(os.pathsep) if p != entry] if path else []
+    return os.pathsep.join([entry, *rest])
 
 
 def parse_self_report(text: str) -> dict[str, Any] | None:
@@ -119,17 +170,18 @@ def run_capture(
         nsys = find_nsys(settings.nsys)
     except NsysNotFoundError as exc:
         raise NsysNotFoundError(f"nsys not found: {exc}") from None
+    pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)
     machine = machine_info(None, settings.machine_class)
     launch_dir.mkdir(parents=True, exist_ok=True)
     output = launch_dir / REPORT_STEM
     cmd = nsys_command(
         nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count),
-        capture_range=settings.capture_range, extra_args=extra_args,
+        capture_range=settings.capture_range, pytorch=pytorch, extra_args=extra_args,
     )
     (launch_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log_path = launch_dir / "workload.log"
     timeout_s = spec.timeout_s or settings.timeout_s
-    env = capture_environment(os.environ, settings.capture_range)
+    env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
     started = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

@@ -42,6 +42,8 @@ GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
     "strict": ("bool", False),
     "alpha": ("float", 0.01),
     "machine_class": ("str", None),
+    "autostep": ("bool", True),
+    "pytorch_trace": ("str", "off"),
 }
 WORKLOAD_KEYS = frozenset({
     "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
@@ -89,6 +91,8 @@ class Settings:
     strict: bool = False
     alpha: float = 0.01
     machine_class: str | None = None      # overrides the detected machine class
+    autostep: bool = True                 # NVTX ranges from hooks in the profiled process (perfgate.autostep)
+    pytorch_trace: str = "off"            # nsys --pytorch: off | auto | a mode list like functions-trace
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
@@ -303,5 +307,10 @@ def _check_global(key: str, value: Any, where: str) -> None:
         problem = "expected none, cudaProfilerApi or nvtx:<range name>"
     elif key == "trace" and value != "auto" and not re.fullmatch(r"[a-z0-9\-]+(,[a-z0-9\-]+)*", value):
         problem = "expected 'auto' or a comma-separated nsys trace list like 'cuda,nvtx,osrt'"
+    elif key == "pytorch_trace" and (
+        not re.fullmatch(r"[a-z0-9\-]+(,[a-z0-9\-]+)*", value)
+        or (value not in ("off", "auto") and {"off", "auto"} & set(value.split(",")))
+    ):
+        problem = "expected off, auto or an nsys --pytorch mode list like 'functions-trace'"
     if problem:
         raise ConfigError(f"{where}: {problem}, got {value!r}")

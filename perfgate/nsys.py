@@ -90,6 +90,20 @@ def nsys_version(nsys: Path) -> str:
     return match.group(1)
 
 
+def supports_option(nsys: Path | str, option: str, command: str = "profile") -> bool:
+    """Whether ``nsys <command>`` offers ``option`` (e.g. ``--pytorch``, added in 2024.x),
+    judged by the options its ``--help`` lists (cached per nsys and command)."""
+    return option in _help_options(Path(nsys), command)
+
+
+@functools.lru_cache(maxsize=16)
+def _help_options(nsys: Path, command: str) -> frozenset[str]:
+    # each option is listed at the start of a line: "\t--cpuctxsw=" or "\t-t, --trace="
+    out = _run([str(nsys), command, "--help"], what=f"nsys {command} --help", check=False)
+    text = out.stdout + out.stderr
+    return frozenset(re.findall(r"^[ \t]*(?:-[A-Za-z],[ \t]*)?(--[a-z][a-z0-9-]*)", text, flags=re.M))
+
+
 def export_sqlite(report: Path, nsys: Path | None = None) -> Path:
     """Export an ``.nsys-rep`` to SQLite beside it (reusing an export newer than the report)."""
     report = Path(report)

@@ -28,7 +28,7 @@ _OPTION_KEYS = {
     "perfgate_launches": "launches", "perfgate_baseline_dir": "baseline_dir",
     "perfgate_artifacts_dir": "artifacts_dir", "perfgate_report_dir": "report_dir",
     "perfgate_nsys": "nsys", "perfgate_trace": "trace", "perfgate_timeout": "timeout_s",
-    "perfgate_size": "size",
+    "perfgate_size": "size", "perfgate_autostep": "autostep",
 }
 
 
@@ -57,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="timeout per launch (default 900)")
     add("--perfgate-size", default=None, choices=("auto", "cpu", "gpu"),
         help="workload size preset passed as --size (default auto)")
+    add("--perfgate-autostep", action="store_const", const=True, dest="perfgate_autostep", default=None,
+        help="NVTX ranges for DataLoader, backward and optimizer step from hooks in the profiled "
+             "process (default on; [tool.perfgate] autostep)")
+    add("--no-perfgate-autostep", action="store_const", const=False, dest="perfgate_autostep", default=None,
+        help="no autostep hooks in the profiled process")
     add("--perfgate-tolerance", action="append", default=[], metavar="METRIC=SPEC",
         help="tolerance override, e.g. step_time_ms=5%% or 'phase.*.cpu_ms=10%%+0.5' (repeatable)")
 

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.autostep import site_dir
 from perfgate.capture import (
     capture_environment,
     nsys_command,
     parse_self_report,
+    pytorch_trace_mode,
     resolve_trace,
     run_capture,
     workload_command,
 )
 from perfgate.config import Settings, load_settings
-from perfgate.errors import CaptureTimeoutError, NsysNotFoundError, WorkloadFailedError
+from perfgate.errors import CaptureTimeoutError, ConfigError, NsysNotFoundError, WorkloadFailedError
+from perfgate.nsys import supports_option
 from perfgate.workloads import WorkloadSpec
 
 TINY = '''
@@ -41,7 +44,7 @@ for _ in range(6):
         nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()
     nvtx.range_pop()
 print("PERFGATE_SELF_REPORT " + json.dumps({"workload": "tiny", "steps": 6, "batch_size": 4,
-      "env_secret": os.environ.get("MY_API_TOKEN")}))
+      "env_secret": os.environ.get("MY_API_TOKEN"), "autostep": "perfgate.autostep" in sys.modules}))
 '''
 
 
@@ -82,6 +85,45 @@ def test_capture_ranges_add_their_switches() -> None:
     assert capture_environment({"PATH": "/bin"}, "nvtx:measure")["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"
 
 
+def test_pytorch_mode_adds_the_nsys_flag_before_the_output() -> None:
+    cmd = nsys_command("nsys", SPEC, Path("o"), trace="cuda,nvtx", pytorch="functions-trace", python="py")
+    assert cmd[:6] == ["nsys", "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                       "--pytorch=functions-trace"]
+    assert not any(a.startswith("--pytorch") for a in nsys_command("nsys", SPEC, Path("o"), trace="nvtx"))
+
+
+def test_nsys_2022_4_has_no_pytorch_option(nsys_path: str) -> None:
+    assert supports_option(nsys_path, "--pytorch") is False
+    assert supports_option(nsys_path, "--cpuctxsw") and supports_option(nsys_path, "--trace")
+
+
+def test_pytorch_trace_setting_against_an_nsys_without_the_option(nsys_path: str) -> None:
+    assert pytorch_trace_mode("off", nsys_path) is None
+    assert pytorch_trace_mode("auto", nsys_path) is None
+    if supports_option(nsys_path, "--pytorch"):  # pragma: no cover - newer nsys
+        assert pytorch_trace_mode("autograd-nvtx", nsys_path) == "autograd-nvtx"
+    else:
+        with pytest.raises(ConfigError, match="pytorch_trace = 'functions-trace' needs nsys profile --pytorch"):
+            pytorch_trace_mode("functions-trace", nsys_path)
+
+
+def test_autostep_environment_puts_its_site_first_and_keeps_pythonpath() -> None:
+    site = site_dir()
+    env = capture_environment({"PATH": "/bin", "PYTHONPATH": f"/a{os.pathsep}/b"})
+    assert env["PERFGATE_AUTOSTEP"] == "1"
+    assert env["PYTHONPATH"] == os.pathsep.join([site, "/a", "/b"])
+    assert Path(site, "sitecustomize.py").is_file()
+    assert capture_environment({"PATH": "/bin"})["PYTHONPATH"] == site
+    again = capture_environment({"PYTHONPATH": env["PYTHONPATH"]})  # a nested perfgate
+    assert again["PYTHONPATH"] == env["PYTHONPATH"]
+
+
+def test_autostep_off_sets_the_switch_off_and_leaves_pythonpath() -> None:
+    env = capture_environment({"PYTHONPATH": "/a", "PERFGATE_AUTOSTEP": "1"}, autostep=False)
+    assert env["PERFGATE_AUTOSTEP"] == "0" and env["PYTHONPATH"] == "/a"
+    assert "PYTHONPATH" not in capture_environment({"PATH": "/bin"}, autostep=False)
+
+
 def test_torchrun_workloads_run_through_torch_distributed() -> None:
     spec = WorkloadSpec(name="ddp", module="workloads.ddp", args=("--steps", "3"), launcher="torchrun", nproc=2)
     assert workload_command(spec, python="py", extra_args=["--x"]) == [
@@ -120,7 +162,8 @@ def test_capture_keeps_report_export_command_and_log(captured) -> None:
 
 
 def test_capture_parses_self_report_and_hides_secrets_from_the_workload(captured) -> None:
-    assert captured.self_report == {"workload": "tiny", "steps": 6, "batch_size": 4, "env_secret": None}
+    assert captured.self_report == {"workload": "tiny", "steps": 6, "batch_size": 4, "env_secret": None,
+                                    "autostep": True}  # autostep's sitecustomize ran in the workload
     assert b"ghp_xxxx" not in captured.sqlite_path.read_bytes()
 
 

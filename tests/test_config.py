@@ -45,6 +45,24 @@ def test_strict_comes_from_environment_words(tmp_path: Path) -> None:
     assert load_settings(root, env={"PERFGATE_STRICT": "0"}).strict is False
 
 
+def test_autostep_is_on_by_default_and_follows_the_precedence(tmp_path: Path) -> None:
+    assert load_settings(project(tmp_path, ""), env={}).autostep is True
+    root = project(tmp_path, "[tool.perfgate]\nautostep = false\n")
+    assert load_settings(root, env={}).autostep is False
+    assert load_settings(root, env={"PERFGATE_AUTOSTEP": "1"}).autostep is True
+    assert load_settings(root, env={"PERFGATE_AUTOSTEP": "1"}, overrides={"autostep": False}).autostep is False
+
+
+def test_pytorch_trace_is_off_by_default_and_validated(tmp_path: Path) -> None:
+    root = project(tmp_path, "")
+    assert load_settings(root, env={}).pytorch_trace == "off"
+    env = {"PERFGATE_PYTORCH_TRACE": "autograd-nvtx,functions-trace"}
+    assert load_settings(root, env=env).pytorch_trace == "autograd-nvtx,functions-trace"
+    for bad in ("Functions Trace", "auto,functions-trace"):
+        with pytest.raises(ConfigError, match="PERFGATE_PYTORCH_TRACE: expected off, auto or an nsys --pytorch"):
+            load_settings(root, env={"PERFGATE_PYTORCH_TRACE": bad})
+
+
 def test_relative_directories_resolve_against_the_project_root(tmp_path: Path) -> None:
     root = project(tmp_path, "[tool.perfgate]\nbaseline_dir = 'perf/base'\n")
     assert load_settings(root, env={}).baseline_dir == root / "perf" / "base"
