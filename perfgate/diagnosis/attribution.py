@@ -167,8 +167,11 @@ def _first_reason(base: Analysis, cur: Analysis, new: tuple[Finding, ...], prese
     if scored and top_phase is not None:
         best = max(scored, key=lambda s: s[0])
         named = best[2].phases[0] if best[2].phases else None
-        # a phase that changed much more than the best rule's cause explains is the reason itself
-        if named != top_phase.name and top_phase.delta_ms > 2 * best[1]:
+        # a phase that changed much more than the best rule's cause explains is the reason itself,
+        # and so is one that carries most of the step-time change when the rule names no phase
+        # (e.g. "warm-up in the window", scored by p90, on bursty data stalls)
+        if named != top_phase.name and (top_phase.delta_ms > 2 * best[1]
+                                        or (named is None and top_phase.delta_ms >= 0.5 * step_delta > 0)):
             scored = [s for s in scored if s[2].phases and s[2].phases[0] == top_phase.name]
     if scored:
         _, delta, f = max(scored, key=lambda s: s[0])
