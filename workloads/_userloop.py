@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from workloads._common import _non_negative_float, _non_negative_int, _positive_int, resolve_device
+
 SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT"
 
 COMMON_DEFAULTS: dict[str, Any] = {"seed": 0, "workers": 0, "slow_data_ms": 0.0, "threads": None}
@@ -65,27 +67,6 @@ class Options:
         return {**fields, **self.extra}
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
 def build_parser(name: str, description: str,
                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.ArgumentParser:
     """The common knobs of the user loops, then the workload's own. Defaults are None so that
@@ -109,13 +90,6 @@ def build_parser(name: str, description: str,
     if add_arguments is not None:
         add_arguments(parser)
     return parser
-
-
-def resolve_device(requested: str) -> str:
-    """``cpu`` or ``cuda``; ``auto`` is cuda when torch sees a GPU."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return requested
 
 
 def parse_options(name: str, description: str, presets: dict[str, dict[str, Any]],
