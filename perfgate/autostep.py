@@ -209,6 +209,26 @@ def _debug_line(path: str, event: str, name: str) -> None:
 # --------------------------------------------------------------------------- the hooks
 
 
+def _in_range(original: Callable[..., Any], flag: str, enter: Callable[[], None], leave: Callable[[], None],
+              busy: Callable[[], bool] | None = None) -> Callable[..., Any]:
+    """``original`` wrapped in one NVTX range: not again while this thread is already inside it
+    (``_state.<flag>``), nor while torch.compile traces, nor while ``busy()`` says so."""
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        state = _state
+        if getattr(state, flag) or _is_compiling() or (busy is not None and busy()):
+            return original(*args, **kwargs)
+        setattr(state, flag, True)
+        enter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            leave()
+            setattr(state, flag, False)
+
+    return wrapper
+
+
 def _patch_dataloader(inst: _Installation, module: ModuleType) -> None:
     cls = module._BaseDataLoaderIter
     original = cls.__dict__["__next__"]
@@ -217,21 +237,7 @@ def _patch_dataloader(inst: _Installation, module: ModuleType) -> None:
     pair = inst.ranges(DATA_LOAD)
     if pair is None:
         return
-    enter, leave = pair
-
-    @functools.wraps(original)
-    def __next__(self: Any) -> Any:
-        state = _state
-        if state.data_load or _is_compiling():
-            return original(self)
-        state.data_load = True
-        enter()
-        try:
-            return original(self)
-        finally:
-            leave()
-            state.data_load = False
-
+    __next__ = _in_range(original, "data_load", *pair)
     inst.own(__next__)
     cls.__next__ = __next__
     inst.undo.append(lambda: setattr(cls, "__next__", original))
@@ -244,24 +250,10 @@ def _patch_autograd(inst: _Installation, module: ModuleType) -> None:
     pair = inst.ranges(BACKWARD)
     if pair is None:
         return
-    enter, leave = pair
     # -1 outside a backward pass; >= 0 on any thread running one (a reentrant backward from a
     # checkpointed function may run on an autograd device thread, where our flag is not set)
     graph_task_id = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None) or (lambda: -1)
-
-    @functools.wraps(original)
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        state = _state
-        if state.backward or _is_compiling() or graph_task_id() != -1:
-            return original(*args, **kwargs)
-        state.backward = True
-        enter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            leave()
-            state.backward = False
-
+    backward = _in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1)
     inst.own(backward)
     module.backward = backward
     inst.undo.append(lambda: setattr(module, "backward", original))

@@ -11,6 +11,7 @@ iteration (see ``ITERATION_MARKERS``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,18 +144,23 @@ def _top_level(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[top_level_mask(rows["start"].to_numpy(), rows["end"].to_numpy(), rows["global_tid"].to_numpy())]
 
 
+def _top_level_named(nvtx: pd.DataFrame, wanted: Callable[[str], bool]) -> pd.DataFrame:
+    """Top-most ranges per thread among those whose message ``wanted`` accepts (never perfgate's own
+    hook ranges), sorted by (pid, start)."""
+    names = {t for t in pd.unique(nvtx["text"]) if not t.startswith(AUTOSTEP_PREFIX) and wanted(t)}
+    return _top_level(nvtx[nvtx["text"].isin(names)]).sort_values(["pid", "start"], kind="stable")
+
+
 def user_step_ranges(nvtx: pd.DataFrame, pattern: str | None) -> tuple[str, pd.DataFrame] | None:
     """The user's step ranges: top-most matching ranges per thread, the most frequent folded name
     when several remain; None when no range matches. perfgate's own hook ranges never count."""
     regex = compile_step_pattern(pattern)
-    matching = {t for t in pd.unique(nvtx["text"]) if regex.fullmatch(t) and not t.startswith(AUTOSTEP_PREFIX)}
-    cand = nvtx[nvtx["text"].isin(matching)]
-    if cand.empty:
+    top = _top_level_named(nvtx, lambda t: bool(regex.fullmatch(t)))
+    if top.empty:
         return None
-    top = _top_level(cand)
     folded = top["text"].map(fold_name)
     name = folded.value_counts().index[0]
-    return name, top[folded == name].sort_values(["pid", "start"], kind="stable")
+    return name, top[(folded == name).to_numpy()]
 
 
 def marker_steps(nvtx: pd.DataFrame, marker: str) -> pd.DataFrame:
@@ -231,9 +237,7 @@ def select_steps(nvtx: pd.DataFrame, pattern: str | None, warmup_steps: int, sou
 def measured_iterations(nvtx: pd.DataFrame, steps: StepStats) -> pd.DataFrame:
     """The measured steps of an analysis, found again in its trace (same source, same window)."""
     if steps.source == SOURCE_NVTX:
-        texts = pd.unique(nvtx["text"])
-        names = {t for t in texts if fold_name(t) == steps.range_name and not t.startswith(AUTOSTEP_PREFIX)}
-        rows = _top_level(nvtx[nvtx["text"].isin(names)]).sort_values(["pid", "start"], kind="stable")
+        rows = _top_level_named(nvtx, lambda t: fold_name(t) == steps.range_name)
     else:
         marker = dict(ITERATION_MARKERS).get(steps.source)
         rows = marker_steps(nvtx, marker) if marker is not None else nvtx.iloc[:0]

@@ -132,8 +132,9 @@ def classify_gpu(analysis: Analysis, facts: TraceFacts | None = None) -> Classif
 def _cause_evidence(best: str, analysis: Analysis, by_phase: dict[str, float],
                     unoverlapped_copy: float, sync_ms: float) -> str:
     if best == DATA_LOADING:
-        return (f"GPU idle {by_phase.get(data_phase(analysis), 0.0):.2f} ms/step while {data_phase(analysis)} open "
-                f"({data_phase(analysis)} {phase_ms(analysis, data_phase(analysis)):.2f} ms/step)")
+        phase = data_phase(analysis)
+        return (f"GPU idle {by_phase.get(phase, 0.0):.2f} ms/step while {phase} open "
+                f"({phase} {phase_ms(analysis, phase):.2f} ms/step)")
     if best == H2D_COPY:
         return (f"GPU idle {by_phase.get(H2D_PHASE, 0.0):.2f} ms/step while h2d open, "
                 f"{unoverlapped_copy:.2f} ms/step of H2D copies not overlapping compute")

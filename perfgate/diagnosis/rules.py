@@ -192,21 +192,22 @@ def low_gpu_utilization(analysis: Analysis, facts: TraceFacts | None = None) -> 
 
 def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> Finding | None:
     """data_load takes a large share of the step while the GPU idles: loading does not overlap."""
-    share = phase_share(analysis, data_phase(analysis))
+    phase = data_phase(analysis)
+    share = phase_share(analysis, phase)
     step = step_mean_ms(analysis)
-    load_ms = phase_ms(analysis, data_phase(analysis))
+    load_ms = phase_ms(analysis, phase)
     if not gpu_active(analysis):
         if share < DATA_LOAD_CPU_ONLY_SHARE_MIN:
             return None
         return Finding(
             rule="dataloader_blocking", severity="warning",
             message="data loading takes most of the step and runs in the training process",
-            evidence=(f"{data_phase(analysis)} {load_ms:.2f} ms/step = {share:.0%} of the step "
+            evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                       f"(threshold {DATA_LOAD_CPU_ONLY_SHARE_MIN:.0%} on a CPU-only run)",),
-            suggestion=SUGGEST_WORKERS, cause="workers", phases=(data_phase(analysis),), impact_ms=load_ms)
+            suggestion=SUGGEST_WORKERS, cause="workers", phases=(phase,), impact_ms=load_ms)
     if share < DATA_LOAD_SHARE_MIN:
         return None
-    idle = _idle_in(analysis, facts, data_phase(analysis))
+    idle = _idle_in(analysis, facts, phase)
     if idle is None:   # no gap data: where the GPU idled is unknown
         return None
     idle_share = idle / step if step > 0 else 0.0
@@ -215,11 +216,11 @@ def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> 
     return Finding(
         rule="dataloader_blocking", severity="critical" if idle_share >= 0.3 else "warning",
         message="the GPU waits for data: DataLoader loading does not overlap compute",
-        evidence=(f"{data_phase(analysis)} {load_ms:.2f} ms/step = {share:.0%} of the step "
+        evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                   f"(threshold {DATA_LOAD_SHARE_MIN:.0%})",
-                  f"GPU idle {idle:.2f} ms/step while {data_phase(analysis)} open = {idle_share:.0%} of the step "
+                  f"GPU idle {idle:.2f} ms/step while {phase} open = {idle_share:.0%} of the step "
                   f"(threshold {DATA_LOAD_IDLE_SHARE_MIN:.0%})"),
-        suggestion=SUGGEST_WORKERS, cause="workers", phases=(data_phase(analysis),), impact_ms=idle)
+        suggestion=SUGGEST_WORKERS, cause="workers", phases=(phase,), impact_ms=idle)
 
 
 def blocking_copy(analysis: Analysis, facts: TraceFacts | None = None) -> Finding | None:
