@@ -125,3 +125,35 @@ def test_seed003_h100_losing_the_workers_is_regressed_and_named(tmp_path: Path) 
     assert outcome.row("step_time_ms").change > 1.0                 # 19.0 -> 43.2 ms
     assert abs(outcome.row("step_range_ms").change) < 0.05          # the batch range did not change
     assert attribution.first_reason.startswith("__next__ +"), attribution.first_reason
+
+
+# A Lightning loop without NVTX (autostep), captured on an H100 by scripts/gpu/user-loops.sh
+# (nsys 2025.3.2, 40 steps): it never waits for the GPU, so its host runs ahead while the launch
+# queue fills and the last iterations' GPU work ends after the host reached the last step.
+
+def _own_report(log: Path) -> dict:
+    import json
+
+    line = next(ln for ln in log.read_text().splitlines() if ln.startswith("PERFGATE_SELF_REPORT "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def test_lightning_h100_iteration_ends_when_its_gpu_work_does() -> None:
+    from perfgate.analysis import AnalysisOptions, analyze_trace
+    from perfgate.analysis.steps import iteration_periods, select_steps
+    from perfgate.trace import load_trace
+
+    d = GPU_SEED / "gpu-lightning-loop"
+    a = analyze_trace(d / "trace.sqlite", AnalysisOptions(warmup_steps=3, batch_size=256))
+    own = _own_report(d / "workload.log")   # its clock stops after torch.cuda.synchronize()
+    assert a.steps.source == "autostep" and a.steps.count == 38
+    # the loop's own mean (whole run, GPU drained at the end) is what the periods add up to
+    assert a.steps.summary_ms.mean == pytest.approx(own["step_ms_mean"], rel=0.03)
+    assert a.steps.samples_per_s == pytest.approx(own["samples_per_s"], rel=0.03)
+    # every iteration is paced by the GPU: the periods are flat at the GPU's time per step
+    assert a.steps.summary_ms.max - a.steps.summary_ms.min < 0.02 * a.steps.summary_ms.median
+    assert a.gpu.kernel_ms_per_step == pytest.approx(a.steps.summary_ms.median, rel=0.03)
+    # host periods alone (what a trace without CUDA gives) are far shorter while the queue fills
+    sel = select_steps(load_trace(d / "trace.sqlite").nvtx, None, 3, "fixture")
+    host_ms = iteration_periods(sel, None) / 1e6
+    assert host_ms.mean() < 0.8 * a.steps.summary_ms.mean and host_ms.min() < 0.3 * a.steps.summary_ms.median

@@ -13,7 +13,7 @@ from perfgate.analysis.launches import join_launches
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
-from perfgate.analysis.steps import select_steps, step_stats
+from perfgate.analysis.steps import iteration_periods, select_steps, step_stats
 from perfgate.analysis.table import render_table
 from perfgate.errors import ConfigError
 from perfgate.model import Analysis
@@ -57,11 +57,12 @@ def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()
 def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
     """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
     sel = select_steps(trace.nvtx, options.step_pattern, options.warmup_steps, str(trace.path))
-    steps = step_stats(sel, options.batch_size)
-    measured = sel.measured
-    total_step_ns = int((measured["period_end"] - measured["start"]).sum())
-    instances = phase_instances(trace.nvtx, measured)
     launches = join_launches(trace.gpu_ops, trace.runtime) if trace.has_gpu else None
+    period_ns = iteration_periods(sel, launches)
+    steps = step_stats(sel, options.batch_size, period_ns)
+    measured = sel.measured
+    total_step_ns = int(period_ns.sum())
+    instances = phase_instances(trace.nvtx, measured)
     busy = projected = None
     if launches is not None:
         busy = attribute_gpu_time(instances, launches)

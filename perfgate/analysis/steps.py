@@ -3,8 +3,9 @@ measured step, and summaries.
 
 A step lasts from the start of its step range to the start of the next step range of the same
 process (the *iteration period*, as ``torch.profiler``'s ``ProfilerStep#N`` and nsys's
-``nvtx_pace`` recipe count iterations); the last step range of each process has no next start and
-is left out. The step range's own duration is kept as a reported metric. Where the trace has no
+``nvtx_pace`` recipe count iterations), and, with CUDA traced, until the GPU work it launched has
+ended (:func:`completion_times`); the last step range of each process has no next start and is
+left out. The step range's own duration is kept as a reported metric. Where the trace has no
 step range of the user's, the iterations are found from ranges that mark the end of each
 iteration (see ``ITERATION_MARKERS``).
 """
@@ -248,10 +249,54 @@ def measured_iterations(nvtx: pd.DataFrame, steps: StepStats) -> pd.DataFrame:
     return rows[inside.to_numpy()]
 
 
-def step_stats(sel: StepSelection, batch_size: int | None) -> StepStats:
-    """Per-step iteration periods and range durations (per process, concatenated in time order)."""
+def completion_times(sel: StepSelection, launches: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """(done before, done) per measured step: when the iteration before it, and the iteration itself,
+    were complete. An iteration is complete when the host has reached the next step's start *and*
+    the GPU work it launched has finished, at the earliest when the one before it was complete. A
+    loop that never waits for the GPU runs ahead of it by up to the launch queue's depth; its host
+    periods are then shorter than its iterations while the queue fills, and its last iterations'
+    GPU work runs after the host window ends. Without GPU launches, ``done`` is the period end."""
+    steps = sel.all_steps
+    host_end = np.where(steps["period_end"].to_numpy() >= 0, steps["period_end"].to_numpy(),
+                        steps["end"].to_numpy())
+    done = host_end.astype(np.int64)
+    if launches is not None and len(launches) and len(steps):
+        traced = launches[launches["api_start"].to_numpy() >= 0]
+        # each op to the last step of its process that started at or before its launch; the key is
+        # (process rank, time), the time in ns below 2**50 (13 days)
+        ranks = pd.Index(pd.unique(steps["pid"]))
+        op_rank = ranks.get_indexer(traced["pid"])
+        traced = traced[op_rank >= 0]
+        step_key = ranks.get_indexer(steps["pid"]).astype(np.int64) * (1 << 50) + steps["start"].to_numpy()
+        op_key = op_rank[op_rank >= 0].astype(np.int64) * (1 << 50) + traced["api_start"].to_numpy()
+        order = np.argsort(step_key, kind="stable")
+        pos = np.searchsorted(step_key[order], op_key, side="right") - 1
+        ok = pos >= 0
+        idx = order[pos[ok]]
+        launched = traced["api_start"].to_numpy()[ok]
+        same = (steps["pid"].to_numpy()[idx] == traced["pid"].to_numpy()[ok]) & (launched < host_end[idx])
+        np.maximum.at(done, idx[same], traced["end"].to_numpy()[ok][same])
+    # never before the previous iteration of the same process (steps are sorted by pid, start)
+    pid = steps["pid"].to_numpy()
+    done = pd.Series(done).groupby(pid).cummax().to_numpy()
+    before = np.where(np.r_[False, pid[1:] == pid[:-1]], np.r_[0, done[:-1]], steps["start"].to_numpy())
+    at = steps.index.get_indexer(sel.measured.index)
+    return before[at], done[at]
+
+
+def iteration_periods(sel: StepSelection, launches: pd.DataFrame | None) -> np.ndarray:
+    """Per measured step, ns from the previous iteration's completion to its own
+    (:func:`completion_times`)."""
+    before, done = completion_times(sel, launches)
+    return done - before
+
+
+def step_stats(sel: StepSelection, batch_size: int | None, period_ns: np.ndarray | None = None) -> StepStats:
+    """Per-step iteration periods (``period_ns``, default: host periods, from one step's start to
+    the next's) and range durations (per process, concatenated in time order)."""
     m = sel.measured
-    period_ns = (m["period_end"] - m["start"]).to_numpy()
+    if period_ns is None:
+        period_ns = iteration_periods(sel, None)
     range_ns = (m["end"] - m["start"]).to_numpy()
     samples_per_s = None
     if batch_size is not None and len(m):

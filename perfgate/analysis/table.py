@@ -28,7 +28,7 @@ def render_table(analysis: Analysis) -> str:
     out = [f"trace: {a.source}  (nsys {a.nsys_version or '?'}, schema {a.schema_version or '?'})",
            f"steps: '{st.range_name}' x {st.count} measured ({st.warmup_skipped} warm-up skipped per "
            f"process, {a.processes} process{'es' if a.processes != 1 else ''}), from {_source(st.source)}",
-           f"step time ms (iteration period, step start to next step start): median {_fmt(s.median)}  "
+           f"step time ms (iteration period: step start to next step start, GPU work done): median {_fmt(s.median)}  "
            f"mean {_fmt(s.mean)}  p10 {_fmt(s.p10)}  p90 {_fmt(s.p90)}  stdev {_fmt(s.stdev)}"]
     if st.range_summary_ms is not None and st.source == "nvtx":
         out.append(f"step range ms (the '{st.range_name}' range itself, not gated): median "

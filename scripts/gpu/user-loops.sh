@@ -6,7 +6,8 @@
 #   plain_loop, hf_trainer, lightning_loop: a slower dataset (--slow-data-ms per batch, sized from the
 #       bare iteration time I and the worker count W as 1.5 * I * W, so loading alone needs ~1.5 I)
 #   seed003_loop: the seed's optimization 1 undone, DataLoader workers 8 -> 0
-# Also captures seed 003's loop as the seed writes it, with and without workers, as fixtures.
+# Also captures seed 003's loop as the seed writes it, with and without workers, and the Lightning
+# loop without NVTX (it runs ahead of the GPU), as fixtures.
 #   scripts/gpu/user-loops.sh STYLE...     (default: all four)
 # Writes $OUT/user-loops-<styles>.tgz (logs, reports, fixtures) and prints the table rows.
 set -uo pipefail
@@ -57,6 +58,19 @@ for style in "${styles[@]}"; do
       echo "[fixture seed003 workers $w] own $(own_ms "$d/workload.log") ms; perfgate: $(python3 -m perfgate analyze "$d/trace.sqlite" --warmup-steps 3 | sed -n 3p)"
     done
     preset "$style" '"workers": 8'; workers=8
+  fi
+  if [ "$style" = lightning_loop ]; then
+    # fixture: Lightning without NVTX (autostep), a loop that never waits for the GPU and runs ahead
+    # of it while the launch queue fills (40 steps)
+    d="$work/fixtures/gpu-lightning-loop"; mkdir -p "$d"
+    PERFGATE_AUTOSTEP=1 PYTHONPATH="$(python3 -c 'import perfgate.autostep as a; print(a.site_dir())')${PYTHONPATH:+:$PYTHONPATH}" \
+      nsys profile --trace=$([ "$SIZE" = gpu ] && echo cuda,nvtx || echo nvtx) --sample=none --cpuctxsw=none --export=sqlite -f true -o "$d/trace" \
+      python3 -m workloads.lightning_loop --size "$SIZE" --steps 40 > "$d/workload.log" 2>&1
+    rm -f "$d/trace.nsys-rep"
+    for r in nvtx_sum nvtx_gpu_proj_sum cuda_gpu_kern_sum; do
+      nsys stats -r $r -f csv -o "$d/stats" "$d/trace.sqlite" >/dev/null 2>&1 && mv "$d/stats_$r.csv" "$d/$r.csv"
+    done
+    echo "[fixture lightning] own $(own_ms "$d/workload.log") ms; perfgate: $(python3 -m perfgate analyze "$d/trace.sqlite" --warmup-steps 3 | sed -n 3p)"
   fi
   python3 -m "workloads.$style" --size "$SIZE" > "$work/$style-bare.log" 2>&1
   base_ms=$(own_ms "$work/$style-bare.log")
