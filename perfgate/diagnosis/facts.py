@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from perfgate.analysis import intervals
+from perfgate.analysis.gpu_work import in_window
 from perfgate.analysis.launches import join_launches
 from perfgate.analysis.phases import phase_instances
 from perfgate.analysis.steps import measured_iterations
@@ -160,7 +161,10 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     if ops.empty:
         return TraceFacts(steps=n)
     ops = ops.assign(start=ops["start"].clip(lower=lo), end=ops["end"].clip(upper=hi))
-    launched = join_launches(ops, trace.runtime)
+    # kernels and copies are the analysis's: launched in the window (a loop that runs ahead of the
+    # GPU launches work that runs after the window); idle is about ops overlapping it
+    launched = join_launches(trace.gpu_ops, trace.runtime)
+    launched = launched[in_window(launched, lo, hi).to_numpy()]
     kernels = launched[launched["kind"] == "kernel"]
     names = {int(i): trace.string(i) for i in pd.unique(kernels["name_id"])}
     dur_ms = (kernels["end"] - kernels["start"]).to_numpy() / 1e6
@@ -170,7 +174,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     class_ms = {k: v / n for k, v in kernel_class_ms(stats).items()}
     class_counts = {k: v / n for k, v in kernel_class_counts(stats).items()}
 
-    copies = ops[(ops["kind"] == "memcpy") & (ops["copy_kind"] == H2D_COPY_KIND)]
+    copies = launched[(launched["kind"] == "memcpy") & (launched["copy_kind"] == H2D_COPY_KIND)]
     cs, ce = copies["start"].to_numpy(), copies["end"].to_numpy()
     copy_ns = int((ce - cs).sum())
     overlap_ns, on_compute_ns = 0, 0
