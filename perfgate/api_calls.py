@@ -64,6 +64,10 @@ class _Join:
         keys = op_keys(ops.global_pid, ops.correlation_id)
         self.order = np.argsort(keys, kind="stable")
         self.keys = keys[self.order]
+        # ops sharing a key (a graph launch, ...): how many follow each first one
+        first = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]]) if keys.size else keys
+        self.run = np.zeros(keys.size, dtype=np.int64)
+        self.run[first] = np.diff(np.r_[first, keys.size])
         n = len(ops)
         self.decided = np.zeros(n, dtype=bool)
         self.api = [np.full(n, -1, dtype=np.int64) for _ in range(3)]
@@ -72,13 +76,14 @@ class _Join:
         if self.keys.size == 0:
             return
         keys = op_keys(tid & PID_MASK, corr)
-        lo = np.searchsorted(self.keys, keys, side="left")
-        hi = np.searchsorted(self.keys, keys, side="right")
-        rows = np.flatnonzero(hi > lo)
+        lo = np.minimum(np.searchsorted(self.keys, keys, side="left"), self.keys.size - 1)
+        rows = np.flatnonzero(self.keys[lo] == keys)
         if rows.size == 0:
             return
-        _, first = np.unique(keys[rows], return_index=True)   # a repeated id: its first call
-        rows = rows[first]
+        hi = lo + self.run[lo]
+        if not (np.diff(lo[rows]) > 0).all():                  # a repeated id: its first call
+            _, first = np.unique(lo[rows], return_index=True)
+            rows = rows[np.sort(first)]
         rows = rows[~self.decided[self.order[lo[rows]]]]         # decided by an earlier chunk
         counts = hi[rows] - lo[rows]
         starts = np.repeat(lo[rows] - np.r_[0, np.cumsum(counts)[:-1]], counts)
@@ -104,7 +109,9 @@ class _Union:
     def add(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         if tid.size == 0 or not self.ordered:
             return
-        threads, inv = np.unique(tid, return_inverse=True)
+        import pandas as pd
+
+        inv, threads = pd.factorize(tid, sort=False)
         inv = inv.astype(np.int16 if threads.size < 2**15 else np.int64)
         order = np.argsort(inv, kind="stable")    # radix sort; keeps each thread's export order
         g, s, e = inv[order], start[order], end[order]
@@ -194,12 +201,13 @@ def _add_counts(acc: dict[int, int], names: np.ndarray, weights: np.ndarray | No
     """acc[name] += number of rows (or their summed integer weights) per name."""
     if names.size == 0:
         return
-    order = np.argsort(names, kind="stable")
-    sorted_names = names[order]
-    first = np.flatnonzero(np.r_[True, sorted_names[1:] != sorted_names[:-1]])
+    import pandas as pd
+
+    codes, ids = pd.factorize(names, sort=False)
     if weights is None:
-        sums = np.diff(np.r_[first, names.size])
+        sums = np.bincount(codes, minlength=ids.size)
     else:
-        sums = np.add.reduceat(weights[order].astype(np.int64), first)
-    for i, v in zip(sorted_names[first].tolist(), sums.tolist()):
+        sums = np.zeros(ids.size, dtype=np.int64)
+        np.add.at(sums, codes, weights.astype(np.int64))
+    for i, v in zip(ids.tolist(), sums.tolist()):
         acc[i] = acc.get(i, 0) + int(v)

@@ -20,6 +20,10 @@ GPU_OP_TABLES: dict[str, str] = {
 KIND_CODES = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
 KERNEL, MEMCPY, MEMSET, GRAPH = 0, 1, 2, 3
 PID_MASK = -0x1000000  # globalTid & ~0xFFFFFF == globalPid (as a signed 64-bit integer)
+# narrow types where the values are small: at 10^7 ops every byte per op is 10 MB
+DTYPES = {"kind": np.int8, "device_id": np.int32, "stream_id": np.int32, "pid": np.int32,
+          "name_id": np.int32, "copy_kind": np.int8, "src_kind": np.int8, "dst_kind": np.int8}
+LAUNCH_COLUMNS = ("api_start", "api_end", "api_tid")
 
 # (GpuOps column, export column); a column the table lacks reads as -1
 _SOURCES: tuple[tuple[str, str], ...] = (
@@ -76,8 +80,12 @@ class GpuOps:
 
 
 def empty_ops() -> GpuOps:
-    return GpuOps(**{f.name: np.zeros(0, dtype=np.int8 if f.name == "kind" else np.int64)
-                     for f in fields(GpuOps)})
+    return GpuOps(**{f.name: np.zeros(0, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)})
+
+
+def not_launched(n: int) -> np.ndarray:
+    """A launch column of ``n`` ops none of which is joined yet: -1 everywhere, no memory."""
+    return np.broadcast_to(np.int64(-1), (n,))
 
 
 def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[str]],
@@ -91,7 +99,8 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
         if {"start", "end", "correlationId", "globalPid"} <= cols:
             present.append((kind, table, cols))
     n = int(sum(capacity(t) for _, t, _ in present))
-    out = {f.name: np.full(n, -1, dtype=np.int64) for f in fields(GpuOps) if f.name != "kind"}
+    out = {f.name: np.full(n, -1, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)
+           if f.name not in ("kind", "pid", *LAUNCH_COLUMNS)}
     kind_col = np.zeros(n, dtype=np.int8)
     at = 0
     for kind, table, cols in present:
@@ -107,5 +116,5 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
             kind_col[at:at + k] = KIND_CODES[kind]
             at += k
     out = {k: v[:at] for k, v in out.items()}
-    out["pid"] = (out["global_pid"] >> 24) & 0xFFFFFF
-    return GpuOps(kind=kind_col[:at], **out)
+    out["pid"] = ((out["global_pid"] >> 24) & 0xFFFFFF).astype(np.int32)
+    return GpuOps(kind=kind_col[:at], **out, **{c: not_launched(at) for c in LAUNCH_COLUMNS})

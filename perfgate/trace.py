@@ -93,7 +93,7 @@ class Trace:
         if key not in self._cache:
             ops = self.ops
             if RUNTIME_TABLE not in self.tables or self._con is None:
-                launched = ops.with_launches(*(np.full(len(ops), -1, dtype=np.int64) for _ in range(3)))
+                launched = ops
                 api = None if window is None else ApiCalls(start_ns=window[0], end_ns=window[1])
             elif window is None and "launched" in self._cache:
                 launched, api = self._cache["launched"], None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from perfgate.analysis.phases import phase_instances
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
-from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
+from perfgate.gpu_ops import KERNEL, MEMCPY
 from perfgate.model import Analysis, KernelStat
 
 if TYPE_CHECKING:
@@ -97,36 +97,36 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
     return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
 
 
-def _idle_by_phase(ops: GpuOps, phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
+def _idle_by_phase(device: np.ndarray, start: np.ndarray, end: np.ndarray, pid: np.ndarray,
+                   phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
     total = 0
     by_phase: dict[str, float] = {}
     phase_pid = _pids(phases)
-    for dev in np.unique(ops.device_id):                     # devices, not ops
-        on_dev = ops.device_id == dev
-        gs, ge = intervals.gaps(ops.start[on_dev], ops.end[on_dev], lo, hi)
+    for dev in np.unique(device):                            # devices, not ops
+        on_dev = device == dev
+        gs, ge = intervals.gaps(start[on_dev], end[on_dev], lo, hi)
         idle = int((ge - gs).sum())
         total += idle
         inside = 0
         # only the phases of the processes that use this GPU: in a multi-process (DDP) trace every
         # rank's phases are open at once, and each GPU's idle time belongs to its own rank's phase
-        mine = phases[np.isin(phase_pid, np.unique(ops.pid[on_dev]))] if len(phases) else phases
+        mine = phases[np.isin(phase_pid, np.unique(pid[on_dev]))] if len(phases) else phases
         for name, rows in mine.groupby("phase", sort=True):
             us, ue = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy())
-            ns = _overlap_ns(gs, ge, us, ue)
+            ns = _overlap_ns(us, ue, gs, ge)     # both disjoint: look up the fewer in the more
             by_phase[name] = by_phase.get(name, 0.0) + ns
             inside += ns
         by_phase[OUTSIDE_PHASES] = by_phase.get(OUTSIDE_PHASES, 0.0) + max(0, idle - inside)
     return float(total), by_phase
 
 
-def _kernel_set_changes(kernels: GpuOps, steps: pd.DataFrame) -> tuple[int, int]:
+def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps: pd.DataFrame) -> tuple[int, int]:
     """(steps whose kernel-name set differs from the most common one, steps launching nothing).
     A kernel belongs to the iteration of its process in which its launch started. Sort-once: the
     (step, kernel name) pairs of all steps are sorted and compared as arrays."""
     if len(steps) < 3:
         return 0, 0
-    t = kernels.launch_time()
     end_col = "period_end" if "period_end" in steps.columns else "end"
     step_pid = steps["pid"].to_numpy()
     pid_order = pd.unique(step_pid)              # steps grouped by process, first-seen order
@@ -135,8 +135,8 @@ def _kernel_set_changes(kernels: GpuOps, steps: pd.DataFrame) -> tuple[int, int]
     st_end = steps[end_col].to_numpy()[step_rows]
     st_pid = step_pid[step_rows]
     # kernels sorted by (process, launch time); each step is a slice [lo, hi) of them
-    korder = np.lexsort((t, kernels.pid))
-    kpid, kt, kname = kernels.pid[korder], t[korder], kernels.name_id[korder]
+    korder = np.lexsort((t, kpid))
+    kpid, kt, kname = kpid[korder].astype(np.int64), t[korder], kname[korder]
     base = np.searchsorted(kpid, st_pid, side="left")
     top = np.searchsorted(kpid, st_pid, side="right")
     lo = np.empty(len(step_rows), dtype=np.int64)
@@ -151,10 +151,12 @@ def _kernel_set_changes(kernels: GpuOps, steps: pd.DataFrame) -> tuple[int, int]
     names = kname[np.arange(sizes.sum()) + np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)]
     # each step's set: its distinct names, sorted; a set is identified by (size, hash) and
     # confirmed element by element against the most common one
-    pairs = np.unique(np.stack([step_of, names.astype(np.int64)], axis=1), axis=0) if names.size \
-        else np.zeros((0, 2), dtype=np.int64)
+    codes, code_idx = np.unique(names, return_inverse=True)
+    flat = np.unique(step_of * max(codes.size, 1) + code_idx)       # distinct (step, name) pairs
+    pairs = np.stack([flat // max(codes.size, 1), codes[flat % max(codes.size, 1)]], axis=1) \
+        if flat.size else np.zeros((0, 2), dtype=np.int64)
+    code_idx = flat % max(codes.size, 1)
     set_size = np.bincount(pairs[:, 0], minlength=sizes.size)
-    codes, code_idx = np.unique(pairs[:, 1], return_inverse=True)
     weights = np.random.default_rng(0x9E3779B9).integers(1, 2**62, size=(codes.size, 2), dtype=np.int64)
     h = np.zeros((sizes.size, 2), dtype=np.int64)
     np.add.at(h, pairs[:, 0], weights[code_idx])
@@ -182,30 +184,35 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     if not trace.has_gpu:
         return TraceFacts(steps=n)
     launched, api = trace.gpu((lo, hi))
-    overlapping = (launched.start < hi) & (launched.end > lo)
-    if not overlapping.any():
+    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
+    if sel.size == 0:
         return TraceFacts(steps=n)
-    ops = launched.take(overlapping)
-    ops = replace(ops, start=np.maximum(ops.start, lo), end=np.minimum(ops.end, hi))
-    is_kernel = ops.kind == KERNEL
-    kernels = ops.take(is_kernel)
-    dur_ms = (kernels.end - kernels.start) / 1e6
-    by_name = pd.DataFrame({"name_id": kernels.name_id, "ms": dur_ms}).groupby("name_id")["ms"]
+    # only the columns needed, cut to the window (never a copy of every column of every op)
+    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
+    kind, device, pid = launched.kind[sel], launched.device_id[sel], launched.pid[sel]
+    k = kind == KERNEL
+    kstart, kend, kdev = start[k], end[k], device[k]
+    kstream, kname = launched.stream_id[sel][k], launched.name_id[sel][k]
+    kapi = launched.api_start[sel][k]
+    dur_ms = (kend - kstart) / 1e6
+    by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
     stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
                   for i, c, t in zip(by_name.size().index, by_name.size(), by_name.sum()))
     class_ms = {k: v / n for k, v in kernel_class_ms(stats).items()}
     class_counts = {k: v / n for k, v in kernel_class_counts(stats).items()}
 
-    copies = ops.take((ops.kind == MEMCPY) & (ops.copy_kind == H2D_COPY_KIND))
-    copy_ns = int((copies.end - copies.start).sum())
+    c = np.flatnonzero((kind == MEMCPY) & (launched.copy_kind[sel] == H2D_COPY_KIND))
+    cstart, cend, cdev, cstream = start[c], end[c], device[c], launched.stream_id[sel][c]
+    copy_ns = int((cend - cstart).sum())
     overlap_ns, on_compute_ns = 0, 0
-    for dev in pd.unique(copies.device_id):                   # devices, not copies
-        mine = copies.device_id == dev
-        on_dev = kernels.device_id == dev
-        us, ue = intervals.union(kernels.start[on_dev], kernels.end[on_dev])
-        overlap_ns += _overlap_ns(copies.start[mine], copies.end[mine], us, ue)
-        on = mine & np.isin(copies.stream_id, np.unique(kernels.stream_id[on_dev]))
-        on_compute_ns += int((copies.end[on] - copies.start[on]).sum())
+    for dev in pd.unique(cdev):                               # devices, not copies
+        mine = cdev == dev
+        on_dev = kdev == dev
+        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
+        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
+        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
+        on_compute_ns += int((cend[on] - cstart[on]).sum())
+    pageable = int((launched.src_kind[sel][c] == PAGEABLE_MEMORY_KIND).sum())
 
     assert api is not None
     names = {i: api_name(trace.string(i)) for i in api.count_by_name_open}
@@ -223,17 +230,18 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         i = np.searchsorted(t, ranges["start"].to_numpy(), side="left")
         j = np.searchsorted(t, ranges["end"].to_numpy(), side="right")
         h2d_syncs += int((j - i).sum())
-    idle_ns, idle_phase_ns = _idle_by_phase(ops, phases, lo, hi)
-    ndev = max(np.unique(ops.device_id).size, 1)
-    changes, empty_steps = _kernel_set_changes(kernels, steps)
+    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
+    ndev = max(np.unique(device).size, 1)
+    # a kernel's launch time: its call's start, its own (cut) start where the launch was not traced
+    changes, empty_steps = _kernel_set_changes(np.where(kapi >= 0, kapi, kstart), pid[k], kname, steps)
     return TraceFacts(
-        steps=n, gpu_ops=len(ops),
+        steps=n, gpu_ops=int(sel.size),
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
-        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else len(kernels) / n,
+        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(k.sum()) / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
-        h2d_copies_per_step=len(copies) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
-        h2d_pageable_per_step=float((copies.src_kind == PAGEABLE_MEMORY_KIND).sum()) / n,
+        h2d_copies_per_step=int(c.size) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
+        h2d_pageable_per_step=float(pageable) / n,
         h2d_on_compute_stream_fraction=on_compute_ns / copy_ns if copy_ns else None,
         h2d_overlap_fraction=overlap_ns / copy_ns if copy_ns else None,
         sync_calls_per_step=sync_calls / n,
