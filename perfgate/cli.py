@@ -18,9 +18,18 @@ from perfgate.errors import ConfigError, PerfgateError
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 PLUGGABLE = ("ab", "calibrate", "report")
+# Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
+# ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
+PLUGGABLE_HELP = {
+    "ab": "A/B: measure two commits interleaved in this job and compare them",
+    "calibrate": "measure false-alarm and detection rates of the gate on this machine",
+    "report": "re-render a perfgate-report.json: summary, job summary, annotations, commit statuses",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv`` given, only the pluggable command it names is imported (the others
+    are listed by their help line)."""
     parser = argparse.ArgumentParser(
         prog="perfgate", description="CI performance regression gate for PyTorch training under Nsight Systems.")
     from perfgate import __version__
@@ -62,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
     listing.set_defaults(func=cmd_list)
 
+    wanted = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name in PLUGGABLE:
+        if wanted is not None and name != wanted:
+            sub.add_parser(name, help=PLUGGABLE_HELP[name], add_help=False)
+            continue
         try:
             module = importlib.import_module(f"perfgate.{name}")
         except ImportError:
@@ -96,7 +109,8 @@ def add_analysis_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

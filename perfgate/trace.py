@@ -1,20 +1,26 @@
-"""Reading an nsys SQLite export into pandas frames (``Trace``), probing tables and columns so that
-exports of nsys 2022.4 (schema 3.0) through 2026.x (schema 3.25+) all read the same way.
+"""Reading an nsys SQLite export (``Trace``), probing tables and columns so that exports of nsys
+2022.4 (schema 3.0) through 2026.x (schema 3.25+) all read the same way.
 
-The only module that imports sqlite3. Files are opened read-only (``file:...?mode=ro``).
-Column names in the frames are snake_case; timestamps are integer ns relative to session start.
+Small tables (meta data, enums, StringIds) and the schema probe go through sqlite3; the event
+tables through DuckDB's SQLite scanner (``perfgate.columnar``), each needed column read once:
+NVTX ranges when the trace is loaded, GPU ops and the CUDA API calls on first use
+(``Trace.gpu``). Files are opened read-only (``file:...?mode=ro`` / ``READ_ONLY``). Column names
+in the frames are snake_case; timestamps are integer ns relative to session start.
 """
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from perfgate import columnar
+from perfgate.api_calls import RUNTIME_TABLE, SYNC_CALLS, ApiCalls, api_name, scan_runtime
 from perfgate.errors import TraceError
+from perfgate.gpu_ops import GPU_OP_TABLES, KIND_CODES, PID_MASK, GpuOps, empty_ops, read_gpu_ops
 
 # NVTX event types by their ENUM_NSYS_EVENT_TYPE name, with the ids every known version uses.
 NVTX_EVENT_TYPES: dict[str, int] = {
@@ -26,52 +32,104 @@ NVTX_EVENT_TYPES: dict[str, int] = {
 }
 PUSHPOP_TYPES = ("NvtxPushPopRange", "NvtxtPushPopRange")
 STARTEND_TYPES = ("NvtxStartEndRange", "NvtxtStartEndRange")
-
-GPU_OP_TABLES: dict[str, str] = {
-    "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
-    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
-    "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
-}
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMORY_USAGE_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
-PID_MASK = -0x1000000  # globalTid & ~0xFFFFFF == globalPid (as a signed 64-bit integer)
+PID_BITS = 0x0000FFFFFF000000   # the pid part of a globalTid
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+__all__ = ["GPU_OP_TABLES", "KIND_CODES", "PID_MASK", "RUNTIME_TABLE", "Trace", "load_trace"]
 
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """One nsys export as frames.
+    """One nsys export.
 
     ``nvtx``: one row per NVTX push/pop or start/end range, columns ``row_id, start, end,
-    unterminated, text, name, style, global_tid, end_global_tid, pid, domain_id``. ``name`` is the
+    unterminated, text, name, style, global_tid, end_global_tid, domain_id, pid``. ``name`` is the
     ``domain:text`` tag nsys stats prints (``text`` alone in the default domain); an unterminated
     range ends at the largest NVTX timestamp, as in ``nsys stats``.
-    ``gpu_ops``: kernels, memcpys, memsets and CUDA-graph launches, columns ``kind, start, end,
-    device_id, stream_id, correlation_id, global_pid, pid, name_id, bytes, copy_kind, src_kind,
-    dst_kind`` (-1 where a column does not apply).
-    ``runtime``: CUDA runtime/driver API calls, columns ``start, end, global_tid, global_pid,
-    correlation_id, name_id``.
-    ``memory_events``: ``start, global_pid, device_id, bytes, op`` (op 0 alloc, 1 free) or None.
+    ``gpu(window)``: the GPU ops joined to their launching calls (``GpuOps``, read and joined once)
+    and the CUDA API calls of a window (``ApiCalls``), from one pass over the API-call table.
+    ``gpu_ops`` / ``runtime`` / ``memory_events``: the same tables as pandas frames, for tests and
+    inspection (``runtime`` reads the whole API-call table).
     """
 
     path: Path
     nsys_version: str | None
     schema_version: str | None
     nvtx: pd.DataFrame
-    gpu_ops: pd.DataFrame
-    runtime: pd.DataFrame
     strings: dict[int, str]
-    memory_events: pd.DataFrame | None = None
     tables: frozenset[str] = field(default_factory=frozenset)
-
-    @property
-    def has_gpu(self) -> bool:
-        return len(self.gpu_ops) > 0
+    columns: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
+    capacity: dict[str, int] = field(default_factory=dict, repr=False)
+    _con: Any = field(default=None, repr=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def string(self, string_id: int) -> str:
         return self.strings.get(int(string_id), f"<string {int(string_id)}>")
+
+    def _columns(self, table: str) -> set[str]:
+        return set(self.columns.get(table, ()))
+
+    @property
+    def ops(self) -> GpuOps:
+        """The GPU ops, not yet joined to their launches (read once)."""
+        if "ops" not in self._cache:
+            self._cache["ops"] = (read_gpu_ops(self._con, self.tables, self._columns, self.capacity.__getitem__)
+                                  if self._con is not None else empty_ops())
+        return self._cache["ops"]
+
+    @property
+    def has_gpu(self) -> bool:
+        return len(self.ops) > 0
+
+    def sync_name_ids(self) -> frozenset[int]:
+        """StringIds of the synchronizing API calls (SYNC_CALLS, version suffix dropped)."""
+        return frozenset(i for i, v in self.strings.items() if api_name(v) in SYNC_CALLS)
+
+    def gpu(self, window: tuple[int, int] | None = None) -> tuple[GpuOps, ApiCalls | None]:
+        """The GPU ops with their launching calls, and the API calls of ``window`` (start, end ns)
+        aggregated; one pass over the API-call table per window, none for a window seen before."""
+        key = ("api", window)
+        if key not in self._cache:
+            ops = self.ops
+            if RUNTIME_TABLE not in self.tables or self._con is None:
+                launched = ops
+                api = None if window is None else ApiCalls(start_ns=window[0], end_ns=window[1])
+            elif window is None and "launched" in self._cache:
+                launched, api = self._cache["launched"], None
+            else:
+                launched, api = _guarded(self.path, lambda: scan_runtime(
+                    self._con, self._columns(RUNTIME_TABLE), ops, window, self.sync_name_ids()))
+            self._cache.setdefault("launched", launched)
+            self._cache[key] = (self._cache["launched"], api)
+        return self._cache[key]
+
+    @property
+    def gpu_ops(self) -> pd.DataFrame:
+        """GPU ops with their launch columns, as a frame (``kind`` categorical)."""
+        return self.gpu()[0].frame()
+
+    @property
+    def runtime(self) -> pd.DataFrame:
+        """The whole API-call table as a frame: ``start, end, global_tid, global_pid,
+        correlation_id, name_id``."""
+        cols = ("start", "end", "global_tid", "global_pid", "correlation_id", "name_id")
+        if RUNTIME_TABLE not in self.tables or self._con is None:
+            return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+        name = "nameId" if "nameId" in self._columns(RUNTIME_TABLE) else "-1"
+        d = columnar.fetch(self._con, f'SELECT start, "end", globalTid AS global_tid, '
+                           f"coalesce(correlationId, -1) AS correlation_id, coalesce({name}, -1) AS name_id "
+                           f"FROM {columnar.CATALOG}.{RUNTIME_TABLE}")
+        d["global_pid"] = d["global_tid"] & PID_MASK
+        return pd.DataFrame({c: d[c].astype(np.int64) for c in cols})
+
+    @property
+    def memory_events(self) -> pd.DataFrame | None:
+        """``start, global_pid, device_id, bytes, op`` (op 0 alloc, 1 free) of
+        CUDA_GPU_MEMORY_USAGE_EVENTS, or None without that table."""
+        if "memory" not in self._cache:
+            self._cache["memory"] = _memory_events(self)
+        return self._cache["memory"]
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -88,186 +146,162 @@ def load_trace(path: str | Path) -> Trace:
     except sqlite3.Error as exc:
         raise TraceError(f"{path}: cannot open as SQLite: {exc}") from exc
     try:
-        return _read(conn, path)
+        probe = _probe(conn, path)
     except sqlite3.DatabaseError as exc:
         raise TraceError(f"{path}: unreadable SQLite export (truncated or corrupt?): {exc}") from exc
     finally:
         conn.close()
-
-
-def _read(conn: sqlite3.Connection, path: Path) -> Trace:
-    tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
-    meta = _meta(conn, tables)
-    if "NVTX_EVENTS" not in tables:
-        raise TraceError(
-            f"{path}: no NVTX_EVENTS table: the capture recorded no NVTX ranges "
-            "(was nsys run with --trace=nvtx and does the workload push NVTX ranges?)"
-        )
-    types = _event_types(conn, tables)
-    nvtx = _nvtx(conn, tables, types)
+    con = columnar.connect(path)
+    nvtx = _guarded(path, lambda: _nvtx(con, probe))
     if nvtx.empty:
         raise TraceError(
             f"{path}: NVTX_EVENTS holds no push/pop or start/end ranges "
             "(ranges from the PyPI nvtx package are not recorded by nsys 2022.4; use torch.cuda.nvtx)"
         )
-    runtime = _runtime(conn, tables)
-    gpu_ops = _gpu_ops(conn, tables)
-    strings = _strings(conn, tables)
-    return Trace(
-        path=path,
-        nsys_version=meta.get("EXPORT_PRODUCT_VERSION"),
-        schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
-        nvtx=nvtx,
-        gpu_ops=gpu_ops,
-        runtime=runtime,
-        strings=strings,
-        memory_events=_memory_events(conn, tables),
-        tables=tables,
-    )
+    return Trace(path=path, nsys_version=probe["meta"].get("EXPORT_PRODUCT_VERSION"),
+                 schema_version=probe["meta"].get("EXPORT_SCHEMA_VERSION"), nvtx=nvtx,
+                 strings=probe["strings"], tables=probe["tables"], columns=probe["columns"],
+                 capacity=probe["capacity"], _con=con)
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+def _guarded(path: Path, read: Any) -> Any:
+    """``read()``, with DuckDB's errors on a damaged file turned into a TraceError."""
+    import duckdb
+
+    try:
+        return read()
+    except duckdb.Error as exc:
+        raise TraceError(f"{path}: unreadable SQLite export (truncated or corrupt?): {exc}") from exc
 
 
-def _meta(conn: sqlite3.Connection, tables: frozenset[str]) -> dict[str, str]:
+def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
+    """Tables, the columns of those perfgate reads, meta data, event types, StringIds and row
+    capacities of the GPU tables (largest minus smallest rowid plus one: no scan)."""
+    tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+    if "NVTX_EVENTS" not in tables:
+        raise TraceError(
+            f"{path}: no NVTX_EVENTS table: the capture recorded no NVTX ranges "
+            "(was nsys run with --trace=nvtx and does the workload push NVTX ranges?)"
+        )
+    wanted = {"NVTX_EVENTS", RUNTIME_TABLE, MEMORY_USAGE_TABLE, *GPU_OP_TABLES.values()} & tables
+    columns = {t: frozenset(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')) for t in wanted}
+    capacity = {}
+    for t in set(GPU_OP_TABLES.values()) & tables:
+        lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        capacity[t] = 0 if hi is None else int(hi) - int(lo) + 1
+    meta: dict[str, str] = {}
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-        if table in tables and {"name", "value"} <= _columns(conn, table):
-            return {str(n): str(v) for n, v in conn.execute(f"SELECT name, value FROM {table}")}
-    return {}
-
-
-def _event_types(conn: sqlite3.Connection, tables: frozenset[str]) -> dict[str, int]:
+        if table in tables and {"name", "value"} <= {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}:
+            meta = {str(n): str(v) for n, v in conn.execute(f"SELECT name, value FROM {table}")}
+            break
     types = dict(NVTX_EVENT_TYPES)
     if "ENUM_NSYS_EVENT_TYPE" in tables:
         for ident, name in conn.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
             if name in types:
                 types[name] = int(ident)
-    return types
+    strings = ({int(i): str(v) for i, v in conn.execute("SELECT id, value FROM StringIds")}
+               if "StringIds" in tables else {})
+    return {"tables": tables, "columns": columns, "capacity": capacity, "meta": meta, "types": types,
+            "strings": strings}
 
 
-def _nvtx(conn: sqlite3.Connection, tables: frozenset[str], types: dict[str, int]) -> pd.DataFrame:
-    """NVTX ranges named and closed exactly as ``nsys stats`` (nvtxsum / nvtx_sum) does."""
-    cols = _columns(conn, "NVTX_EVENTS")
-    has_sid = "textId" in cols and "StringIds" in tables
-    text = "coalesce(sid.value, ne.text)" if has_sid else "ne.text"
-    dtext = "coalesce(dsid.value, e.text)" if has_sid and "textId" in cols else "e.text"
-    sid_join = "LEFT JOIN StringIds AS sid ON ne.textId = sid.id" if has_sid else ""
-    dsid_join = "LEFT JOIN StringIds AS dsid ON e.textId = dsid.id" if has_sid else ""
-    domain = "ne.domainId" if "domainId" in cols else "NULL"
-    end_tid = "ne.endGlobalTid" if "endGlobalTid" in cols else "NULL"
-    pushpop = ",".join(str(types[t]) for t in PUSHPOP_TYPES)
-    startend = ",".join(str(types[t]) for t in STARTEND_TYPES)
-    domain_cte = (
-        f"""domains AS (SELECT min(e.start), e.domainId AS id, e.globalTid AS globalTid, {dtext} AS name
-            FROM NVTX_EVENTS AS e {dsid_join} WHERE e.eventType = {types['NvtxDomainCreate']}
-            GROUP BY 2, 3),"""
-        if "domainId" in cols else "domains AS (SELECT NULL AS id, NULL AS globalTid, NULL AS name),"
-    )
-    query = f"""
-    WITH {domain_cte}
-    maxts AS (SELECT max(max(start), max("end")) AS m FROM NVTX_EVENTS)
-    SELECT ne.rowid AS row_id, ne.start AS start,
-           coalesce(ne."end", (SELECT m FROM maxts)) AS "end",
-           ne."end" IS NULL AS unterminated,
-           coalesce({text}, '') AS text,
-           CASE WHEN d.name IS NOT NULL THEN d.name || ':' || coalesce({text}, '')
-                ELSE coalesce({text}, '') END AS name,
-           CASE WHEN ne.eventType IN ({startend}) THEN 'StartEnd' ELSE 'PushPop' END AS style,
-           ne.globalTid AS global_tid, {end_tid} AS end_global_tid, {domain} AS domain_id
-    FROM NVTX_EVENTS AS ne {sid_join}
-    LEFT JOIN domains AS d ON {domain} = d.id
-         AND (ne.globalTid & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000)
-    WHERE ne.eventType IN ({pushpop},{startend})
-    """
-    df = pd.read_sql_query(query, conn)
-    if df.empty:
-        return df.assign(pid=pd.Series(dtype="int64"))
-    df["start"] = df["start"].astype("int64")
-    df["end"] = df["end"].astype("int64")
-    df["unterminated"] = df["unterminated"].astype(bool)
-    df["global_tid"] = df["global_tid"].astype("int64")
-    df["end_global_tid"] = df["end_global_tid"].astype("Int64")
-    df["pid"] = (df["global_tid"].to_numpy() >> 24) & 0xFFFFFF
-    return df
+NVTX_COLUMNS = ("row_id", "start", "end", "unterminated", "text", "name", "style", "global_tid",
+                "end_global_tid", "domain_id", "pid")
 
 
-def _runtime(conn: sqlite3.Connection, tables: frozenset[str]) -> pd.DataFrame:
-    empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in
-                          ("start", "end", "global_tid", "global_pid", "correlation_id", "name_id")})
-    if RUNTIME_TABLE not in tables:
-        return empty
-    cols = _columns(conn, RUNTIME_TABLE)
-    name = "nameId" if "nameId" in cols else "-1"
-    arr = _int_matrix(conn, RUNTIME_TABLE, ["start", '"end"', "globalTid", "correlationId", name])
-    if arr.shape[0] == 0:
-        return empty
-    return pd.DataFrame({
-        "start": arr[:, 0], "end": arr[:, 1], "global_tid": arr[:, 2],
-        "global_pid": arr[:, 2] & PID_MASK, "correlation_id": arr[:, 3], "name_id": arr[:, 4],
-    })
-
-
-GPU_OP_COLUMNS = ("kind", "start", "end", "device_id", "stream_id", "correlation_id", "global_pid",
-                  "pid", "name_id", "bytes", "copy_kind", "src_kind", "dst_kind")
-KIND_CODES = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
-
-
-def _gpu_ops(conn: sqlite3.Connection, tables: frozenset[str]) -> pd.DataFrame:
-    parts: list[np.ndarray] = []
-    for kind, table in GPU_OP_TABLES.items():
-        if table not in tables:
-            continue
-        cols = _columns(conn, table)
-        if not {"start", "end", "correlationId", "globalPid"} <= cols:
-            continue
-        name = next((c for c in ("shortName", "demangledName") if c in cols), None)
-        exprs = [str(KIND_CODES[kind]), "start", '"end"',
-                 "deviceId" if "deviceId" in cols else "-1",
-                 "streamId" if "streamId" in cols else "-1",
-                 "correlationId", "globalPid", name or "-1"]
-        exprs += [c if c in cols else "-1" for c in ("bytes", "copyKind", "srcKind", "dstKind")]
-        arr = _int_matrix(conn, table, exprs)
-        if arr.shape[0]:
-            parts.append(arr)
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
-    arr = np.concatenate(parts) if len(parts) > 1 else parts[0]
+def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
+    """NVTX ranges named and closed exactly as ``nsys stats`` (nvtxsum / nvtx_sum) does: the
+    message is coalesce(StringIds via textId, text); the domain comes from the NvtxDomainCreate
+    row with the same domainId in the same process (the earliest per thread that created it)."""
+    cols = probe["columns"]["NVTX_EVENTS"]
+    types = probe["types"]
+    pushpop = [types[t] for t in PUSHPOP_TYPES]
+    startend = [types[t] for t in STARTEND_TYPES]
+    create = types["NvtxDomainCreate"]
+    wanted = ",".join(str(t) for t in (*pushpop, *startend, create))
+    opt = {c: (c if c in cols else "NULL") for c in ("textId", "endGlobalTid", "domainId")}
+    table = f"{columnar.CATALOG}.NVTX_EVENTS"
+    raw = pd.DataFrame(columnar.fetch(con, f"""
+        SELECT rowid AS row_id, start, coalesce("end", -1) AS "end", "end" IS NULL AS unterminated,
+               eventType AS event_type, text, coalesce({opt['textId']}, -1) AS text_id, globalTid AS global_tid,
+               coalesce({opt['endGlobalTid']}, -1) AS end_global_tid, {opt['endGlobalTid']} IS NULL AS end_tid_null,
+               coalesce({opt['domainId']}, -1) AS domain_id, {opt['domainId']} IS NULL AS domain_null
+        FROM {table} WHERE eventType IN ({wanted}) ORDER BY rowid"""))
+    message = _messages(raw["text"], raw["text_id"], probe["strings"])
+    is_range = raw["event_type"].isin(pushpop + startend).to_numpy()
+    if not is_range.any():
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in NVTX_COLUMNS})
+    maxts = columnar.fetch(con, f'SELECT greatest(max(start), max("end")) AS m FROM {table}')["m"][0]
+    domain = _domain_names(raw, message, create, "domainId" in cols)
+    ranges = raw[is_range]
+    text = message[is_range]
+    text[pd.isna(text)] = ""
     df = pd.DataFrame({
-        "kind": pd.Categorical.from_codes(arr[:, 0], categories=list(KIND_CODES)),
-        "start": arr[:, 1], "end": arr[:, 2], "device_id": arr[:, 3], "stream_id": arr[:, 4],
-        "correlation_id": arr[:, 5], "global_pid": arr[:, 6], "pid": (arr[:, 6] >> 24) & 0xFFFFFF,
-        "name_id": arr[:, 7], "bytes": arr[:, 8], "copy_kind": arr[:, 9],
-        "src_kind": arr[:, 10], "dst_kind": arr[:, 11],
+        "row_id": ranges["row_id"].to_numpy(np.int64), "start": ranges["start"].to_numpy(np.int64),
+        "end": np.where(ranges["unterminated"].to_numpy(), np.int64(maxts), ranges["end"].to_numpy(np.int64)),
+        "unterminated": ranges["unterminated"].to_numpy(bool), "text": text,
+        "style": np.where(ranges["event_type"].isin(startend).to_numpy(), "StartEnd", "PushPop").astype(object),
+        "global_tid": ranges["global_tid"].to_numpy(np.int64),
+        "end_global_tid": pd.array(np.where(ranges["end_tid_null"], 0, ranges["end_global_tid"]), dtype="Int64"),
+        "domain_id": pd.array(np.where(ranges["domain_null"], 0, ranges["domain_id"]), dtype="Int64"),
     })
-    return df
+    df.loc[ranges["end_tid_null"].to_numpy(), "end_global_tid"] = pd.NA
+    df.loc[ranges["domain_null"].to_numpy(), "domain_id"] = pd.NA
+    df = _with_domains(df, domain)
+    df["pid"] = (df["global_tid"].to_numpy() >> 24) & 0xFFFFFF
+    return df[list(NVTX_COLUMNS)]
 
 
-def _int_matrix(conn: sqlite3.Connection, table: str, exprs: list[str]) -> np.ndarray:
-    """All rows of ``table`` as an int64 matrix, one column per expression (NULL -> -1), built
-    straight from the cursor without an intermediate list of row tuples."""
-    n = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    select = ", ".join(f"coalesce({e}, -1)" for e in exprs)
-    flat = np.fromiter(itertools.chain.from_iterable(conn.execute(f"SELECT {select} FROM {table}")),
-                       dtype=np.int64, count=n * len(exprs))
-    return flat.reshape(n, len(exprs))
+def _messages(text: pd.Series, text_id: pd.Series, strings: dict[int, str]) -> np.ndarray:
+    """coalesce(StringIds.value via textId, text) per row, as an object array (None where both
+    are missing)."""
+    out = text.to_numpy(dtype=object).copy()
+    ids = text_id.to_numpy(np.int64)
+    has = np.flatnonzero(ids >= 0)
+    if has.size:
+        looked = pd.Series(ids[has]).map(strings).to_numpy(dtype=object)
+        found = pd.notna(looked)
+        out[has[found]] = looked[found]
+    return out
 
 
-def _strings(conn: sqlite3.Connection, tables: frozenset[str]) -> dict[int, str]:
-    """StringIds: names of kernels and API calls (and registered NVTX strings)."""
-    if "StringIds" not in tables:
-        return {}
-    return {int(i): str(v) for i, v in conn.execute("SELECT id, value FROM StringIds")}
+def _domain_names(raw: pd.DataFrame, message: np.ndarray, create: int, has_domains: bool) -> pd.DataFrame:
+    """One row per (domainId, creating thread): the name of its earliest NvtxDomainCreate row,
+    with the pid bits it is matched on, ordered like SQLite's GROUP BY."""
+    if not has_domains:
+        return pd.DataFrame({"domain_id": pd.Series(dtype="int64"), "pid_bits": pd.Series(dtype="int64"),
+                             "domain": pd.Series(dtype=object)})
+    rows = (raw["event_type"] == create).to_numpy() & ~raw["domain_null"].to_numpy()
+    d = pd.DataFrame({"domain_id": raw["domain_id"].to_numpy(np.int64)[rows],
+                      "global_tid": raw["global_tid"].to_numpy(np.int64)[rows],
+                      "start": raw["start"].to_numpy(np.int64)[rows], "domain": message[rows]})
+    d = d.sort_values(["domain_id", "global_tid", "start"], kind="stable") \
+        .drop_duplicates(["domain_id", "global_tid"], keep="first")
+    d = d[d["domain"].notna().to_numpy()]   # an unnamed domain names nothing (SQL: d.name IS NULL)
+    return d.assign(pid_bits=d["global_tid"] & PID_BITS)[["domain_id", "pid_bits", "domain"]]
 
 
-def _memory_events(conn: sqlite3.Connection, tables: frozenset[str]) -> pd.DataFrame | None:
-    if MEMORY_USAGE_TABLE not in tables:
-        return None
-    cols = _columns(conn, MEMORY_USAGE_TABLE)
-    if not {"start", "bytes", "memoryOperationType"} <= cols:
+def _with_domains(df: pd.DataFrame, domains: pd.DataFrame) -> pd.DataFrame:
+    """``name`` = ``domain:text`` where the range's domain was created in its process, else
+    ``text`` (a domain created on several threads of one process names the range once per thread,
+    as nsys's join does)."""
+    if domains.empty:
+        return df.assign(name=df["text"])
+    left = df.assign(_d=df["domain_id"].fillna(-(2**62)).astype(np.int64), _p=df["global_tid"] & PID_BITS)
+    merged = left.merge(domains, how="left", left_on=["_d", "_p"], right_on=["domain_id", "pid_bits"],
+                        suffixes=("", "_dom"), sort=False)
+    named = merged["domain"].notna().to_numpy()
+    name = merged["text"].to_numpy(dtype=object).copy()
+    name[named] = (merged["domain"][named] + ":" + merged["text"][named]).to_numpy(dtype=object)
+    return merged.drop(columns=["_d", "_p", "domain_id_dom", "pid_bits", "domain"]).assign(name=name)
+
+
+def _memory_events(trace: Trace) -> pd.DataFrame | None:
+    cols = trace._columns(MEMORY_USAGE_TABLE)
+    if MEMORY_USAGE_TABLE not in trace.tables or not {"start", "bytes", "memoryOperationType"} <= cols:
         return None
     gpid = "globalPid" if "globalPid" in cols else "0"
     dev = "deviceId" if "deviceId" in cols else "0"
-    return pd.read_sql_query(
-        f"SELECT start, {gpid} AS global_pid, {dev} AS device_id, bytes, "
-        f"memoryOperationType AS op FROM {MEMORY_USAGE_TABLE}", conn)
+    return pd.DataFrame(columnar.fetch(trace._con, (
+        f"SELECT start, {gpid} AS global_pid, {dev} AS device_id, bytes, memoryOperationType AS op "
+        f"FROM {columnar.CATALOG}.{MEMORY_USAGE_TABLE} ORDER BY rowid")))

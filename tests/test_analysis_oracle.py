@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfgate.analysis.launches import join_launches
 from perfgate.analysis.projection import project_ranges, projection_summary
 from perfgate.analysis.ranges import range_stats
 from perfgate.trace import load_trace
@@ -51,7 +50,7 @@ def test_thread_projection_equals_nsys_nvtx_gpu_projection(case: Path) -> None:
     if summary is None and trace_csv is None:
         pytest.skip(f"{case.name} has no nvtx_gpu_proj_sum / nvtxgpuproj CSV")
     trace = load_trace(case / "trace.sqlite")
-    got = projection_summary(project_ranges(trace.nvtx, join_launches(trace.gpu_ops, trace.runtime)))
+    got = projection_summary(project_ranges(trace.nvtx, trace.gpu()[0]))   # ops joined to their launches
     got = got.assign(name=got["name"].str.removeprefix(":")).set_index(["name", "style"])
     if summary is not None:
         want = summary.assign(name=summary["Range"].str.removeprefix(":")).set_index(["name", "Style"])

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import device_label, gpu_idle
-from perfgate.analysis.launches import join_launches
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
@@ -57,24 +58,25 @@ def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()
 def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
     """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
     sel = select_steps(trace.nvtx, options.step_pattern, options.warmup_steps, str(trace.path))
-    launches = join_launches(trace.gpu_ops, trace.runtime) if trace.has_gpu else None
-    period_ns = iteration_periods(sel, launches)
-    steps = step_stats(sel, options.batch_size, period_ns)
     measured = sel.measured
+    lo, hi = int(measured["start"].min()), int(measured["period_end"].max())   # the host window
+    busy = projected = work = None
+    ops = trace.ops
+    if len(ops):
+        ops, api = trace.gpu((lo, hi))       # joined once, shared with the diagnosis
+    period_ns = iteration_periods(sel, ops if len(ops) else None)
+    steps = step_stats(sel, options.batch_size, period_ns)
     total_step_ns = int(period_ns.sum())
     instances = phase_instances(trace.nvtx, measured)
-    busy = projected = None
-    if launches is not None:
-        busy = attribute_gpu_time(instances, launches)
-        projected = project_ranges(trace.nvtx, launches)
+    if len(ops):
+        busy = attribute_gpu_time(instances, ops)
+        # only the phase instances' own ranges are looked up in the projection
+        projected = project_ranges(trace.nvtx[trace.nvtx["row_id"].isin(instances["row_id"]).to_numpy()], ops)
+        work = gpu_work(ops, api, trace.strings, trace.memory_events, lo, hi, steps.count,
+                        options.top_kernels)
     phases = phase_stats(instances, steps.count, total_step_ns, busy, projected)
-    idle = gpu_idle(trace.gpu_ops, trace.nvtx, steps.window_start_ns, steps.window_end_ns,
-                    options.longest_gaps)
-    work = None
-    if launches is not None:
-        work = gpu_work(launches, trace.runtime, trace.strings, trace.memory_events,
-                        steps.window_start_ns, steps.window_end_ns, steps.count, options.top_kernels)
-    devices = tuple(device_label(d) for d in sorted(trace.gpu_ops["device_id"].unique()))
+    idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps)
+    devices = tuple(device_label(d) for d in np.unique(ops.device_id))
     return Analysis(
         source=str(trace.path),
         nsys_version=trace.nsys_version,

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from perfgate.analysis import intervals
+from perfgate.gpu_ops import GpuOps
 from perfgate.model import GpuIdle, IdleGap
 
 
@@ -12,28 +13,29 @@ def device_label(device_id: int) -> str:
     return str(int(device_id))
 
 
-def gpu_idle(gpu_ops: pd.DataFrame, nvtx: pd.DataFrame, window_start_ns: int, window_end_ns: int,
+def gpu_idle(ops: GpuOps, nvtx: pd.DataFrame, window_start_ns: int, window_end_ns: int,
              longest_gaps: int = 5) -> GpuIdle | None:
     """Idle = window time in which a GPU ran no kernel, memcpy, memset or graph (union of their
     intervals, so overlapping streams count once). Every device with GPU activity anywhere in the
     trace counts. None without GPU activity."""
-    if gpu_ops.empty:
+    if len(ops) == 0:
         return None
     window = window_end_ns - window_start_ns
     per_device: dict[str, float] = {}
     gap_parts: list[tuple[np.ndarray, np.ndarray, int]] = []
-    for dev, ops in gpu_ops.groupby("device_id", sort=True):
-        s, e = ops["start"].to_numpy(), ops["end"].to_numpy()
+    for dev in np.unique(ops.device_id):                            # devices, not ops
+        mine = ops.device_id == dev
+        s, e = ops.start[mine], ops.end[mine]
         busy = intervals.covered(s, e, window_start_ns, window_end_ns)
         per_device[device_label(dev)] = 1.0 - busy / window if window > 0 else 0.0
         gs, ge = intervals.gaps(s, e, window_start_ns, window_end_ns)
         gap_parts.append((gs, ge, int(dev)))
     fraction = float(np.mean(list(per_device.values())))  # = sum idle / (window * devices)
-    gaps = _longest(gap_parts, gpu_ops, nvtx, longest_gaps)
+    gaps = _longest(gap_parts, ops, nvtx, longest_gaps)
     return GpuIdle(fraction=fraction, per_device=per_device, window_ms=window / 1e6, longest_gaps=gaps)
 
 
-def _longest(parts: list[tuple[np.ndarray, np.ndarray, int]], gpu_ops: pd.DataFrame,
+def _longest(parts: list[tuple[np.ndarray, np.ndarray, int]], ops: GpuOps,
              nvtx: pd.DataFrame, n: int) -> tuple[IdleGap, ...]:
     if n <= 0 or not parts:
         return ()
@@ -43,7 +45,7 @@ def _longest(parts: list[tuple[np.ndarray, np.ndarray, int]], gpu_ops: pd.DataFr
     top = np.argsort(-(ends - starts), kind="stable")[:n]
     out: list[IdleGap] = []
     for k in top:
-        pids = pd.unique(gpu_ops.loc[gpu_ops["device_id"] == devs[k], "pid"])
+        pids = np.unique(ops.pid[ops.device_id == devs[k]])
         t = starts[k]
         mid = t + (ends[k] - t) // 2
         open_ = nvtx[(nvtx["start"] <= mid) & (nvtx["end"] > mid) & nvtx["pid"].isin(pids)]

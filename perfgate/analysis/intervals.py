@@ -72,6 +72,27 @@ def union_length_by_group(groups: np.ndarray, starts: np.ndarray, ends: np.ndarr
 
 
 def _grouped_cummax(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` that restarts where ``group_start`` is True."""
-    gid = np.cumsum(group_start)
+    """Running maximum of ``values`` that restarts where ``group_start`` is True: one
+    ``maximum.accumulate`` after lifting each group above all values of the groups before it."""
+    if values.size == 0:
+        return values.astype(np.int64)
+    gid = np.cumsum(group_start) - 1
+    base = int(values.min())
+    span = int(values.max()) - base + 1
+    if span * (int(gid[-1]) + 1) < 2**62:
+        lift = gid * span
+        return np.maximum.accumulate(values - base + lift) - lift + base
     return pd.Series(values).groupby(gid).cummax().to_numpy(dtype=np.int64)
+
+
+def group_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct keys ascending, rows per key, exact integer sum of ``values`` per key)."""
+    keys = np.asarray(keys)
+    if keys.size == 0:
+        return keys.copy(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    counts = np.diff(np.r_[first, k.size])
+    sums = np.add.reduceat(np.asarray(values, dtype=np.int64)[order], first)
+    return k[first], counts, sums

@@ -8,6 +8,7 @@ import pandas as pd
 
 from perfgate.analysis.intervals import union_length_by_group
 from perfgate.analysis.steps import BETWEEN_STEPS, phase_name, top_level_mask
+from perfgate.gpu_ops import GpuOps
 from perfgate.model import PhaseStats
 
 
@@ -97,41 +98,38 @@ def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFram
     })
 
 
-def attribute_gpu_time(instances: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps) -> np.ndarray:
     """GPU busy ns per phase instance: each GPU op goes to the phase instance of its process that
     was open (on any thread) when its launching API call started; per instance, the union of its
     ops' intervals on each device, summed over devices. Ops without a traced launch are skipped."""
     busy = np.zeros(len(instances), dtype=np.int64)
-    ops = launches[launches["api_tid"] >= 0]
-    if ops.empty or instances.empty:
+    traced = np.flatnonzero(ops.api_tid >= 0)
+    if traced.size == 0 or instances.empty:
         return busy
-    op_inst: list[np.ndarray] = []
-    op_rows: list[np.ndarray] = []
-    ops_by_pid = dict(tuple(ops.groupby("pid", sort=False)))
-    for pid, inst in instances.groupby("pid", sort=False):
-        pops = ops_by_pid.get(pid)
-        if pops is None:
-            continue
-        order = np.argsort(inst["start"].to_numpy(), kind="stable")
-        s = inst["start"].to_numpy()[order]
-        e = inst["end"].to_numpy()[order]
-        pos = inst.index.to_numpy()[order]
-        api = pops["api_start"].to_numpy()
-        k = np.searchsorted(s, api, side="right") - 1
+    ipid = instances["pid"].to_numpy()
+    order = np.lexsort((instances["start"].to_numpy(), ipid))      # by process, then start
+    s = instances["start"].to_numpy()[order]
+    e = instances["end"].to_numpy()[order]
+    p = ipid[order]
+    op_pid = ops.pid[traced]
+    api = ops.api_start[traced]
+    inst = np.full(traced.size, -1, dtype=np.int64)
+    for pid in np.unique(p):                                        # processes, not steps or rows
+        a, b = np.searchsorted(p, pid, side="left"), np.searchsorted(p, pid, side="right")
+        mine = np.flatnonzero(op_pid == pid)
+        k = np.searchsorted(s[a:b], api[mine], side="right") - 1
         ok = k >= 0
-        ok[ok] = api[ok] <= e[k[ok]]
-        op_inst.append(pos[k[ok]])
-        op_rows.append(pops.index.to_numpy()[ok])
-    if not op_inst:
+        ok[ok] = api[mine][ok] <= e[a:b][k[ok]]
+        inst[mine[ok]] = order[a + k[ok]]
+    hit = inst >= 0
+    if not hit.any():
         return busy
-    inst_idx = np.concatenate(op_inst)
-    rows = np.concatenate(op_rows)
-    sel = launches.loc[rows]
-    dev = sel["device_id"].to_numpy()
-    dev_codes, dev_idx = np.unique(dev, return_inverse=True)
-    group = inst_idx.astype(np.int64) * max(len(dev_codes), 1) + dev_idx
-    codes, lengths = union_length_by_group(group, sel["start"].to_numpy(), sel["end"].to_numpy())
-    np.add.at(busy, codes // max(len(dev_codes), 1), lengths)
+    rows = traced[hit]
+    dev_codes, dev_idx = np.unique(ops.device_id[rows], return_inverse=True)
+    ndev = max(len(dev_codes), 1)
+    group = inst[hit] * ndev + dev_idx
+    codes, lengths = union_length_by_group(group, ops.start[rows], ops.end[rows])
+    np.add.at(busy, codes // ndev, lengths)
     return busy
 
 

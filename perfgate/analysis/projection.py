@@ -11,36 +11,38 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-PROJECTED_KINDS = ("kernel", "memcpy", "memset")
+from perfgate.gpu_ops import KERNEL, MEMCPY, MEMSET, GpuOps
+
+PROJECTED_KINDS = (KERNEL, MEMCPY, MEMSET)
+COLUMNS = ["row_id", "name", "style", "pid", "start", "end", "proj_start", "proj_end", "gpu_ops"]
 
 
-def project_ranges(nvtx: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+def project_ranges(nvtx: pd.DataFrame, ops: GpuOps) -> pd.DataFrame:
     """One row per range that encloses GPU work: ``row_id, name, style, pid, start, end,
     proj_start, proj_end, gpu_ops`` (gpu_ops = distinct launching calls, as nsys counts)."""
-    ranges = nvtx[nvtx["end_global_tid"].isna()]
-    ops = launches[(launches["api_tid"] >= 0) & launches["kind"].isin(PROJECTED_KINDS)]
-    ops = ops.sort_values(["api_tid", "api_start", "api_end"], kind="stable")
+    ranges = nvtx[nvtx["end_global_tid"].isna().to_numpy()]
+    sel = np.flatnonzero((ops.api_tid >= 0) & np.isin(ops.kind, PROJECTED_KINDS))
+    sel = sel[np.lexsort((ops.api_end[sel], ops.api_start[sel], ops.api_tid[sel]))]
+    tids = ops.api_tid[sel]
     parts: list[pd.DataFrame] = []
-    op_groups = dict(tuple(ops.groupby("api_tid", sort=False)))
-    for tid, rng in ranges.groupby("global_tid", sort=False):
-        thread_ops = op_groups.get(tid)
-        if thread_ops is None:
-            continue
-        part = _project_thread(rng, thread_ops)
-        if len(part):
-            parts.append(part)
-    cols = ["row_id", "name", "style", "pid", "start", "end", "proj_start", "proj_end", "gpu_ops"]
+    for tid, rng in ranges.groupby("global_tid", sort=False):      # threads, not ranges
+        a, b = np.searchsorted(tids, tid, side="left"), np.searchsorted(tids, tid, side="right")
+        if b > a:
+            part = _project_thread(rng, ops, sel[a:b])
+            if len(part):
+                parts.append(part)
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    return pd.concat(parts, ignore_index=True)[cols]
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in COLUMNS})
+    return pd.concat(parts, ignore_index=True)[COLUMNS]
 
 
-def _project_thread(rng: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    a_start = ops["api_start"].to_numpy()
-    a_end_max = np.maximum.accumulate(ops["api_end"].to_numpy())  # equals api_end: calls don't nest
-    g_start = ops["start"].to_numpy()
-    g_end = ops["end"].to_numpy()
-    corr = ops["correlation_id"].to_numpy()
+def _project_thread(rng: pd.DataFrame, ops: GpuOps, rows: np.ndarray) -> pd.DataFrame:
+    """``rows``: the thread's ops sorted by launching call (start, end)."""
+    a_start = ops.api_start[rows]
+    a_end_max = np.maximum.accumulate(ops.api_end[rows])  # equals api_end: calls don't nest
+    g_start = ops.start[rows]
+    g_end = ops.end[rows]
+    corr = ops.correlation_id[rows]
     r_start = rng["start"].to_numpy()
     r_end = rng["end"].to_numpy()
     i = np.searchsorted(a_start, r_start, side="left")

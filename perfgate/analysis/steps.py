@@ -14,12 +14,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from perfgate.errors import ConfigError, TraceError
 from perfgate.model import StepStats, Summary
+
+if TYPE_CHECKING:
+    from perfgate.gpu_ops import GpuOps
 
 # Names that common instrumentation gives one training iteration (matched case-insensitively
 # against the whole NVTX message, without the domain).
@@ -249,7 +253,7 @@ def measured_iterations(nvtx: pd.DataFrame, steps: StepStats) -> pd.DataFrame:
     return rows[inside.to_numpy()]
 
 
-def completion_times(sel: StepSelection, launches: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.ndarray, np.ndarray]:
     """(done before, done) per measured step: when the iteration before it, and the iteration itself,
     were complete. An iteration is complete when the host has reached the next step's start *and*
     the GPU work it launched has finished, at the earliest when the one before it was complete. A
@@ -261,21 +265,22 @@ def completion_times(sel: StepSelection, launches: pd.DataFrame | None) -> tuple
                         steps["end"].to_numpy())
     done = host_end.astype(np.int64)
     if launches is not None and len(launches) and len(steps):
-        traced = launches[launches["api_start"].to_numpy() >= 0]
+        traced = launches.api_start >= 0
+        op_pid, op_launch, op_end = launches.pid[traced], launches.api_start[traced], launches.end[traced]
         # each op to the last step of its process that started at or before its launch; the key is
         # (process rank, time), the time in ns below 2**50 (13 days)
         ranks = pd.Index(pd.unique(steps["pid"]))
-        op_rank = ranks.get_indexer(traced["pid"])
-        traced = traced[op_rank >= 0]
+        op_rank = ranks.get_indexer(op_pid)
+        mine = op_rank >= 0
         step_key = ranks.get_indexer(steps["pid"]).astype(np.int64) * (1 << 50) + steps["start"].to_numpy()
-        op_key = op_rank[op_rank >= 0].astype(np.int64) * (1 << 50) + traced["api_start"].to_numpy()
+        op_key = op_rank[mine].astype(np.int64) * (1 << 50) + op_launch[mine]
         order = np.argsort(step_key, kind="stable")
         pos = np.searchsorted(step_key[order], op_key, side="right") - 1
         ok = pos >= 0
         idx = order[pos[ok]]
-        launched = traced["api_start"].to_numpy()[ok]
-        same = (steps["pid"].to_numpy()[idx] == traced["pid"].to_numpy()[ok]) & (launched < host_end[idx])
-        np.maximum.at(done, idx[same], traced["end"].to_numpy()[ok][same])
+        launched = op_launch[mine][ok]
+        same = (steps["pid"].to_numpy()[idx] == op_pid[mine][ok]) & (launched < host_end[idx])
+        np.maximum.at(done, idx[same], op_end[mine][ok][same])
     # never before the previous iteration of the same process (steps are sorted by pid, start)
     pid = steps["pid"].to_numpy()
     done = pd.Series(done).groupby(pid).cummax().to_numpy()
@@ -284,7 +289,7 @@ def completion_times(sel: StepSelection, launches: pd.DataFrame | None) -> tuple
     return before[at], done[at]
 
 
-def iteration_periods(sel: StepSelection, launches: pd.DataFrame | None) -> np.ndarray:
+def iteration_periods(sel: StepSelection, launches: GpuOps | None) -> np.ndarray:
     """Per measured step, ns from the previous iteration's completion to its own
     (:func:`completion_times`)."""
     before, done = completion_times(sel, launches)

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from perfgate.analysis import intervals
-from perfgate.analysis.gpu_work import in_window
-from perfgate.analysis.launches import join_launches
 from perfgate.analysis.phases import phase_instances
 from perfgate.analysis.steps import measured_iterations
+from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
+from perfgate.gpu_ops import KERNEL, MEMCPY
 from perfgate.model import Analysis, KernelStat
 
 if TYPE_CHECKING:
@@ -69,17 +69,10 @@ def facts_from_mapping(value: Any) -> TraceFacts | None:
 
 # ----------------------------------------------------------------------------- from a Trace
 
-SYNC_APIS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
-                       "cuCtxSynchronize"})
+SYNC_APIS = SYNC_CALLS
 SYNC_MEMCPY_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)(?!.*Async)")
-API_VERSION_RE = re.compile(r"_v\d+$")
 H2D_COPY_KIND = 1
 PAGEABLE_MEMORY_KIND = 0
-
-
-def api_name(raw: str) -> str:
-    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``."""
-    return API_VERSION_RE.sub("", raw)
 
 
 def _overlap_ns(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> int:
@@ -104,122 +97,163 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
     return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
 
 
-def _idle_by_phase(ops: pd.DataFrame, phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
+def _idle_by_phase(device: np.ndarray, start: np.ndarray, end: np.ndarray, pid: np.ndarray,
+                   phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
     total = 0
     by_phase: dict[str, float] = {}
     phase_pid = _pids(phases)
-    for _, dev_ops in ops.groupby("device_id", sort=True):
-        gs, ge = intervals.gaps(dev_ops["start"].to_numpy(), dev_ops["end"].to_numpy(), lo, hi)
+    for dev in np.unique(device):                            # devices, not ops
+        on_dev = device == dev
+        gs, ge = intervals.gaps(start[on_dev], end[on_dev], lo, hi)
         idle = int((ge - gs).sum())
         total += idle
         inside = 0
         # only the phases of the processes that use this GPU: in a multi-process (DDP) trace every
         # rank's phases are open at once, and each GPU's idle time belongs to its own rank's phase
-        mine = phases[np.isin(phase_pid, pd.unique(_pids(dev_ops)))] if len(phases) else phases
+        mine = phases[np.isin(phase_pid, np.unique(pid[on_dev]))] if len(phases) else phases
         for name, rows in mine.groupby("phase", sort=True):
             us, ue = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy())
-            ns = _overlap_ns(gs, ge, us, ue)
+            ns = _overlap_ns(us, ue, gs, ge)     # both disjoint: look up the fewer in the more
             by_phase[name] = by_phase.get(name, 0.0) + ns
             inside += ns
         by_phase[OUTSIDE_PHASES] = by_phase.get(OUTSIDE_PHASES, 0.0) + max(0, idle - inside)
     return float(total), by_phase
 
 
-def _kernel_set_changes(kernels: pd.DataFrame, steps: pd.DataFrame) -> tuple[int, int]:
+def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps: pd.DataFrame) -> tuple[int, int]:
     """(steps whose kernel-name set differs from the most common one, steps launching nothing).
-    A kernel belongs to the iteration of its process in which its launch started."""
+    A kernel belongs to the iteration of its process in which its launch started. Sort-once: the
+    (step, kernel name) pairs of all steps are sorted and compared as arrays."""
     if len(steps) < 3:
         return 0, 0
-    t = np.where(kernels["api_start"].to_numpy() >= 0, kernels["api_start"].to_numpy(),
-                 kernels["start"].to_numpy())
-    names = kernels["name_id"].to_numpy()
-    kpid = kernels["pid"].to_numpy()
     end_col = "period_end" if "period_end" in steps.columns else "end"
-    sets: list[frozenset[int]] = []
-    for pid, st in steps.groupby("pid", sort=False):
-        mine = kpid == pid
-        kt, kn = t[mine], names[mine]
-        order = np.argsort(kt, kind="stable")
-        kt, kn = kt[order], kn[order]
-        lo = np.searchsorted(kt, st["start"].to_numpy(), side="left")
-        hi = np.searchsorted(kt, st[end_col].to_numpy(), side="left")
-        sets.extend(frozenset(kn[a:b].tolist()) for a, b in zip(lo, hi))
-    counts: dict[frozenset[int], int] = {}
-    for ks in sets:
-        counts[ks] = counts.get(ks, 0) + 1
-    usual = max(counts, key=lambda k: counts[k])
-    return sum(1 for ks in sets if ks != usual), sum(1 for ks in sets if not ks)
+    step_pid = steps["pid"].to_numpy()
+    pid_order = pd.unique(step_pid)              # steps grouped by process, first-seen order
+    step_rows = np.concatenate([np.flatnonzero(step_pid == p) for p in pid_order])
+    st_start = steps["start"].to_numpy()[step_rows]
+    st_end = steps[end_col].to_numpy()[step_rows]
+    st_pid = step_pid[step_rows]
+    # kernels sorted by (process, launch time); each step is a slice [lo, hi) of them
+    korder = np.lexsort((t, kpid))
+    kpid, kt, kname = kpid[korder].astype(np.int64), t[korder], kname[korder]
+    base = np.searchsorted(kpid, st_pid, side="left")
+    top = np.searchsorted(kpid, st_pid, side="right")
+    lo = np.empty(len(step_rows), dtype=np.int64)
+    hi = np.empty(len(step_rows), dtype=np.int64)
+    for p in pid_order:                          # processes, not steps
+        m = st_pid == p
+        a, b = base[m][0], top[m][0]
+        lo[m] = a + np.searchsorted(kt[a:b], st_start[m], side="left")
+        hi[m] = a + np.searchsorted(kt[a:b], st_end[m], side="left")
+    sizes = np.maximum(hi - lo, 0)
+    step_of = np.repeat(np.arange(sizes.size), sizes)
+    names = kname[np.arange(sizes.sum()) + np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)]
+    # each step's set: its distinct names, sorted; a set is identified by (size, hash) and
+    # confirmed element by element against the most common one
+    codes, code_idx = np.unique(names, return_inverse=True)
+    flat = np.unique(step_of * max(codes.size, 1) + code_idx)       # distinct (step, name) pairs
+    pairs = np.stack([flat // max(codes.size, 1), codes[flat % max(codes.size, 1)]], axis=1) \
+        if flat.size else np.zeros((0, 2), dtype=np.int64)
+    code_idx = flat % max(codes.size, 1)
+    set_size = np.bincount(pairs[:, 0], minlength=sizes.size)
+    weights = np.random.default_rng(0x9E3779B9).integers(1, 2**62, size=(codes.size, 2), dtype=np.int64)
+    h = np.zeros((sizes.size, 2), dtype=np.int64)
+    np.add.at(h, pairs[:, 0], weights[code_idx])
+    keys = np.stack([set_size, h[:, 0], h[:, 1]], axis=1)
+    uniq, first_seen, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True,
+                                                  return_counts=True)
+    best = np.flatnonzero(counts == counts.max())
+    usual = best[np.argmin(first_seen[best])]    # ties: the set seen first, as a dict would keep
+    same = inverse.reshape(-1) == usual
+    rep = np.flatnonzero(same)[0]
+    rep_names = pairs[pairs[:, 0] == rep, 1]
+    cand = np.flatnonzero(same)
+    if rep_names.size and cand.size > 1:          # confirm equal sets element by element
+        starts = np.searchsorted(pairs[:, 0], cand)
+        rows = starts[:, None] + np.arange(rep_names.size)
+        same[cand] = (pairs[rows, 1] == rep_names).all(axis=1)
+    return int((~same).sum()), int((set_size == 0).sum())
 
 
 def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
-    """TraceFacts of the measured window of ``analysis``, read from the raw events of ``trace``."""
+    """TraceFacts of the measured window of ``analysis``, read from the raw events of ``trace``
+    (the GPU ops and API calls of that window are the ones the analysis read: ``Trace.gpu``)."""
     n = max(analysis.steps.count, 1)
     lo, hi = analysis.steps.window_start_ns, analysis.steps.window_end_ns
-    ops = trace.gpu_ops
-    ops = ops[(ops["start"] < hi) & (ops["end"] > lo)]
-    if ops.empty:
+    if not trace.has_gpu:
         return TraceFacts(steps=n)
-    ops = ops.assign(start=ops["start"].clip(lower=lo), end=ops["end"].clip(upper=hi))
-    # kernels and copies are the analysis's: launched in the window (a loop that runs ahead of the
-    # GPU launches work that runs after the window); idle is about ops overlapping it
-    launched = join_launches(trace.gpu_ops, trace.runtime)
-    launched = launched[in_window(launched, lo, hi).to_numpy()]
-    kernels = launched[launched["kind"] == "kernel"]
-    names = {int(i): trace.string(i) for i in pd.unique(kernels["name_id"])}
-    dur_ms = (kernels["end"] - kernels["start"]).to_numpy() / 1e6
-    by_name = pd.DataFrame({"name_id": kernels["name_id"].to_numpy(), "ms": dur_ms}).groupby("name_id")["ms"]
-    stats = tuple(KernelStat(name=names[int(i)], count=int(c), total_ms=float(t))
+    launched, api = trace.gpu((lo, hi))
+    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
+    if sel.size == 0:
+        return TraceFacts(steps=n)
+    # only the columns needed, cut to the window (never a copy of every column of every op)
+    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
+    kind, device, pid = launched.kind[sel], launched.device_id[sel], launched.pid[sel]
+    # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
+    # the GPU launches work that runs after the window); idle is about the ops overlapping it
+    when = launched.launch_time()
+    own = np.flatnonzero((when >= lo) & (when <= hi))
+    kind_own = launched.kind[own]
+    ki = own[kind_own == KERNEL]
+    kstart, kend, kdev = launched.start[ki], launched.end[ki], launched.device_id[ki]
+    kstream, kname, kpid = launched.stream_id[ki], launched.name_id[ki], launched.pid[ki]
+    kapi = launched.api_start[ki]
+    dur_ms = (kend - kstart) / 1e6
+    by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
+    stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
                   for i, c, t in zip(by_name.size().index, by_name.size(), by_name.sum()))
     class_ms = {k: v / n for k, v in kernel_class_ms(stats).items()}
     class_counts = {k: v / n for k, v in kernel_class_counts(stats).items()}
 
-    copies = launched[(launched["kind"] == "memcpy") & (launched["copy_kind"] == H2D_COPY_KIND)]
-    cs, ce = copies["start"].to_numpy(), copies["end"].to_numpy()
-    copy_ns = int((ce - cs).sum())
+    c = own[(kind_own == MEMCPY) & (launched.copy_kind[own] == H2D_COPY_KIND)]
+    cstart, cend, cdev, cstream = launched.start[c], launched.end[c], launched.device_id[c], launched.stream_id[c]
+    copy_ns = int((cend - cstart).sum())
     overlap_ns, on_compute_ns = 0, 0
-    for dev, dev_copies in copies.groupby("device_id", sort=False):
-        dev_kernels = kernels[kernels["device_id"] == dev]
-        us, ue = intervals.union(dev_kernels["start"].to_numpy(), dev_kernels["end"].to_numpy())
-        overlap_ns += _overlap_ns(dev_copies["start"].to_numpy(), dev_copies["end"].to_numpy(), us, ue)
-        compute_streams = set(dev_kernels["stream_id"].tolist())
-        on = dev_copies[dev_copies["stream_id"].isin(compute_streams)]
-        on_compute_ns += int((on["end"] - on["start"]).sum())
+    for dev in pd.unique(cdev):                               # devices, not copies
+        mine = cdev == dev
+        on_dev = kdev == dev
+        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
+        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
+        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
+        on_compute_ns += int((cend[on] - cstart[on]).sum())
+    pageable = int((launched.src_kind[c] == PAGEABLE_MEMORY_KIND).sum())
 
-    rt = trace.runtime
-    rt = rt[(rt["start"] >= lo) & (rt["start"] < hi)]
-    rt_names = {int(i): api_name(trace.string(i)) for i in pd.unique(rt["name_id"])}
-    rt_name = rt["name_id"].map(rt_names)
-    syncs = rt[rt_name.isin(SYNC_APIS).to_numpy()]
-    sync_memcpy = rt[rt_name.map(lambda s: bool(SYNC_MEMCPY_RE.match(s))).to_numpy(dtype=bool)] \
-        if len(rt) else rt
+    assert api is not None
+    names = {i: api_name(trace.string(i)) for i in api.count_by_name_open}
+    syncs = [i for i, name in names.items() if name in SYNC_APIS]
+    sync_calls = sum(api.count_by_name_open[i] for i in syncs)
+    sync_ns = sum(api.ns_by_name_open[i] for i in syncs)
+    sync_memcpy = sum(api.count_by_name_open[i] for i, name in names.items() if SYNC_MEMCPY_RE.match(name))
 
     steps = measured_iterations(trace.nvtx, analysis.steps)
     phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
     h2d = phases[phases["phase"] == H2D_PHASE] if len(phases) else phases
     h2d_syncs = 0
-    for tid, ranges in h2d.groupby("global_tid", sort=False):
-        t = np.sort(syncs.loc[syncs["global_tid"] == tid, "start"].to_numpy())
+    for tid, ranges in h2d.groupby("global_tid", sort=False):   # threads, not ranges
+        t = np.sort(api.kept_start[api.kept_tid == tid])
         i = np.searchsorted(t, ranges["start"].to_numpy(), side="left")
         j = np.searchsorted(t, ranges["end"].to_numpy(), side="right")
         h2d_syncs += int((j - i).sum())
-    idle_ns, idle_phase_ns = _idle_by_phase(ops, phases, lo, hi)
-    ndev = max(ops["device_id"].nunique(), 1)
-    changes, empty_steps = _kernel_set_changes(kernels, steps)
+    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
+    ndev = max(np.unique(device).size, 1)
+    # a kernel's launch time: its call's start, its own (cut) start where the launch was not traced
+    changes, empty_steps = _kernel_set_changes(np.where(kapi >= 0, kapi, kstart), kpid, kname, steps)
     return TraceFacts(
-        steps=n, gpu_ops=len(ops),
+        steps=n, gpu_ops=int(sel.size),
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
-        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else len(kernels) / n,
+        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(ki.size) / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
-        h2d_copies_per_step=len(copies) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
-        h2d_pageable_per_step=float((copies["src_kind"] == PAGEABLE_MEMORY_KIND).sum()) / n,
+        h2d_copies_per_step=int(c.size) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
+        h2d_pageable_per_step=float(pageable) / n,
         h2d_on_compute_stream_fraction=on_compute_ns / copy_ns if copy_ns else None,
         h2d_overlap_fraction=overlap_ns / copy_ns if copy_ns else None,
-        sync_calls_per_step=len(syncs) / n,
-        sync_ms_per_step=float((syncs["end"] - syncs["start"]).sum()) / 1e6 / n,
-        h2d_syncs_per_step=h2d_syncs / n, sync_memcpy_per_step=len(sync_memcpy) / n,
+        sync_calls_per_step=sync_calls / n,
+        sync_ms_per_step=float(sync_ns) / 1e6 / n,
+        h2d_syncs_per_step=h2d_syncs / n, sync_memcpy_per_step=sync_memcpy / n,
         idle_ms_per_step=idle_ns / 1e6 / n / ndev,
         idle_by_phase_ms={k: v / 1e6 / n / ndev for k, v in idle_phase_ns.items()},
         kernel_set_changes=changes, cpu_only_steps=empty_steps,
     )
+

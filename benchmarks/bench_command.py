@@ -1,0 +1,109 @@
+"""Whole-command timings: ``perfgate analyze --format json`` (diagnosis included) beside
+``nsys stats`` on the same export, each as its own process, with its peak RSS.
+
+    python3 benchmarks/bench_command.py                          # committed captures + 10^4, 10^6 ops
+    python3 benchmarks/bench_command.py --sizes 10000 1000000 10000000
+    python3 benchmarks/bench_command.py --exports run.sqlite --nsys /path/to/nsys \\
+        --reports nvtx_sum,nvtx_gpu_proj_sum,cuda_gpu_kern_sum  # a capture on the GPU machine
+
+Generated exports (``--sizes``) are the toy H100 capture's rows replicated with shifted timestamps
+(``bench_analyze.build_scaled_export``), kept in ``--work`` between runs. ``nsys stats`` prints its
+reports to stdout as it does by default (``--csv``: CSV files instead, as ``-f csv -o``); report
+names are given in either naming scheme and mapped to the nsys found. Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_analyze import H100, build_scaled_export  # noqa: E402
+
+from perfgate.nsys import find_nsys, resolve_report_name  # noqa: E402
+
+CAPTURES = ("toy-h100", "gpu-transformer", "gpu-ddp-2proc", "reverse-ladder-full")
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+def gpu_ops(path: Path) -> int:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in GPU_TABLES if t in tables)
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one run of ``cmd``, its output discarded."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def best_of(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
+    results = [timed(cmd, env) for _ in range(runs)]
+    return statistics.median(r[0] for r in results), max(r[1] for r in results)
+
+
+def nsys_command(nsys: Path, reports: list[str], path: Path, csv: bool, out: Path) -> list[str]:
+    names = ",".join(resolve_report_name(nsys, r) for r in reports)
+    cmd = [str(nsys), "stats", "-q", "-r", names]
+    if csv:
+        cmd += ["-f", "csv", "-o", str(Path(tempfile.mkdtemp(dir=out)) / "o")]
+    return cmd + [str(path)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--exports", nargs="*", type=Path, default=None, help="exports to time (default: committed captures)")
+    parser.add_argument("--sizes", nargs="*", type=int, default=[10_000, 1_000_000], help="generated exports of about N GPU ops")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "perfgate-bench", help="where generated exports are kept")
+    parser.add_argument("--nsys", default=None, help="the nsys to compare with (default: found as perfgate finds it)")
+    parser.add_argument("--reports", default="nvtx_sum,cuda_gpu_kern_sum", help="nsys stats reports (either naming scheme)")
+    parser.add_argument("--csv", action="store_true", help="nsys stats writes CSV files instead of printing")
+    parser.add_argument("--runs", type=int, default=3, help="runs per command below 10^6 GPU ops (median; one above)")
+    args = parser.parse_args(argv)
+
+    nsys = find_nsys(args.nsys)
+    version = subprocess.run([str(nsys), "--version"], capture_output=True, text=True).stdout.strip()
+    reports = args.reports.split(",")
+    args.work.mkdir(parents=True, exist_ok=True)
+    exports = list(args.exports) if args.exports is not None else \
+        [ROOT / "tests" / "fixtures" / "traces" / c / "trace.sqlite" for c in CAPTURES]
+    for n in args.sizes:
+        path = args.work / f"scaled-{n}.sqlite"
+        if not path.is_file():
+            build_scaled_export(H100, path, n)
+        exports.append(path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    help_s, help_mb = best_of([sys.executable, "-m", "perfgate", "--help"], 5, env)
+    print(f"nsys: {version} ({nsys}); nsys stats -r {','.join(reports)} {'-f csv -o' if args.csv else '(printed)'}")
+    print(f"`perfgate --help`: {help_s:.2f} s, {help_mb:.0f} MiB\n")
+    print("| export | GPU ops | `perfgate analyze --format json` | `nsys stats` | ratio |")
+    print("|---|---|---|---|---|")
+    for path in exports:
+        ops = gpu_ops(path)
+        runs = args.runs if ops < 1_000_000 else 1
+        ours = best_of([sys.executable, "-m", "perfgate", "analyze", str(path), "--format", "json"], runs, env)
+        theirs = best_of(nsys_command(nsys, reports, path, args.csv, args.work), runs)
+        label = path.parent.name if path.name == "trace.sqlite" else path.name
+        print(f"| {label} | {ops:,} | {ours[0]:.2f} s, {ours[1]:.0f} MiB | {theirs[0]:.2f} s, {theirs[1]:.0f} MiB "
+              f"| {ours[0] / theirs[0]:.1f}x |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""One pass over the CUDA API calls (``CUPTI_ACTIVITY_KIND_RUNTIME``, the largest table of an
+export), streamed in chunks and never held whole: it joins each GPU op to the call that launched it
+and aggregates the calls of a time window (``ApiCalls``).
+
+The join is nsys's: same correlationId and globalPid == globalTid & ~0xFFFFFF (correlation ids are
+unique only within a process); where a process repeats a correlation id, its first call counts.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perfgate.columnar import CATALOG, stream
+from perfgate.gpu_ops import PID_MASK, GpuOps
+
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
+                        "cuCtxSynchronize"})
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_ID_BITS = 39
+
+
+def api_name(raw: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``."""
+    return _VERSION_SUFFIX.sub("", raw)
+
+
+@dataclass(frozen=True)
+class ApiCalls:
+    """The CUDA API calls that start in the window [start_ns, end_ns].
+
+    ``busy_ns``: per thread, the length of the union of those calls (ends cut at end_ns), summed
+    over threads: a driver call nested in a runtime call counts once. ``count_by_name``: calls per
+    name id; ``count_by_name_open`` / ``ns_by_name_open``: the same over [start_ns, end_ns) with
+    their total duration. ``kept_*``: start, end and thread of the calls in [start_ns, end_ns)
+    whose name id was asked for (the synchronizing calls)."""
+
+    start_ns: int
+    end_ns: int
+    busy_ns: int = 0
+    count_by_name: dict[int, int] = field(default_factory=dict)
+    count_by_name_open: dict[int, int] = field(default_factory=dict)
+    ns_by_name_open: dict[int, int] = field(default_factory=dict)
+    kept_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    kept_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    kept_tid: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def op_keys(global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
+    """One int64 per (process, correlation id): 24 pid bits above 39 id bits (the full globalPid is
+    compared separately)."""
+    return (((global_pid >> 24) & 0xFFFFFF) << _ID_BITS) | (correlation_id & ((1 << _ID_BITS) - 1))
+
+
+class _Join:
+    """Launch columns of ``ops`` filled chunk by chunk from the calls in export order."""
+
+    def __init__(self, ops: GpuOps) -> None:
+        self.ops = ops
+        keys = op_keys(ops.global_pid, ops.correlation_id)
+        self.order = np.argsort(keys, kind="stable")
+        self.keys = keys[self.order]
+        # ops sharing a key (a graph launch, ...): how many follow each first one
+        first = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]]) if keys.size else keys
+        self.run = np.zeros(keys.size, dtype=np.int64)
+        self.run[first] = np.diff(np.r_[first, keys.size])
+        n = len(ops)
+        self.decided = np.zeros(n, dtype=bool)
+        self.api = [np.full(n, -1, dtype=np.int64) for _ in range(3)]
+
+    def add(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, corr: np.ndarray) -> None:
+        if self.keys.size == 0:
+            return
+        keys = op_keys(tid & PID_MASK, corr)
+        lo = np.minimum(np.searchsorted(self.keys, keys, side="left"), self.keys.size - 1)
+        rows = np.flatnonzero(self.keys[lo] == keys)
+        if rows.size == 0:
+            return
+        hi = lo + self.run[lo]
+        if not (np.diff(lo[rows]) > 0).all():                  # a repeated id: its first call
+            _, first = np.unique(lo[rows], return_index=True)
+            rows = rows[np.sort(first)]
+        rows = rows[~self.decided[self.order[lo[rows]]]]         # decided by an earlier chunk
+        counts = hi[rows] - lo[rows]
+        starts = np.repeat(lo[rows] - np.r_[0, np.cumsum(counts)[:-1]], counts)
+        ops = self.order[np.arange(counts.sum()) + starts]
+        call = np.repeat(rows, counts)
+        self.decided[ops] = True
+        match = self.ops.global_pid[ops] == (tid[call] & PID_MASK)
+        ops, call = ops[match], call[match]
+        for out, src in zip(self.api, (start, end, tid)):
+            out[ops] = src[call]
+
+
+class _Union:
+    """Per-thread union length of calls streamed in per-thread start order; ``ordered`` turns
+    False when a thread's calls come out of order (then the caller sorts them)."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.ordered = True
+        self.last_start: dict[int, int] = {}
+        self.run_end: dict[int, int] = {}
+
+    def add(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        if tid.size == 0 or not self.ordered:
+            return
+        import pandas as pd
+
+        inv, threads = pd.factorize(tid, sort=False)
+        inv = inv.astype(np.int16 if threads.size < 2**15 else np.int64)
+        order = np.argsort(inv, kind="stable")    # radix sort; keeps each thread's export order
+        g, s, e = inv[order], start[order], end[order]
+        first = np.r_[True, g[1:] != g[:-1]]
+        carry_start = np.array([self.last_start.get(int(t), np.iinfo(np.int64).min) for t in threads])
+        carry_end = np.array([self.run_end.get(int(t), np.iinfo(np.int64).min) for t in threads])
+        prev_start = np.where(first, carry_start[g], np.r_[s[:1], s[:-1]])
+        if (s < prev_start).any():
+            self.ordered = False
+            return
+        run = _grouped_cummax(e, g)
+        prev_end = np.where(first, carry_end[g], np.maximum(np.r_[run[:1], run[:-1]], carry_end[g]))
+        self.busy += int(np.maximum(0, e - np.maximum(s, prev_end)).sum())
+        last = np.r_[np.flatnonzero(first)[1:] - 1, g.size - 1]
+        for t, ls, rm in zip(threads[g[last]].tolist(), s[last].tolist(),
+                             np.maximum(run[last], carry_end[g[last]]).tolist()):
+            self.last_start[t], self.run_end[t] = ls, rm
+
+
+def _grouped_cummax(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new group (rows sorted by group)."""
+    if values.size == 0:
+        return values.copy()
+    base = values.min()
+    span = int(values.max() - base) + 1
+    if span * (int(groups.max()) + 1) < 2**62:   # lift each group above the previous one
+        lift = groups.astype(np.int64) * span
+        return np.maximum.accumulate(values - base + lift) - lift + base
+    import pandas as pd
+
+    return pd.Series(values).groupby(groups).cummax().to_numpy(dtype=np.int64)
+
+
+def _calls(con: Any, columns: set[str], where: str = "", order: str = "") -> Iterator[dict[str, np.ndarray]]:
+    name = "coalesce(nameId, -1)" if "nameId" in columns else "-1"
+    sql = (f'SELECT start, "end", globalTid AS tid, coalesce(correlationId, -1) AS corr, {name} AS name '
+           f"FROM {CATALOG}.{RUNTIME_TABLE} {where} {order}")
+    return stream(con, sql)
+
+
+def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, int] | None,
+                 keep_names: frozenset[int] = frozenset()) -> tuple[GpuOps, ApiCalls | None]:
+    """``ops`` with their launch columns, and the calls of ``window`` aggregated (None without a
+    window). One pass over the table; a second, sorted one only if a thread's calls are not in
+    start order in the export (nsys writes them in start order)."""
+    join = _Join(ops)
+    union = _Union()
+    lo, hi = window if window is not None else (0, -1)
+    closed: dict[int, int] = {}
+    opened: dict[int, int] = {}
+    opened_ns: dict[int, int] = {}
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    keep = np.array(sorted(keep_names), dtype=np.int64)
+    for c in _calls(con, columns):
+        join.add(c["start"], c["end"], c["tid"], c["corr"])
+        if window is None:
+            continue
+        s = c["start"]
+        inside = (s >= lo) & (s <= hi)
+        if not inside.any():
+            continue
+        s, e, tid, name = s[inside], np.minimum(c["end"][inside], hi), c["tid"][inside], c["name"][inside]
+        union.add(tid, s, e)
+        _add_counts(closed, name, None)
+        open_ = s < hi
+        dur = c["end"][inside][open_] - s[open_]
+        _add_counts(opened, name[open_], None)
+        _add_counts(opened_ns, name[open_], dur)
+        k = open_ & np.isin(name, keep)
+        if k.any():
+            kept.append((s[k], c["end"][inside][k], tid[k]))
+    launched = ops.with_launches(*join.api)
+    if window is None:
+        return launched, None
+    if not union.ordered:
+        union = _Union()
+        for c in _calls(con, columns, f"WHERE start BETWEEN {lo} AND {hi}", "ORDER BY globalTid, start"):
+            union.add(c["tid"], c["start"], np.minimum(c["end"], hi))
+    ks, ke, kt = ([np.concatenate(p) for p in zip(*kept)] if kept
+                  else [np.zeros(0, dtype=np.int64) for _ in range(3)])
+    return launched, ApiCalls(start_ns=lo, end_ns=hi, busy_ns=union.busy, count_by_name=closed,
+                              count_by_name_open=opened, ns_by_name_open=opened_ns,
+                              kept_start=ks, kept_end=ke, kept_tid=kt)
+
+
+def _add_counts(acc: dict[int, int], names: np.ndarray, weights: np.ndarray | None) -> None:
+    """acc[name] += number of rows (or their summed integer weights) per name."""
+    if names.size == 0:
+        return
+    import pandas as pd
+
+    codes, ids = pd.factorize(names, sort=False)
+    if weights is None:
+        sums = np.bincount(codes, minlength=ids.size)
+    else:
+        sums = np.zeros(ids.size, dtype=np.int64)
+        np.add.at(sums, codes, weights.astype(np.int64))
+    for i, v in zip(ids.tolist(), sums.tolist()):
+        acc[i] = acc.get(i, 0) + int(v)

@@ -1,0 +1,73 @@
+"""Column reads from an nsys SQLite export through DuckDB's SQLite scanner: whole columns as numpy
+arrays, or a large table in chunks so that it is never held whole (``stream``).
+
+The scanner is the ``sqlite_scanner`` extension shipped by the pip package
+``duckdb-extension-sqlite-scanner`` (pinned with duckdb in requirements/ and pyproject.toml); an
+extension that DuckDB installed itself (``INSTALL sqlite``) is used where that package is absent.
+The export is attached read-only as the catalog ``t``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfgate.errors import TraceError
+
+CATALOG = "t"
+ROWS_PER_CHUNK = 1 << 18   # rows per streamed chunk: bounded memory, few Python-level steps
+
+
+def _extension_file(version: str) -> Path | None:
+    try:
+        import duckdb_extension_sqlite_scanner as package
+    except ImportError:
+        return None
+    path = Path(package.__file__).parent / "extensions" / f"v{version}" / "sqlite_scanner.duckdb_extension"
+    return path if path.is_file() else None
+
+
+def connect(path: Path) -> Any:
+    """A DuckDB connection with ``path`` attached read-only as catalog ``t``."""
+    try:
+        import duckdb
+    except ImportError as exc:  # pragma: no cover - a dependency
+        raise TraceError("reading nsys exports needs the duckdb package (pip install perfgate)") from exc
+    con = duckdb.connect(":memory:")
+    ext = _extension_file(duckdb.__version__)
+    try:
+        con.execute(f"LOAD '{ext}'" if ext is not None else "LOAD sqlite_scanner")
+    except duckdb.Error as exc:
+        raise TraceError(
+            f"DuckDB {duckdb.__version__} has no SQLite scanner here: install the matching "
+            f"duckdb-extension-sqlite-scanner=={duckdb.__version__} ({exc})") from exc
+    quoted = str(path.resolve()).replace("'", "''")
+    try:
+        con.execute(f"ATTACH '{quoted}' AS {CATALOG} (TYPE sqlite, READ_ONLY)")
+    except duckdb.Error as exc:
+        raise TraceError(f"{path}: cannot open as SQLite: {exc}") from exc
+    return con
+
+
+def fetch(con: Any, sql: str) -> dict[str, np.ndarray]:
+    """All rows of a query as one numpy array per column (NULL text is None; a query must
+    coalesce NULL numbers itself)."""
+    out = {}
+    for k, v in con.execute(sql).fetchnumpy().items():
+        if np.ma.isMaskedArray(v) and v.dtype != object and np.ma.getmaskarray(v).any():
+            raise ValueError(f"column {k} holds NULLs: coalesce it in the query")
+        out[k] = np.asarray(v)
+    return out
+
+
+def stream(con: Any, sql: str, rows: int = ROWS_PER_CHUNK) -> Iterator[dict[str, np.ndarray]]:
+    """The rows of a query in order, ``rows`` at a time (at least one DuckDB vector)."""
+    result = con.execute(sql)
+    vectors = max(1, rows // 2048)
+    while True:
+        chunk = result.fetch_df_chunk(vectors)
+        if len(chunk) == 0:
+            return
+        yield {c: chunk[c].to_numpy() for c in chunk.columns}

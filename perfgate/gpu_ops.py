@@ -1,0 +1,120 @@
+"""GPU operations of an export as aligned numpy columns (``GpuOps``): kernels, memcpys, memsets and
+CUDA-graph launches, read once in chunks into preallocated arrays, then joined to the CUDA API
+calls that launched them (``perfgate.api_calls.scan_runtime`` fills the ``api_*`` columns)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from perfgate.columnar import CATALOG, stream
+
+GPU_OP_TABLES: dict[str, str] = {
+    "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
+    "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+}
+KIND_CODES = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
+KERNEL, MEMCPY, MEMSET, GRAPH = 0, 1, 2, 3
+PID_MASK = -0x1000000  # globalTid & ~0xFFFFFF == globalPid (as a signed 64-bit integer)
+# narrow types where the values are small: at 10^7 ops every byte per op is 10 MB
+DTYPES = {"kind": np.int8, "device_id": np.int32, "stream_id": np.int32, "pid": np.int32,
+          "name_id": np.int32, "copy_kind": np.int8, "src_kind": np.int8, "dst_kind": np.int8}
+LAUNCH_COLUMNS = ("api_start", "api_end", "api_tid")
+
+# (GpuOps column, export column); a column the table lacks reads as -1
+_SOURCES: tuple[tuple[str, str], ...] = (
+    ("start", "start"), ("end", '"end"'), ("device_id", "deviceId"), ("stream_id", "streamId"),
+    ("correlation_id", "correlationId"), ("global_pid", "globalPid"), ("bytes", "bytes"),
+    ("copy_kind", "copyKind"), ("src_kind", "srcKind"), ("dst_kind", "dstKind"),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class GpuOps:
+    """One row per GPU operation, tables in the order of GPU_OP_TABLES, each in its export order.
+    ``kind``: KIND_CODES; ``-1`` where a column does not apply or the launch was not traced.
+    ``api_start, api_end, api_tid``: the launching CUDA API call (same correlationId, globalPid)."""
+
+    kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    device_id: np.ndarray
+    stream_id: np.ndarray
+    correlation_id: np.ndarray
+    global_pid: np.ndarray
+    pid: np.ndarray
+    name_id: np.ndarray
+    bytes: np.ndarray
+    copy_kind: np.ndarray
+    src_kind: np.ndarray
+    dst_kind: np.ndarray
+    api_start: np.ndarray
+    api_end: np.ndarray
+    api_tid: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    def take(self, rows: np.ndarray) -> GpuOps:
+        """The ops selected by a boolean mask or an index array, in that order."""
+        return GpuOps(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def launch_time(self) -> np.ndarray:
+        """When each op was launched: its API call's start, its own start where that was not traced."""
+        return np.where(self.api_start >= 0, self.api_start, self.start)
+
+    def with_launches(self, api_start: np.ndarray, api_end: np.ndarray, api_tid: np.ndarray) -> GpuOps:
+        return replace(self, api_start=api_start, api_end=api_end, api_tid=api_tid)
+
+    def frame(self) -> Any:
+        """As a pandas DataFrame (``kind`` categorical by name), for inspection and tests."""
+        import pandas as pd
+
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["kind"] = pd.Categorical.from_codes(self.kind.astype(np.int64), categories=list(KIND_CODES))
+        return pd.DataFrame(data)
+
+
+def empty_ops() -> GpuOps:
+    return GpuOps(**{f.name: np.zeros(0, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)})
+
+
+def not_launched(n: int) -> np.ndarray:
+    """A launch column of ``n`` ops none of which is joined yet: -1 everywhere, no memory."""
+    return np.broadcast_to(np.int64(-1), (n,))
+
+
+def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[str]],
+                 capacity: Callable[[str], int]) -> GpuOps:
+    """Every GPU op of the export (launch columns -1 until joined). Each table is streamed into
+    arrays allocated for at most ``capacity(table)`` rows (its largest rowid), so nothing is held
+    twice."""
+    present = []
+    for kind, table in GPU_OP_TABLES.items():
+        cols = columns(table) if table in tables else set()
+        if {"start", "end", "correlationId", "globalPid"} <= cols:
+            present.append((kind, table, cols))
+    n = int(sum(capacity(t) for _, t, _ in present))
+    out = {f.name: np.full(n, -1, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)
+           if f.name not in ("kind", "pid", *LAUNCH_COLUMNS)}
+    kind_col = np.zeros(n, dtype=np.int8)
+    at = 0
+    for kind, table, cols in present:
+        name = next((c for c in ("shortName", "demangledName") if c in cols), None)
+        exprs = [f"coalesce({src}, -1) AS {dst}" if src.strip('"') in cols else f"-1 AS {dst}"
+                 for dst, src in _SOURCES]
+        exprs.append(f"coalesce({name}, -1) AS name_id" if name else "-1 AS name_id")
+        sql = f"SELECT {', '.join(exprs)} FROM {CATALOG}.{table}"
+        for chunk in stream(con, sql):
+            k = chunk["start"].size
+            for dst, values in chunk.items():
+                out[dst][at:at + k] = values
+            kind_col[at:at + k] = KIND_CODES[kind]
+            at += k
+    out = {k: v[:at] for k, v in out.items()}
+    out["pid"] = ((out["global_pid"] >> 24) & 0xFFFFFF).astype(np.int32)
+    return GpuOps(kind=kind_col[:at], **out, **{c: not_launched(at) for c in LAUNCH_COLUMNS})
