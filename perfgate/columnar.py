@@ -4,7 +4,9 @@ arrays, or a large table in chunks so that it is never held whole (``stream``).
 The scanner is the ``sqlite_scanner`` extension shipped by the pip package
 ``duckdb-extension-sqlite-scanner`` (pinned with duckdb in requirements/ and pyproject.toml); an
 extension that DuckDB installed itself (``INSTALL sqlite``) is used where that package is absent.
-The export is attached read-only as the catalog ``t``.
+The export is attached read-only as the catalog ``t``. Where duckdb is not installed (a GPU runner
+with no package index, a platform without its wheels), the same queries run through Python's
+sqlite3 (``SqliteConnection``): the same results, slower.
 """
 from __future__ import annotations
 
@@ -29,12 +31,53 @@ def _extension_file(version: str) -> Path | None:
     return path if path.is_file() else None
 
 
+class SqliteConnection:
+    """The part of a DuckDB connection perfgate uses, over Python's sqlite3 (duckdb absent)."""
+
+    def __init__(self, path: Path) -> None:
+        import sqlite3
+
+        self.con = sqlite3.connect(":memory:", uri=True)
+        self.con.execute(f"ATTACH DATABASE ? AS {CATALOG}", (f"file:{path.resolve()}?mode=ro",))
+
+    def execute(self, sql: str) -> _SqliteResult:
+        # DuckDB's two-argument greatest() is SQLite's scalar max()
+        return _SqliteResult(self.con.execute(sql.replace("greatest(", "max(")))
+
+
+class _SqliteResult:
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+        self.names = [d[0] for d in cursor.description]
+
+    def _columns(self, rows: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
+        cols = list(zip(*rows)) if rows else [()] * len(self.names)
+        out = {}
+        for name, values in zip(self.names, cols):
+            if any(isinstance(v, str) or v is None for v in values):
+                out[name] = np.array(values, dtype=object)
+            else:
+                out[name] = np.array(values, dtype=np.float64 if any(isinstance(v, float) for v in values)
+                                     else np.int64)
+        return out
+
+    def fetchnumpy(self) -> dict[str, np.ndarray]:
+        return self._columns(self.cursor.fetchall())
+
+    def fetchone(self) -> Any:
+        return self.cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self.cursor.fetchall()
+
+
 def connect(path: Path) -> Any:
-    """A DuckDB connection with ``path`` attached read-only as catalog ``t``."""
+    """A DuckDB connection with ``path`` attached read-only as catalog ``t`` (a
+    ``SqliteConnection`` where duckdb is not installed)."""
     try:
         import duckdb
-    except ImportError as exc:  # pragma: no cover - a dependency
-        raise TraceError("reading nsys exports needs the duckdb package (pip install perfgate)") from exc
+    except ImportError:
+        return SqliteConnection(path)
     con = duckdb.connect(":memory:")
     ext = _extension_file(duckdb.__version__)
     try:
@@ -65,6 +108,12 @@ def fetch(con: Any, sql: str) -> dict[str, np.ndarray]:
 def stream(con: Any, sql: str, rows: int = ROWS_PER_CHUNK) -> Iterator[dict[str, np.ndarray]]:
     """The rows of a query in order, ``rows`` at a time (at least one DuckDB vector)."""
     result = con.execute(sql)
+    if isinstance(result, _SqliteResult):
+        while True:
+            chunk = result.cursor.fetchmany(rows)
+            if not chunk:
+                return
+            yield result._columns(chunk)
     vectors = max(1, rows // 2048)
     while True:
         chunk = result.fetch_df_chunk(vectors)

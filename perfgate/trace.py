@@ -166,11 +166,16 @@ def load_trace(path: str | Path) -> Trace:
 
 def _guarded(path: Path, read: Any) -> Any:
     """``read()``, with DuckDB's errors on a damaged file turned into a TraceError."""
-    import duckdb
+    import sqlite3
 
     try:
+        import duckdb
+        errors: tuple[type[BaseException], ...] = (duckdb.Error, sqlite3.DatabaseError)
+    except ImportError:
+        errors = (sqlite3.DatabaseError,)
+    try:
         return read()
-    except duckdb.Error as exc:
+    except errors as exc:
         raise TraceError(f"{path}: unreadable SQLite export (truncated or corrupt?): {exc}") from exc
 
 
@@ -227,6 +232,8 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
                coalesce({opt['endGlobalTid']}, -1) AS end_global_tid, {opt['endGlobalTid']} IS NULL AS end_tid_null,
                coalesce({opt['domainId']}, -1) AS domain_id, {opt['domainId']} IS NULL AS domain_null
         FROM {table} WHERE eventType IN ({wanted}) ORDER BY rowid"""))
+    for flag in ("unterminated", "end_tid_null", "domain_null"):   # 0/1 through sqlite3
+        raw[flag] = raw[flag].astype(bool)
     message = _messages(raw["text"], raw["text_id"], probe["strings"])
     is_range = raw["event_type"].isin(pushpop + startend).to_numpy()
     if not is_range.any():

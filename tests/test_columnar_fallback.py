@@ -1,0 +1,38 @@
+"""Without duckdb (a GPU runner with no package index), exports are read through Python's sqlite3:
+``perfgate analyze`` must print exactly what it prints with DuckDB."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "tests" / "fixtures" / "traces"
+NO_DUCKDB = ("import runpy, sys; sys.modules['duckdb'] = None; sys.argv = ['perfgate'] + sys.argv[1:]; "
+             "runpy.run_module('perfgate', run_name='__main__')")
+
+
+def _analyze(prefix: list[str], trace: Path) -> str:
+    out = subprocess.run([*prefix, "analyze", str(trace), "--format", "json", "--warmup-steps", "3"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+@pytest.mark.parametrize("name", ["gpu-lightning-loop", "gpu-ddp-2proc", "cpu-train-loop"])
+def test_sqlite3_reader_gives_the_same_analysis_as_duckdb(name: str) -> None:
+    trace = TRACES / name / "trace.sqlite"
+    with_duckdb = _analyze([sys.executable, "-m", "perfgate"], trace)
+    without = _analyze([sys.executable, "-c", NO_DUCKDB], trace)
+    assert '"steps"' in with_duckdb and without == with_duckdb
+
+
+def test_without_duckdb_the_reader_is_sqlite3(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfgate import columnar
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    con = columnar.connect(TRACES / "cpu-train-loop" / "trace.sqlite")
+    assert isinstance(con, columnar.SqliteConnection)
+    n = columnar.fetch(con, f"SELECT count(*) AS n FROM {columnar.CATALOG}.NVTX_EVENTS")["n"][0]
+    assert n == 72   # sqlite3 itself: SELECT count(*) FROM NVTX_EVENTS
