@@ -60,8 +60,9 @@ def with_phase(**changes: float) -> dict[str, float]:
 LADDER = {
     # rung removed: (current analysis, expected cause, expected words in the first reason)
     "workers": (make_analysis(with_phase(data_load=30.5), idle_gaps=((29.0, "data_load"),)),
-                "workers", "data_load +30.0 ms/step (GPU idle while data_load open): DataLoader workers "
-                           "went from overlapping to blocking"),
+                # the trace shows the loop waiting for data, not how many workers it has
+                "input pipeline", "data_load +30.0 ms/step (GPU idle while data_load open): the DataLoader "
+                                  "stopped keeping up"),
     "pinned memory": (make_analysis(with_phase(h2d=2.5), pageable_copies=2 * STEPS, h2d_ms_per_step=2.0),
                       "pinned memory", "h2d +2.0 ms/step: pageable H2D copies appeared → pin_memory disabled?"),
     "non-blocking copy": (make_analysis(with_phase(h2d=3.0), sync_calls_per_step=2.0),

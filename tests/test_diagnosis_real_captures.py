@@ -71,7 +71,7 @@ def test_regression_from_fast_to_slow_names_data_load_and_workers(captures: dict
     base, cur = analyze_trace(captures["fast"], OPTIONS), analyze_trace(captures["slow"], OPTIONS)
     attribution = explain_regression(base, cur)
     assert attribution.first_reason.startswith("data_load +")
-    assert attribution.cause == "workers"
+    assert attribution.cause == "input pipeline"
     assert attribution.phase_deltas[0].name == "data_load"
     assert 20.0 < attribution.phase_deltas[0].delta_ms < 60.0
     assert [f.rule for f in attribution.new_findings] == ["dataloader_blocking"]

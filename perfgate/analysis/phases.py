@@ -98,6 +98,28 @@ def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFram
     })
 
 
+def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per event (process ``pid``, time ``t``): the row position in ``instances`` of the phase
+    instance of that process open at ``t`` (on any thread; the one that started last when several
+    are), -1 when none is."""
+    inst = np.full(t.size, -1, dtype=np.int64)
+    if t.size == 0 or instances.empty:
+        return inst
+    ipid = instances["pid"].to_numpy()
+    order = np.lexsort((instances["start"].to_numpy(), ipid))      # by process, then start
+    s = instances["start"].to_numpy()[order]
+    e = instances["end"].to_numpy()[order]
+    p = ipid[order]
+    for one in np.unique(p):                                        # processes, not steps or rows
+        a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
+        mine = np.flatnonzero(pid == one)
+        k = np.searchsorted(s[a:b], t[mine], side="right") - 1
+        ok = k >= 0
+        ok[ok] = t[mine][ok] <= e[a:b][k[ok]]
+        inst[mine[ok]] = order[a + k[ok]]
+    return inst
+
+
 def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps) -> np.ndarray:
     """GPU busy ns per phase instance: each GPU op goes to the phase instance of its process that
     was open (on any thread) when its launching API call started; per instance, the union of its
@@ -106,21 +128,7 @@ def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps) -> np.ndarray:
     traced = np.flatnonzero(ops.api_tid >= 0)
     if traced.size == 0 or instances.empty:
         return busy
-    ipid = instances["pid"].to_numpy()
-    order = np.lexsort((instances["start"].to_numpy(), ipid))      # by process, then start
-    s = instances["start"].to_numpy()[order]
-    e = instances["end"].to_numpy()[order]
-    p = ipid[order]
-    op_pid = ops.pid[traced]
-    api = ops.api_start[traced]
-    inst = np.full(traced.size, -1, dtype=np.int64)
-    for pid in np.unique(p):                                        # processes, not steps or rows
-        a, b = np.searchsorted(p, pid, side="left"), np.searchsorted(p, pid, side="right")
-        mine = np.flatnonzero(op_pid == pid)
-        k = np.searchsorted(s[a:b], api[mine], side="right") - 1
-        ok = k >= 0
-        ok[ok] = api[mine][ok] <= e[a:b][k[ok]]
-        inst[mine[ok]] = order[a + k[ok]]
+    inst = open_instance(instances, ops.pid[traced], ops.api_start[traced])
     hit = inst >= 0
     if not hit.any():
         return busy

@@ -20,13 +20,15 @@ from perfgate.diagnosis.evidence import (
     phase_ms,
     step_mean_ms,
 )
-from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping
+from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MIN_MS, differences
+from perfgate.diagnosis.facts import STEP_CODE, TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import (
     Attribution,
     Diagnosis,
     Finding,
     KernelDelta,
     PhaseDelta,
+    Reason,
 )
 from perfgate.model import Analysis, MetricComparison, Verdict
 
@@ -38,7 +40,8 @@ MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a
 
 # What a newly firing rule says about the change (the seed-003 optimization ladder, reversed).
 NEW_RULE_PHRASES: dict[str, str] = {
-    "dataloader_blocking": "DataLoader workers went from overlapping to blocking (num_workers=0?)",
+    "dataloader_blocking": "the DataLoader stopped keeping up: the loop now waits for each batch "
+                           "(a slower dataset or transform, or fewer workers?)",
     "pageable_copies": "pageable H2D copies appeared → pin_memory disabled?",
     "blocking_copy": "H2D copies became blocking (a sync per copy) → non_blocking=False?",
     "synchronous_copies": "synchronous cudaMemcpy appeared → non_blocking=False?",
@@ -52,6 +55,11 @@ NEW_RULE_PHRASES: dict[str, str] = {
     "long_gpu_gaps": "long GPU idle gaps appeared",
     "low_gpu_utilization": "the GPU became idle most of the time",
 }
+
+
+# A newly firing rule whose own cause names a setting the traces cannot see change: the reason
+# names what they do show (the loop waits for data; how many workers it has is not in the trace).
+REASON_CAUSES = {"dataloader_blocking": "input pipeline"}
 
 
 def _pos(x: float) -> float:
@@ -153,32 +161,60 @@ def _comparisons(comparisons: Any) -> tuple[MetricComparison, ...]:
     return tuple(r for r in rows if isinstance(r, MetricComparison))
 
 
-def _first_reason(base: Analysis, cur: Analysis, new: tuple[Finding, ...], present: tuple[Finding, ...],
-                  phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float],
-                  kernels: tuple[KernelDelta, ...], step_delta: float) -> tuple[str, str | None]:
-    new_rules = {f.rule for f in new}
-    scored = []
-    for f in present:
+def _reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], phases: tuple[PhaseDelta, ...],
+             idle_phase: dict[str, float], base_facts: TraceFacts | None,
+             cur_facts: TraceFacts | None, step_delta: float) -> list[Reason]:
+    """Differences between the two runs that account for part of the step-time change, largest
+    first: rules that newly fire (their condition changed), what changed among the kernels and
+    synchronizations launched in each phase, and data loading. A rule that fires on both sides is a
+    standing condition: never a reason."""
+    out: list[Reason] = []
+    for f in new:
         delta = _rule_delta_ms(f.rule, base, cur)
-        weight = NEW_FINDING_WEIGHT if f.rule in new_rules else 1.0
-        if f.cause is not None and delta >= MIN_REASON_MS:
-            scored.append((weight * delta, delta, f))
-    top_phase = phases[0] if phases and phases[0].delta_ms >= MIN_REASON_MS else None
-    if scored and top_phase is not None:
-        best = max(scored, key=lambda s: s[0])
-        named = best[2].phases[0] if best[2].phases else None
-        # a phase that changed much more than the best rule's cause explains is the reason itself,
-        # and so is one that carries most of the step-time change when the rule names no phase
-        # (e.g. "warm-up in the window", scored by p90, on bursty data stalls)
-        if named != top_phase.name and (top_phase.delta_ms > 2 * best[1]
-                                        or (named is None and top_phase.delta_ms >= 0.5 * step_delta > 0)):
-            scored = [s for s in scored if s[2].phases and s[2].phases[0] == top_phase.name]
-    if scored:
-        _, delta, f = max(scored, key=lambda s: s[0])
+        if f.cause is None or delta < MIN_REASON_MS:
+            continue
         phase = f.phases[0] if f.phases else None
-        where = _where(phase, delta, idle_phase, cur)
-        phrase = NEW_RULE_PHRASES.get(f.rule, f.message) if f.rule in new_rules else f.message
-        return f"{where}: {phrase}", f.cause
+        out.append(Reason(f"rule:{f.rule}", phase, delta,
+                          f"{_where(phase, delta, idle_phase, cur)}: {NEW_RULE_PHRASES.get(f.rule, f.message)}",
+                          REASON_CAUSES.get(f.rule, f.cause)))
+    by_phase = {p.name: p.delta_ms for p in phases}
+    data = data_phase(cur)
+    data_ms = by_phase.get(data, 0.0) + (by_phase.get(BETWEEN_STEPS, 0.0) if data != BETWEEN_STEPS else 0.0)
+    if (base_facts is not None and cur_facts is not None and base_facts.kernels_by_phase
+            and cur_facts.kernels_by_phase):
+        idle_b, idle_c = idle_ms_per_step(base), idle_ms_per_step(cur)
+        step = step_mean_ms(cur)
+        host_bound = idle_c is not None and step > 0 and idle_c / step >= HOST_BOUND_IDLE
+        host_ms = {**by_phase, STEP_CODE: _self_ms(cur) - _self_ms(base)}
+        whole = {r.mechanism for r in out} & {"rule:no_mixed_precision", "rule:not_compiled"}
+        skip = frozenset([*base_facts.kernels_by_phase, *cur_facts.kernels_by_phase]) if whole else frozenset()
+        out += differences(
+            base_facts.kernels_by_phase, cur_facts.kernels_by_phase, base_facts.syncs_by_phase,
+            cur_facts.syncs_by_phase, host_ms, host_bound,
+            0.0 if idle_b is None or idle_c is None else idle_c - idle_b, data_ms,
+            cur_facts.d2h_copies_per_step - base_facts.d2h_copies_per_step,
+            cur_facts.fp64_kernels_per_step - base_facts.fp64_kernels_per_step, skip)
+    if data_ms >= MIN_MS and not any(r.where in (data, BETWEEN_STEPS) for r in out):
+        out.append(Reason("data_loading", data, data_ms,
+                          f"{_where(data, data_ms, idle_phase, cur)}: the loop waits longer for its batches "
+                          "(data loading outside the step's GPU work)", None))
+    # a rule that names no phase (warm-up in the window, long gaps) is scored on the whole step's
+    # distribution: it ranks behind a difference located in a phase of the same size
+    return sorted(out, key=lambda r: -(_capped(r.ms, step_delta) if r.where is not None
+                                       else 0.5 * _capped(r.ms, step_delta)))
+
+
+def _capped(ms: float, step_delta: float) -> float:
+    """No difference accounts for more than the whole change."""
+    return min(ms, step_delta) if step_delta > 0 else ms
+
+
+def _first_reason(reasons: list[Reason], cur: Analysis, phases: tuple[PhaseDelta, ...],
+                  idle_phase: dict[str, float], kernels: tuple[KernelDelta, ...],
+                  step_delta: float) -> tuple[str, str | None]:
+    if reasons:
+        return reasons[0].text, reasons[0].cause
+    top_phase = phases[0] if phases and phases[0].delta_ms >= MIN_REASON_MS else None
     if top_phase is not None:
         where = _where(top_phase.name, top_phase.delta_ms, idle_phase, cur)
         slower = [k for k in kernels if k.ms_delta_per_step >= MIN_REASON_MS]
@@ -186,7 +222,7 @@ def _first_reason(base: Analysis, cur: Analysis, new: tuple[Finding, ...], prese
             k = slower[0]
             return (f"{where}: kernel {k.name} {k.ms_delta_per_step:+.2f} ms/step "
                     f"({k.count_delta_per_step:+.1f} launches/step)"), None
-        return where, None
+        return f"{where}, with no change in what it launches or waits for", None
     if step_delta > 0:
         return f"step time {step_delta:+.2f} ms/step outside the instrumented phases (step self time)", None
     return f"no step-time regression ({step_delta:+.2f} ms/step)", None
@@ -245,8 +281,9 @@ def explain_regression(
     ib, ic = idle_ms_per_step(base), idle_ms_per_step(cur)
     kernels = () if partial else _kernel_deltas(base, cur)
     step_delta = step_mean_ms(cur) - step_mean_ms(base)
-    reason, cause = _first_reason(base, cur, new, cur_diag.findings, phases, idle_phase_delta,
-                                  kernels, step_delta)
+    reasons = _reasons(base, cur, new, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
+    reason, cause = _first_reason(reasons, cur, phases, idle_phase_delta, kernels, step_delta)
+    explained = min(max(step_delta, 0.0), sum(_capped(r.ms, step_delta) for r in reasons))
     regressed = tuple(c.metric for c in _comparisons(comparisons) if c.verdict == Verdict.REGRESSED)
     return Attribution(
         step_mean_delta_ms=step_delta,
@@ -259,7 +296,7 @@ def explain_regression(
         first_reason=reason, cause=cause, regressed_metrics=regressed,
         baseline_bottleneck=None if partial else base_diag.bottleneck,
         current_bottleneck=cur_diag.bottleneck,
-        notes=tuple(notes),
+        notes=tuple(notes), reasons=tuple(reasons), explained_ms=explained,
     )
 
 

@@ -44,6 +44,12 @@ class TraceFacts:
     idle_by_phase_ms: dict[str, float] = field(default_factory=dict)  # innermost phase open on the CPU
     kernel_set_changes: int = 0                        # steps whose kernel-name set differs from the usual one
     cpu_only_steps: int = 0                            # measured steps with no GPU op at all (GPU runs)
+    # where work is launched: phase (STEP_CODE for the step's own code outside its phases) ->
+    # kernel name -> [launches, ms] per step; sync calls per step by phase
+    kernels_by_phase: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    syncs_by_phase: dict[str, float] = field(default_factory=dict)
+    d2h_copies_per_step: float = 0.0
+    fp64_kernels_per_step: float = 0.0                 # kernels whose full name has a double type
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +74,10 @@ def facts_from_mapping(value: Any) -> TraceFacts | None:
 
 
 # ----------------------------------------------------------------------------- from a Trace
+
+#: Where work launched inside a measured iteration but in none of its phases is said to happen.
+STEP_CODE = "the step's own code (outside its phases)"
+D2H_COPY_KIND = 2
 
 SYNC_APIS = SYNC_CALLS
 SYNC_MEMCPY_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)(?!.*Async)")
@@ -239,7 +249,22 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     ndev = max(np.unique(device).size, 1)
     # a kernel's launch time: its call's start, its own (cut) start where the launch was not traced
     changes, empty_steps = _kernel_set_changes(np.where(kapi >= 0, kapi, kstart), kpid, kname, steps)
+    kernel_where = _where(phases, steps, kpid, np.where(kapi >= 0, kapi, kstart))
+    by_phase: dict[str, dict[str, list[float]]] = {}
+    if ki.size:
+        census = pd.DataFrame({"where": kernel_where, "name": kname, "ms": dur_ms}).groupby(["where", "name"])["ms"]
+        for (where, name_id), count, total in zip(census.size().index, census.size(), census.sum()):
+            if where is not None:
+                by_phase.setdefault(where, {})[trace.string(int(name_id))] = [count / n, float(total) / n]
+    sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
+    syncs_by_phase: dict[str, float] = {}
+    for where in sync_where:
+        if where is not None:
+            syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
+    d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
     return TraceFacts(
+        kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
+        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n,
         steps=n, gpu_ops=int(sel.size),
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
         kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(ki.size) / n,
@@ -257,3 +282,35 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         kernel_set_changes=changes, cpu_only_steps=empty_steps,
     )
 
+
+
+def _where(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
+    """Per event (process, time): the phase open then, STEP_CODE inside a measured iteration but
+    in none of its phases, None outside the measured iterations."""
+    from perfgate.analysis.phases import open_instance
+
+    out: list[str | None] = [None] * int(t.size)
+    if t.size == 0:
+        return out
+    iters = steps.assign(end=steps["period_end"]) if "period_end" in steps.columns else steps
+    in_step = open_instance(iters.reset_index(drop=True), pid, t) >= 0
+    inst = open_instance(phases.reset_index(drop=True), pid, t) if len(phases) else np.full(t.size, -1)
+    names = np.append(phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object),
+                      None)                               # position -1: no phase
+    where = names[inst].astype(object)
+    where[(inst < 0) & in_step] = STEP_CODE
+    return list(where)
+
+
+def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
+    """Kernels starting in [lo, hi) whose demangled name has a ``double`` type."""
+    from perfgate import columnar
+
+    table = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if table not in trace.tables or "demangledName" not in trace._columns(table) or trace._con is None:
+        return 0
+    row = columnar.fetch(trace._con, (
+        f"SELECT count(*) AS n FROM {columnar.CATALOG}.{table} k JOIN {columnar.CATALOG}.StringIds s "
+        f"ON s.id = k.demangledName WHERE k.start >= {int(lo)} AND k.start < {int(hi)} "
+        "AND (s.value LIKE '%double%')"))
+    return int(row["n"][0])

@@ -100,6 +100,24 @@ class KernelDelta:
 
 
 @dataclass(frozen=True)
+class Reason:
+    """A difference between baseline and current that accounts for ``ms`` per step of the
+    step-time change: ``mechanism`` (data_loading, kernels_added, launches, kernels_longer, dtype,
+    syncs, rule:<id>, phase_time), ``where`` (phase or the step's own code), ``text`` (the words
+    every report prints), ``cause`` (the likely edit, only when its evidence changed)."""
+
+    mechanism: str
+    where: str | None
+    ms: float
+    text: str
+    cause: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism, "where": self.where, "ms": self.ms, "text": self.text,
+                "cause": self.cause}
+
+
+@dataclass(frozen=True)
 class Attribution:
     """Which phases, GPU idle time, rules and kernels account for a change in step time."""
 
@@ -118,6 +136,8 @@ class Attribution:
     baseline_bottleneck: str | None = None
     current_bottleneck: str | None = None
     notes: tuple[str, ...] = ()
+    reasons: tuple[Reason, ...] = ()   # ranked by the ms/step they account for
+    explained_ms: float = 0.0          # of step_mean_delta_ms, by the reasons (at most all of it)
 
     def __str__(self) -> str:
         return self.to_text()
@@ -158,4 +178,6 @@ class Attribution:
             "baseline_bottleneck": self.baseline_bottleneck,
             "current_bottleneck": self.current_bottleneck,
             "notes": list(self.notes),
+            "reasons": [r.to_dict() for r in self.reasons],
+            "explained_ms": self.explained_ms,
         }

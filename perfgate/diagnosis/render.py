@@ -31,12 +31,14 @@ def render_attribution_text(attribution: Attribution | Mapping[str, Any]) -> str
     lines = [f"first reason: {d['first_reason']}"]
     if d.get("cause"):
         lines.append(f"likely change: {d['cause']}")
+    lines += _reason_lines(d)
     lines.append(f"mean step {d['step_mean_delta_ms']:+.2f} ms/step "
                  f"(median {d['step_median_delta_ms']:+.2f}) = phases + self time:")
+    width = max([12, *(len(p["name"]) for p in d.get("phase_deltas") or ())])
     for p in d.get("phase_deltas") or ():
-        lines.append(f"  {p['name']:<12} {p['delta_ms']:+9.2f} ms/step "
+        lines.append(f"  {p['name']:<{width}} {p['delta_ms']:+9.2f} ms/step "
                      f"({p['baseline_ms']:.2f} -> {p['current_ms']:.2f})")
-    lines.append(f"  {'(self time)':<12} {d['unexplained_delta_ms']:+9.2f} ms/step")
+    lines.append(f"  {'(self time)':<{width}} {d['unexplained_delta_ms']:+9.2f} ms/step")
     if d.get("gpu_idle_delta_ms") is not None:
         idle = ", ".join(f"{k} {v:+.2f}" for k, v in sorted(
             (d.get("idle_by_phase_delta_ms") or {}).items(), key=lambda kv: -abs(kv[1])) if abs(v) >= 0.005)
@@ -53,3 +55,24 @@ def render_attribution_text(attribution: Attribution | Mapping[str, Any]) -> str
         lines.append(f"bottleneck: {d.get('baseline_bottleneck')} -> {d.get('current_bottleneck')}")
     lines += [f"note: {n}" for n in d.get("notes") or ()]
     return "\n".join(lines)
+
+
+REASONS_SHOWN = 5
+
+
+def _reason_lines(d: Mapping[str, Any]) -> list[str]:
+    """How much of the step-time change the reasons account for, and each of them by its
+    milliseconds; what they leave, as unexplained."""
+    delta = float(d.get("step_mean_delta_ms") or 0.0)
+    reasons = d.get("reasons") or ()
+    if delta <= 0:
+        return []
+    if not reasons:
+        return [f"explained: nothing in the traces accounts for the {delta:+.2f} ms/step change "
+                "(no difference in kernels, synchronizations, copies or data loading)"]
+    explained = float(d.get("explained_ms") or 0.0)
+    lines = [f"explained: {explained:.2f} of {delta:+.2f} ms/step ({explained / delta:.0%}); "
+             f"unexplained {delta - explained:.2f} ms/step"]
+    for i, r in enumerate(reasons[:REASONS_SHOWN], 1):
+        lines.append(f"  {i}. {min(float(r['ms']), delta):.2f} ms/step: {r['text']}")
+    return lines

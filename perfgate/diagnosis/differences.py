@@ -1,0 +1,131 @@
+"""Reasons that are differences: what changed between the baseline's trace and the current one,
+where in the step it was launched, and how many milliseconds per step of the step-time change it
+accounts for. Read from the TraceFacts of both sides (``kernels_by_phase``, ``syncs_by_phase``,
+copies, float64 kernels); a condition that holds on both sides is never a reason.
+
+The milliseconds a difference accounts for: on a GPU-bound step (GPU idle under
+``HOST_BOUND_IDLE`` of the step) the GPU time its kernels added; on a host-bound step (the host
+launches or waits, the GPU idles) the larger of that and the host time of the phase where it
+happens, since the step then lasts as long as the host's work. New synchronizations account for
+the GPU idle time that grew, less what data loading explains.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from perfgate.diagnosis.records import Reason
+
+MIN_MS = 0.05               # ms/step below which a difference is not a reason
+MIN_LAUNCHES = 0.5          # launches (or calls) per step below which a count change is noise
+HOST_BOUND_IDLE = 0.2       # GPU idle share of the step above which the host sets the pace
+SHOWN_NAMES = 3
+OPTIMIZER_PHASE = re.compile(r"optim", re.IGNORECASE)
+FUSED_OPTIMIZER_KERNEL = re.compile(r"multi_tensor_apply|fused_adam|fused_sgd|_fused_", re.IGNORECASE)
+MODEL_PHASE = re.compile(r"forward|backward|loss", re.IGNORECASE)
+# when the model's phases change together, the reason that says most about what changed leads
+MECHANISM_ORDER = ("dtype", "kernels_added", "launches", "kernels_longer")
+
+Kernels = Mapping[str, Mapping[str, list[float]]]
+
+
+def _totals(kernels: Mapping[str, list[float]]) -> tuple[float, float]:
+    return sum(v[0] for v in kernels.values()), sum(v[1] for v in kernels.values())
+
+
+def _names(items: list[tuple[str, float, float]]) -> str:
+    shown = ", ".join(f"{name[:60]} {count:+.0f}/step" for name, count, _ in items[:SHOWN_NAMES])
+    return shown + (f" and {len(items) - SHOWN_NAMES} more" if len(items) > SHOWN_NAMES else "")
+
+
+def kernel_reason(where: str, base: Mapping[str, list[float]], cur: Mapping[str, list[float]],
+                  host_ms: float, host_bound: bool, fp64_added: float) -> Reason | None:
+    """What changed among the kernels launched in ``where``: kernels that appeared, more launches
+    of the same ones, or the same launches running longer."""
+    (nb, mb), (nc, mc) = _totals(base), _totals(cur)
+    gpu_ms = mc - mb
+    ms = max(gpu_ms, host_ms) if host_bound else gpu_ms
+    if ms < MIN_MS:
+        return None
+    zero = [0.0, 0.0]
+    appeared = sorted(((n, v[0], v[1]) for n, v in cur.items()
+                       if v[0] >= MIN_LAUNCHES and base.get(n, zero)[0] < MIN_LAUNCHES / 10), key=lambda x: -x[2])
+    gone = sorted(((n, -v[0], v[1]) for n, v in base.items()
+                   if v[0] >= MIN_LAUNCHES and cur.get(n, zero)[0] < MIN_LAUNCHES / 10), key=lambda x: -x[2])
+    more = sorted(((n, v[0] - base.get(n, zero)[0], v[1] - base.get(n, zero)[1]) for n, v in cur.items()
+                   if v[0] - base.get(n, zero)[0] >= MIN_LAUNCHES), key=lambda x: -x[1])
+    added = nc - nb
+    if fp64_added >= max(MIN_LAUNCHES, 0.5 * added) and (appeared or more):
+        text = (f"float64 kernels appeared in {where} (+{fp64_added:.0f}/step: "
+                f"{_names(appeared or more)}): a round trip through double?")
+        return Reason("dtype", where, ms, text, "float64 round trip")
+    if added >= max(MIN_LAUNCHES * 4, 0.05 * nb) and OPTIMIZER_PHASE.search(where) and any(
+            FUSED_OPTIMIZER_KERNEL.search(n) for n, _, _ in gone):
+        text = (f"+{added:.0f} kernel launches/step in {where} ({_names(more)}; gone: {_names(gone)}): "
+                "the optimizer's fused/foreach implementation is no longer used?")
+        return Reason("launches", where, ms, text, "optimizer implementation")
+    if appeared:
+        text = f"new kernels in {where}: {_names(appeared)} ({gpu_ms:+.2f} ms/step GPU time)"
+        return Reason("kernels_added", where, ms, text, None)
+    if added >= max(MIN_LAUNCHES, 0.02 * nb):
+        text = (f"+{added:.0f} kernel launches/step in {where}, the same kernels more often "
+                f"({_names(more)}; {gpu_ms:+.2f} ms/step GPU time): more layers or calls?")
+        return Reason("launches", where, ms, text, None)
+    if gpu_ms >= max(MIN_MS, 0.03 * mb):
+        longer = sorted(((n, v[1] - base.get(n, zero)[1]) for n, v in cur.items()), key=lambda x: -x[1])
+        top = ", ".join(f"{n[:60]} {d:+.2f} ms" for n, d in longer[:SHOWN_NAMES] if d > 0)
+        text = (f"kernels in {where} run longer at the same launches: {gpu_ms:+.2f} ms/step GPU time "
+                f"({top}): larger shapes?")
+        return Reason("kernels_longer", where, ms, text, None)
+    return None
+
+
+def differences(base_kernels: Kernels, cur_kernels: Kernels, base_syncs: Mapping[str, float],
+                cur_syncs: Mapping[str, float], host_ms: Mapping[str, float], host_bound: bool,
+                idle_delta_ms: float, data_ms: float, d2h_added: float, fp64_added: float,
+                skip: frozenset[str] = frozenset()) -> list[Reason]:
+    """The reasons, largest first. ``host_ms``: host-time delta (ms/step) per place (phase, or the
+    step's own code); ``data_ms``: what data loading accounts for; ``skip``: places whose kernel
+    changes another reason already names (a precision or compile change)."""
+    out: list[Reason] = []
+    fp64_left = fp64_added
+    for where in dict.fromkeys([*base_kernels, *cur_kernels]):
+        if where in skip:
+            continue
+        r = kernel_reason(where, base_kernels.get(where, {}), cur_kernels.get(where, {}),
+                          host_ms.get(where, 0.0), host_bound, fp64_left)
+        if r is not None:
+            if r.mechanism == "dtype":
+                fp64_left = 0.0
+            out.append(r)
+    out = _merge_model_phases(out)
+    added = {w: cur_syncs.get(w, 0.0) - base_syncs.get(w, 0.0) for w in dict.fromkeys([*base_syncs, *cur_syncs])}
+    added = {w: a for w, a in added.items() if a >= MIN_LAUNCHES}
+    if added:
+        waiting = max(0.0, idle_delta_ms - max(data_ms, 0.0))
+        total = sum(added.values())
+        for where, count in sorted(added.items(), key=lambda kv: -kv[1]):
+            ms = max(waiting * count / total, host_ms.get(where, 0.0) if host_bound else 0.0)
+            if ms < MIN_MS:
+                continue
+            copy = (f", with +{d2h_added:.0f} device-to-host copies/step: a .item()/.cpu() of a GPU tensor?"
+                    if d2h_added >= MIN_LAUNCHES else ": a blocking copy (non_blocking dropped) or a .item()?")
+            out.append(Reason("syncs", where, ms,
+                              f"new host-GPU synchronizations in {where}: +{count:.0f}/step; the GPU idles "
+                              f"{idle_delta_ms:+.2f} ms/step more{copy}", None))
+    return sorted(out, key=lambda r: -r.ms)
+
+
+def _merge_model_phases(reasons: list[Reason]) -> list[Reason]:
+    """One reason for the kernel changes of the model's own phases (forward, loss, backward): an
+    edit of the model changes them together (dropout adds kernels to forward and launches to
+    backward), and their milliseconds add up. The most telling mechanism leads the text."""
+    model = [r for r in reasons if r.where is not None and MODEL_PHASE.search(r.where)
+             and r.mechanism in MECHANISM_ORDER]
+    if len(model) < 2:
+        return reasons
+    lead = min(model, key=lambda r: (MECHANISM_ORDER.index(r.mechanism), -r.ms))
+    others = "; ".join(r.text for r in model if r is not lead)
+    merged = Reason(lead.mechanism, lead.where, sum(r.ms for r in model), f"{lead.text}; also {others}",
+                    lead.cause)
+    return [r for r in reasons if r not in model] + [merged]

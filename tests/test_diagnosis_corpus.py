@@ -1,0 +1,80 @@
+"""The diagnosis corpus (tests/corpus/): pull-request edits of one training script, each captured on
+an H100 before and after (scripts/gpu/diagnosis-corpus.sh, nsys 2025.3.1, one launch per side,
+the traces xz-compressed under tests/fixtures/corpus/). For every edit that made the script
+slower, the gate must say REGRESSED and its first reason must name the mechanism (the case's
+truth); the reason must be a difference between the runs, never a condition of both; and the
+share of the change the reasons account for must be printed. Edits that did not slow the script
+must not be called regressions."""
+from __future__ import annotations
+
+import lzma
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate.model import Verdict
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE / "corpus"))
+from cases import CASES  # noqa: E402
+
+CAPTURES = HERE / "fixtures" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    for side in CAPTURES.iterdir():
+        (root / side.name).mkdir()
+        with lzma.open(side / "trace.sqlite.xz") as src, open(root / side.name / "trace.sqlite", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return root
+
+
+def _compare(corpus: Path, case):
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.pipeline import compare_and_explain
+
+    return compare_and_explain(corpus / case.base_side / "trace.sqlite", corpus / case.head_side / "trace.sqlite",
+                               options=AnalysisOptions(warmup_steps=5))
+
+
+def test_every_side_of_the_corpus_was_captured() -> None:
+    sides = {c.base_side for c in CASES} | {c.head_side for c in CASES}
+    assert sides == {p.name for p in CAPTURES.iterdir()}
+    assert len([c for c in CASES if c.regresses]) >= 12
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.regresses], ids=lambda c: c.name)
+def test_a_slowing_edit_is_regressed_and_its_first_reason_names_the_mechanism(corpus: Path, case) -> None:
+    outcome, attribution = _compare(corpus, case)
+    assert outcome.verdict == Verdict.REGRESSED, outcome.message
+    assert attribution is not None
+    first = attribution.first_reason
+    assert re.search(case.truth, first, re.IGNORECASE), f"{case.name} ({case.mechanism}): {first}"
+    # the first reason is the largest difference, never a rule that fired on both sides
+    top = attribution.reasons[0]
+    assert top.text == first
+    if top.mechanism.startswith("rule:"):
+        assert top.mechanism[5:] in {f.rule for f in attribution.new_findings}
+    # and the share of the change the reasons account for is printed
+    assert 0 < attribution.explained_ms <= attribution.step_mean_delta_ms + 1e-9
+    assert f"explained: {attribution.explained_ms:.2f} of {attribution.step_mean_delta_ms:+.2f} ms/step" \
+        in attribution.to_text()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.regresses], ids=lambda c: c.name)
+def test_an_edit_that_did_not_slow_the_script_is_not_a_regression(corpus: Path, case) -> None:
+    outcome, _ = _compare(corpus, case)
+    assert outcome.verdict != Verdict.REGRESSED, outcome.message
+
+
+def test_the_workers_edit_suggests_nothing_the_trace_cannot_show(corpus: Path) -> None:
+    # the traces show the loop waiting for data, not the worker count: no "num_workers=0?"
+    case = next(c for c in CASES if c.name == "slow_transform")
+    _, attribution = _compare(corpus, case)
+    assert "num_workers=0" not in attribution.to_text()
+    assert attribution.cause == "input pipeline"
