@@ -194,7 +194,7 @@ def _reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], phases: tu
             0.0 if idle_b is None or idle_c is None else idle_c - idle_b, data_ms,
             cur_facts.d2h_copies_per_step - base_facts.d2h_copies_per_step,
             cur_facts.fp64_kernels_per_step - base_facts.fp64_kernels_per_step, skip)
-    if data_ms >= MIN_MS and not any(r.where in (data, BETWEEN_STEPS) for r in out):
+    if data_ms >= max(MIN_MS, 0.02 * step_delta) and not any(r.where in (data, BETWEEN_STEPS) for r in out):
         out.append(Reason("data_loading", data, data_ms,
                           f"{_where(data, data_ms, idle_phase, cur)}: the loop waits longer for its batches "
                           "(data loading outside the step's GPU work)", None))

@@ -125,7 +125,9 @@ def _merge_model_phases(reasons: list[Reason]) -> list[Reason]:
     if len(model) < 2:
         return reasons
     lead = min(model, key=lambda r: (MECHANISM_ORDER.index(r.mechanism), -r.ms))
-    others = "; ".join(r.text for r in model if r is not lead)
+    # the others are evidence of the lead's change: their own guesses ("more layers?") are dropped
+    others = "; ".join(r.text.rsplit(": ", 1)[0] if r.text.endswith("?") else r.text
+                       for r in model if r is not lead)
     merged = Reason(lead.mechanism, lead.where, sum(r.ms for r in model), f"{lead.text}; also {others}",
                     lead.cause)
     return [r for r in reasons if r not in model] + [merged]
