@@ -125,6 +125,9 @@ def test_seed003_h100_losing_the_workers_is_regressed_and_named(tmp_path: Path) 
     assert outcome.row("step_time_ms").change > 1.0                 # 19.0 -> 43.2 ms
     assert abs(outcome.row("step_range_ms").change) < 0.05          # the batch range did not change
     assert attribution.first_reason.startswith("__next__ +"), attribution.first_reason
+    # the data phase is the batch fetch (__next__), not the copy range that mentions data
+    assert attribution.reasons[0].where == "__next__"
+    assert attribution.explained_ms > 0.9 * attribution.step_mean_delta_ms
 
 
 # A Lightning loop without NVTX (autostep), captured on an H100 by scripts/gpu/user-loops.sh

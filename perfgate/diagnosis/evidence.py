@@ -24,6 +24,7 @@ DATA_PHASE = "data_load"
 # Other names loops give their data-loading range (seed 003's ``__next__ N``, ...): the data phase of
 # an analysis is ``data_load`` when present, else the first phase whose name matches.
 DATA_PHASE_RE = re.compile(r"__next__|data|loader|fetch|next_batch", re.IGNORECASE)
+DATA_FETCH_RE = re.compile(r"__next__|loader|fetch|next_batch|data[ _-]?load", re.IGNORECASE)
 BETWEEN_STEPS = "between_steps"   # analysis.steps.BETWEEN_STEPS (no pandas import here)
 H2D_PHASE = "h2d"
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
@@ -93,7 +94,10 @@ def data_phase(analysis: Analysis) -> str:
     """The name of the analysis's data-loading phase (``data_load`` when there is none)."""
     if DATA_PHASE in analysis.phases:
         return DATA_PHASE
-    return next((n for n in analysis.phases if n != BETWEEN_STEPS and DATA_PHASE_RE.search(n)), DATA_PHASE)
+    names = [n for n in analysis.phases if n != BETWEEN_STEPS]
+    # a range that fetches the batch before one that merely mentions data ("copy data" is the copy)
+    return next((n for n in names if DATA_FETCH_RE.search(n)),
+                next((n for n in names if DATA_PHASE_RE.search(n)), DATA_PHASE))
 
 
 def phase_ms(analysis: Analysis, name: str) -> float:
