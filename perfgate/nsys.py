@@ -134,7 +134,8 @@ def _report_names(nsys: Path) -> frozenset[str]:
     # nsys 2022.4 exits 1 after printing the list, so judge by the output, not the exit status
     what = "nsys stats --help-reports"
     out = _run([str(nsys), "stats", "--help-reports"], what=what, check=False).stdout
-    names = frozenset(re.findall(r"^\s+([a-z][a-z0-9_]*)(?:\[[^\]]*\])?\s+--", out, flags=re.M))
+    # a report may take several option groups: cuda_gpu_kern_sum[:nvtx-name][:base|:mangled] (2025.x)
+    names = frozenset(re.findall(r"^\s+([a-z][a-z0-9_]*)(?:\[[^\]]*\])*\s+--", out, flags=re.M))
     if not names:
         raise NsysNotFoundError(f"{what} ({nsys}) listed no reports: {out.strip()[-400:]!r}")
     return names
