@@ -21,6 +21,7 @@ from typing import Any
 
 from perfgate.errors import BaselineError
 from perfgate.model import Analysis, MachineInfo
+from perfgate.names import check_name
 
 FORMAT = "perfgate-baseline"
 #: 2: step time is the iteration period (start of a step range to the next one's start); version 1
@@ -70,7 +71,12 @@ class Baseline:
 
 
 def baseline_path(baseline_dir: Path, workload: str, machine_class: str, variant: str | None = None) -> Path:
-    """Where the baseline of ``workload`` (and ``variant``) for ``machine_class`` lives."""
+    """Where the baseline of ``workload`` (and ``variant``) for ``machine_class`` lives: always inside
+    ``baseline_dir`` (ConfigError for a name that is not one safe path component, perfgate.names)."""
+    check_name(workload, "workload")
+    check_name(machine_class, "machine class (machine_class / PERFGATE_MACHINE_CLASS)")
+    if variant:
+        check_name(variant, "variant")
     folder = baseline_dir / workload / variant if variant else baseline_dir / workload
     return folder / f"{machine_class}.json"
 

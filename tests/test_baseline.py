@@ -106,3 +106,13 @@ def test_a_version_1_baseline_is_refused_with_the_step_time_change_and_how_to_re
                                 "launches": [{"metrics": {"step_time_ms": 10.0}}]}))
     with pytest.raises(BaselineError, match=r"old.json: .*step range's duration.*iteration period.*update-baselines"):
         load_baseline(path)
+
+
+@pytest.mark.parametrize("parts", [("..", "cpu"), ("w", "../../etc"), ("w", "a/b"), ("w", "")])
+def test_baseline_path_never_leaves_the_baseline_folder(tmp_path: Path, parts: tuple[str, str]) -> None:
+    from perfgate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is not a safe name"):
+        baseline_path(tmp_path, *parts)
+    with pytest.raises(ConfigError, match="variant: '../x' is not a safe name"):
+        baseline_path(tmp_path, "w", "cpu", "../x")
