@@ -21,12 +21,14 @@ from typing import Any
 
 from perfgate.errors import BaselineError
 from perfgate.model import Analysis, MachineInfo
-from perfgate.names import check_name
+from perfgate.names import RULE, check_name, is_safe_name
 
 FORMAT = "perfgate-baseline"
 #: 2: step time is the iteration period (start of a step range to the next one's start); version 1
 #: measured the step range's duration, which a period must never be compared with.
 VERSION = 2
+#: Every launch of a baseline must have it: the gate's verdict rests on it (perfgate.compare).
+PRIMARY_METRIC = "step_time_ms"
 
 
 @dataclass(frozen=True)
@@ -192,23 +194,51 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
         raise BaselineError(f"{path}: \"launches\" must be a non-empty list")
     launches = []
     for k, raw in enumerate(raw_launches):
+        where = f"{path}: launches[{k}]"
         metrics = raw.get("metrics") if isinstance(raw, dict) else None
-        if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
-            raise BaselineError(f"{path}: launches[{k}].metrics must map metric names to numbers")
+        if not isinstance(metrics, dict) or not metrics:
+            raise BaselineError(f"{where}.metrics must map metric names to numbers")
+        checked = {str(m): measured_number(v, f"{where}.metrics.{m}") for m, v in metrics.items()}
+        if PRIMARY_METRIC not in checked:
+            raise BaselineError(f"{where}.metrics has no {PRIMARY_METRIC} (the metric the gate rests on)")
+        durations = raw.get("step_durations_ms", [])
+        if not isinstance(durations, list):
+            raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
         detail = {k2: v for k2, v in raw.items() if k2 not in ("metrics", "step_durations_ms")}
         launches.append(BaselineLaunch(
-            metrics={str(m): float(v) for m, v in metrics.items()},
-            step_durations_ms=tuple(float(d) for d in raw.get("step_durations_ms", [])),
+            metrics=checked,
+            step_durations_ms=tuple(measured_number(d, f"{where}.step_durations_ms[{i}]")
+                                    for i, d in enumerate(durations)),
             detail=detail,
         ))
     for key in ("workload", "machine_class"):
         if not isinstance(doc.get(key), str):
             raise BaselineError(f"{path}: missing \"{key}\"")
+        if not is_safe_name(doc[key]):
+            raise BaselineError(f"{path}: {key}: {doc[key]!r} is not a safe name ({RULE})")
+    variant = doc.get("variant")
+    if variant is not None and not is_safe_name(variant):
+        raise BaselineError(f"{path}: variant: {variant!r} is not a safe name ({RULE})")
+    for key in ("machine", "provenance"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise BaselineError(f"{path}: {key} must be an object")
     return Baseline(
-        workload=doc["workload"], variant=doc.get("variant"), machine_class=doc["machine_class"],
+        workload=doc["workload"], variant=variant, machine_class=doc["machine_class"],
         launches=tuple(launches), machine=dict(doc.get("machine") or {}),
         provenance=dict(doc.get("provenance") or {}), path=path,
     )
+
+
+def measured_number(value: Any, where: str) -> float:
+    """``value`` as a float when it is a finite, non-negative number (every metric and duration
+    perfgate records is one), else BaselineError naming ``where``: a NaN, an infinity or a negative
+    time read back would turn a comparison into NO-DATA or a false verdict."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BaselineError(f"{where}: expected a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise BaselineError(f"{where}: expected a finite, non-negative number, got {value!r}")
+    return number
 
 
 def git_provenance(root: Path) -> dict[str, Any]:

@@ -138,7 +138,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     analysis = analyze_file(args.trace, analysis_options_from(args))
     if args.format == "json":
-        print(json.dumps(analysis.to_dict(), indent=2, sort_keys=True, default=str))
+        from perfgate.report.json_report import json_ready
+
+        print(json.dumps(json_ready(analysis.to_dict()), indent=2, sort_keys=True, default=str))
     else:
         from perfgate.analysis import render_table
 

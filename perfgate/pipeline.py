@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.baseline import (
     FORMAT as BASELINE_FORMAT,
+    PRIMARY_METRIC,
     baseline_from_analyses,
     baseline_path,
     load_baseline,
+    measured_number,
     parse_baseline,
     provenance,
     write_baseline,
@@ -257,15 +259,23 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
         return parse_baseline(doc, path).launch_metrics
     doc = _single_result(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
-        launches = [a.get("metrics") for a in doc["analyses"] if isinstance(a, dict)]
+        launches = [a.get("metrics") if isinstance(a, dict) else None for a in doc["analyses"]]
     elif isinstance(doc, dict) and isinstance(doc.get("metrics"), dict):
         launches = [doc["metrics"]]
     else:
         raise TraceError(f"{path}: not a perfgate baseline, result or analysis JSON")
-    clean = [{str(k): float(v) for k, v in m.items() if isinstance(v, (int, float))}
-             for m in launches if isinstance(m, dict)]
-    if not clean:
+    if not launches:
         raise TraceError(f"{path}: contains no measured launches (an errored run?)")
+    field = "analyses[{k}].metrics" if isinstance(doc.get("analyses"), list) else "metrics"
+    clean = []
+    for k, metrics in enumerate(launches):
+        where = f"{path}: {field.format(k=k)}"
+        if not isinstance(metrics, dict) or not metrics:
+            raise TraceError(f"{where}: expected an object mapping metric names to numbers")
+        checked = {str(m): measured_number(v, f"{where}.{m}") for m, v in metrics.items()}
+        if PRIMARY_METRIC not in checked:
+            raise TraceError(f"{where}: no {PRIMARY_METRIC} (the metric the gate rests on)")
+        clean.append(checked)
     return clean
 
 

@@ -136,3 +136,22 @@ def test_compare_of_h100_reverse_ladder_traces_names_the_removed_optimization(ca
     assert main(["compare", full, str(traces / "reverse-ladder-no-overlap" / "trace.sqlite"), "--warmup-steps", "0"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("PASS: step_time_ms") and "likely change: overlap stream" in out
+
+
+def test_compare_refuses_a_baseline_with_nan_instead_of_passing_it(traces: Path, tmp_path: Path, capsys) -> None:
+    """A NaN step time in a baseline made the primary metric NO-DATA and the gate passed (exit 0)."""
+    trace = traces / "cpu-train-loop" / "trace.sqlite"
+    main(["analyze", str(trace), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    baseline = {"format": "perfgate-baseline", "version": 2, "workload": "w", "variant": None,
+                "machine_class": "cpu-x86_64", "launches": [{"metrics": {**doc["metrics"], "step_time_ms": "@"}}]}
+    path = tmp_path / "cpu-x86_64.json"
+    path.write_text(json.dumps(baseline).replace('"@"', "NaN"))
+    assert main(["compare", str(path), str(trace)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"perfgate: error: {path}: launches[0].metrics.step_time_ms: expected a finite, non-negative number, got nan")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"analyses": [{"metrics": {**doc["metrics"], "step_time_mean_ms": -4.0}}]}))
+    assert main(["compare", str(trace), str(result)]) == 2
+    assert "result.json: analyses[0].metrics.step_time_mean_ms: expected a finite, non-negative number, got -4.0" \
+        in capsys.readouterr().err

@@ -16,6 +16,7 @@ internals: analyses come back as their dictionaries under ``extra["analyses"]``)
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -44,6 +45,11 @@ def overall_verdict(results: Sequence[WorkloadResult]) -> Verdict:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON data: dataclasses, paths and enums converted, a non-finite float as None
+    (JSON has no NaN; a reader must never take one for a measurement) and a ``metrics`` mapping
+    without its non-finite entries (a metric is there with a number, or absent)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if is_dataclass(value) and not isinstance(value, type):
         return _jsonable(asdict(value))
     if isinstance(value, Path):
@@ -51,10 +57,20 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (Verdict, Direction)):
         return value.value
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): (finite_metrics(v) if k == "metrics" and isinstance(v, Mapping) else _jsonable(v))
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
+
+
+def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics mapping without the entries that are not finite numbers."""
+    return {str(k): v for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+json_ready = _jsonable
 
 
 def comparison_dict(c: MetricComparison) -> dict[str, Any]:
