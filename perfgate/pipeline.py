@@ -31,6 +31,7 @@ from perfgate.config import Settings
 from perfgate.errors import BaselineError, PerfgateError, TraceError
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -113,18 +114,34 @@ def run_workload(
             judge(result, spec, settings, analyses, path)
     except PerfgateError as exc:
         result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
+    except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
+        result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
     except Exception as exc:  # a bug must not hide the other workloads' results
         text = "".join(traceback.format_exception(exc))
         where = ""
         if result.run_dir is not None:
-            (result.run_dir / "error.txt").write_text(text)
-            where = f" (traceback in {result.run_dir / 'error.txt'})"
+            try:
+                (result.run_dir / "error.txt").write_text(text)
+                where = f" (traceback in {result.run_dir / 'error.txt'})"
+            except OSError:
+                pass
         result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
         result.message = ""
     result.wall_s = time.monotonic() - started
     if result.run_dir is not None:
-        _write_result(result)
+        try:
+            _write_result(result)
+        except OSError as exc:
+            measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
+            result.error = "; ".join(filter(None, (result.error, f"{os_error_message(exc)}{measured}")))
+            result.verdict = Verdict.ERROR
     return result
+
+
+def os_error_message(exc: OSError) -> str:
+    """``<file>: <what went wrong>`` for an OSError (``No space left on device``, ``Permission denied``)."""
+    where = exc.filename if exc.filename is not None else "a file"
+    return f"{where}: {exc.strerror or exc}"
 
 
 def capture_and_analyze(
@@ -141,12 +158,16 @@ def capture_and_analyze(
     for k in range(settings.launches):
         with GpuMonitor() as monitor:
             capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
+        withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
         if capture.sqlite_path is None or not capture.sqlite_path.exists():
-            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
+            why = f" (withheld: see {withheld[0]})" if withheld else ""
+            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{why}")
         trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
         analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
-        _withhold_secrets(capture.run_dir)
         extra = {**analysis.extra, "launch": k}
+        if withheld:
+            notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
+            analysis = replace(analysis, warnings=(*analysis.warnings, *notes))
         if capture.self_report is not None:
             extra["self_report"] = capture.self_report
         analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
@@ -366,7 +387,8 @@ def _write_result(result: WorkloadResult) -> None:
 
     assert result.run_dir is not None
     doc = result_dict(result)
-    (result.run_dir / RESULT_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    text = redact_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", secret_values(os.environ))
+    (result.run_dir / RESULT_FILE).write_text(text)
 
 
 def _command_line() -> str:
@@ -378,15 +400,6 @@ def _command_line() -> str:
     program = Path(sys.argv[0])
     name = program.parent.name if program.name == "__main__.py" else program.name
     return " ".join([name, *sys.argv[1:]])
-
-
-def _withhold_secrets(launch_dir: Path) -> None:
-    """Replace artifacts that still contain a secret of this environment by a note."""
-    from perfgate.secrets import secret_values, withhold_secrets
-
-    secrets = secret_values(os.environ)
-    if secrets:
-        withhold_secrets(launch_dir, secrets)
 
 
 def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
