@@ -133,14 +133,16 @@ def run_workload(
             _write_result(result)
         except OSError as exc:
             measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
-            result.error = "; ".join(filter(None, (result.error, f"{os_error_message(exc)}{measured}")))
+            written = os_error_message(exc, result.run_dir / RESULT_FILE)
+            result.error = "; ".join(filter(None, (result.error, f"{written}{measured}")))
             result.verdict = Verdict.ERROR
     return result
 
 
-def os_error_message(exc: OSError) -> str:
-    """``<file>: <what went wrong>`` for an OSError (``No space left on device``, ``Permission denied``)."""
-    where = exc.filename if exc.filename is not None else "a file"
+def os_error_message(exc: OSError, path: Path | None = None) -> str:
+    """``<file>: <what went wrong>`` for an OSError (``No space left on device``, ``Permission denied``);
+    ``path``: the file being written when the error does not name one (a failed write)."""
+    where = exc.filename if exc.filename is not None else (path or "a file")
     return f"{where}: {exc.strerror or exc}"
 
 

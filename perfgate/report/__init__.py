@@ -88,7 +88,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
         try:
             return write()
         except OSError as exc:
-            failures.append(f"{exc.filename or what}: {exc.strerror or exc}")
+            failures.append(f"{what}: {exc.strerror or exc}")
             return None
 
     if attempt(str(out_dir), lambda: out_dir.mkdir(parents=True, exist_ok=True)) is None and failures:
@@ -110,7 +110,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
     }
     written: dict[str, Path] = {}
     for kind, (name, render) in texts.items():
-        path = attempt(name, lambda: _write_text(out_dir / name, redact_text(render(), known)))
+        path = attempt(str(out_dir / name), lambda: _write_text(out_dir / name, redact_text(render(), known)))
         if path is not None:
             written[kind] = path
     written.update({f"chart:{k}": p for k, p in chart_paths.items()})
@@ -152,12 +152,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _written(option: str, write: Callable[[], Any]) -> None:
+def _written(option: str, path: object, write: Callable[[], Any]) -> None:
     """Run ``write``; an OSError becomes a PerfgateError naming ``option``, the file and why."""
     try:
         write()
     except OSError as exc:
-        raise PerfgateError(f"{option} {exc.filename}: cannot write: {exc.strerror or exc}") from None
+        raise PerfgateError(f"{option} {exc.filename or path}: cannot write: {exc.strerror or exc}") from None
 
 
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
@@ -179,12 +179,14 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
         if not target:
             print("perfgate: warning: --github-summary: GITHUB_STEP_SUMMARY is not set", file=sys.stderr)
         else:
-            _written("GITHUB_STEP_SUMMARY", lambda: _append(target, redact_text(render_markdown(results), known) + "\n"))
+            text = redact_text(render_markdown(results), known) + "\n"
+            _written("GITHUB_STEP_SUMMARY", target, lambda: _append(target, text))
     if args.annotations:
         for line in render_annotations(results):
             print(redact_text(line, known))
     if args.pr_comment is not None:
-        _written("--pr-comment", lambda: _write_text(args.pr_comment, redact_text(render_pr_comment(results), known)))
+        _written("--pr-comment", args.pr_comment, lambda: args.pr_comment.write_text(  # in place: FILE may be a pipe
+            redact_text(render_pr_comment(results), known), encoding="utf-8"))
     if args.post_status:
         from perfgate.github import post_statuses
 
