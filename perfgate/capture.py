@@ -204,6 +204,9 @@ def run_capture(
         clean_artifacts(launch_dir, known, nsys)
     wall_s = time.monotonic() - started
     text = log_path.read_text(errors="replace")
+    withheld = sorted(p.name for p in launch_dir.glob(f"*{WITHHELD_SUFFIX}"))
+    if withheld:   # said in the error of a failed launch; a successful one's analysis notes them
+        text += f"\nperfgate withheld (secrets it could not clean): {', '.join(withheld)}"
     if returncode is None:
         raise CaptureTimeoutError(
             f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s; its process tree (nsys, "

@@ -4,6 +4,9 @@ Layout: a table with one row per workload, then one section per workload (failin
 headline numbers, the explanation, the phase table against the baseline (regressed rows marked
 :x: and bold) and a collapsed ``<details>`` holding every other metric.
 
+Every name, message, phase name and path goes through report/escape.py: it renders as the text
+it is, never as Markdown or HTML (a workload's trace and a result file control that text).
+
 Size limits: GitHub rejects a step summary over 1 MiB and a comment over 65,536 characters. When
 the full text is too long it is rebuilt with less detail (``<details>`` only for failing
 workloads, then sections only while they fit, then fewer table rows), always ending in complete
