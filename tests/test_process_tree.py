@@ -1,13 +1,15 @@
 """Every process perfgate starts ends with it: on a timeout, Ctrl-C, SIGTERM, and when perfgate
 itself is killed, under the real nsys. The workload starts a child, and a daemon (double fork, new
 session: re-parented away from it), and writes their pids; nsys adds its launcher and its
-``--start-agent`` process. Afterwards none of them may be alive."""
+``--start-agent`` process. Afterwards none of them, nor any process seen in the tree while it ran,
+may be alive (other sessions' nsys processes on the machine are not looked at)."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -54,13 +56,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _agents() -> set[int]:
-    """Pids of nsys --start-agent processes now running."""
+def _agents(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that are nsys --start-agent processes."""
     found = set()
-    for entry in os.listdir("/proc"):
+    for pid in pids:
         try:
-            if entry.isdigit() and b"--start-agent" in Path(f"/proc/{entry}/cmdline").read_bytes():
-                found.add(int(entry))
+            if b"--start-agent" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
         except OSError:
             pass
     return found
@@ -73,13 +75,40 @@ def _wait_for(path: Path, timeout_s: float = 120) -> None:
         time.sleep(0.1)
 
 
-def _assert_tree_gone(root: Path, agents_before: set[int]) -> None:
+def _assert_tree_gone(root: Path, tree: set[int]) -> None:
+    """The workload's processes (by the pids it wrote) and every process seen in the tree while it
+    ran (nsys, its launcher, its agent) are gone."""
     pids = {name: int((root / f"{name}.pid").read_text()) for name in ("workload", "child", "daemon")}
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+    while any(_alive(p) for p in {*pids.values(), *tree}) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert {name: pid for name, pid in pids.items() if _alive(pid)} == {}
-    assert _agents() - agents_before == set(), "nsys's --start-agent process outlived perfgate"
+    assert {pid for pid in tree if _alive(pid)} == set()
+
+
+class _TreeWatcher:
+    """Records every descendant of this process while a capture runs in it (a background thread)."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.agents: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = set(descendants(os.getpid()))
+            self.seen |= now
+            self.agents |= _agents(now)
+            time.sleep(0.2)
+
+    def __enter__(self) -> _TreeWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _gate(root: Path, *args: str) -> subprocess.Popen[str]:
@@ -93,11 +122,11 @@ def test_timeout_ends_the_daemon_the_child_and_nsys_agent(tmp_path: Path, nsys_p
     """Killing nsys's process group left the re-parented daemon and nsys's agent running."""
     root = hang_project(tmp_path)
     monkeypatch.setenv("HANG_DIR", str(root))
-    agents = _agents()
     spec = WorkloadSpec(name="hang", module="wl.hang", timeout_s=15)
-    with pytest.raises(CaptureTimeoutError, match="ran past its timeout of 15 s; its process tree"):
+    with _TreeWatcher() as watcher, pytest.raises(CaptureTimeoutError, match="ran past its timeout of 15 s; its process tree"):
         run_capture(spec, load_settings(root, env={}), root / "launch-0")
-    _assert_tree_gone(root, agents)
+    assert watcher.agents, "the capture started no nsys agent: nothing was checked"
+    _assert_tree_gone(root, watcher.seen)
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -105,38 +134,39 @@ def test_a_signal_ends_perfgate_run_with_its_exit_code_and_the_whole_tree(
         tmp_path: Path, nsys_path: str, signum: int, code: int) -> None:
     """On Ctrl-C or SIGTERM perfgate exited and left nsys, the workload and its children running."""
     root = hang_project(tmp_path)
-    agents = _agents()
     gate = _gate(root, "-m", "perfgate", "run", "hang")
     _wait_for(root / "ready")
+    tree = set(descendants(gate.pid))
+    assert _agents(tree)
     gate.send_signal(signum)
     out, _ = gate.communicate(timeout=60)
     assert gate.returncode == code, out
     assert ("terminated (signal 15)" if signum == signal.SIGTERM else "perfgate: interrupted") in out
     assert "Traceback" not in out
-    _assert_tree_gone(root, agents)
+    _assert_tree_gone(root, tree)
 
 
 def test_a_killed_perfgate_still_takes_its_tree_along(tmp_path: Path, nsys_path: str) -> None:
     """SIGKILL cannot be handled: the supervisor's parent-death signal ends the tree."""
     root = hang_project(tmp_path)
-    agents = _agents()
     gate = _gate(root, "-m", "perfgate", "run", "hang")
     _wait_for(root / "ready")
+    tree = set(descendants(gate.pid))
     gate.kill()
     gate.communicate(timeout=30)
-    _assert_tree_gone(root, agents)
+    _assert_tree_gone(root, tree)
 
 
 def test_sigterm_ends_a_pytest_gate_by_that_signal_after_ending_the_tree(tmp_path: Path, nsys_path: str) -> None:
     root = hang_project(tmp_path)
-    agents = _agents()
     gate = _gate(root, "-m", "pytest", "--perfgate", "-p", "no:cacheprovider", "-q")
     _wait_for(root / "ready")
+    tree = set(descendants(gate.pid))
     gate.send_signal(signal.SIGTERM)
     out, _ = gate.communicate(timeout=60)
     assert gate.returncode == -signal.SIGTERM, out   # died by SIGTERM: a shell shows 143
     assert "Traceback" not in out
-    _assert_tree_gone(root, agents)
+    _assert_tree_gone(root, tree)
 
 
 def test_the_supervisor_ends_what_is_left_when_the_command_exits(tmp_path: Path) -> None:
