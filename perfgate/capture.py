@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -147,11 +148,16 @@ def parse_self_report(text: str) -> dict[str, Any] | None:
     return None
 
 
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def log_tail(text: str, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log, without nsys's progress-bar noise."""
-    kept = [ln.rsplit("\r", 1)[-1] for ln in text.splitlines()]
+    """The last ``lines`` lines of a log, without nsys's progress-bar noise, terminal control
+    sequences, and with a line the workload wrote as a GitHub workflow command (``::error::...``,
+    ``::add-mask::``) made inert: perfgate prints this text where the CI runner reads commands."""
+    kept = [_CONTROL.sub("", ln.rsplit("\r", 1)[-1]) for ln in text.splitlines()]
     kept = [ln for ln in kept if ln.strip() and not ln.lstrip().startswith("[1/2]") and not ln.lstrip().startswith("[2/2]")]
-    return "\n".join(kept[-lines:])
+    return "\n".join(f"(log) {ln}" if ln.lstrip().startswith("::") else ln for ln in kept[-lines:])
 
 
 def run_capture(

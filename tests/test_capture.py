@@ -205,3 +205,10 @@ def _alive(pid: int) -> bool:
         return False
     except OSError:  # pragma: no cover - non-Linux
         return sys.platform != "linux"
+
+
+def test_log_tail_makes_workflow_commands_and_terminal_controls_inert() -> None:
+    from perfgate.capture import log_tail
+
+    text = "ok\n::error title=x::fake failure\n  ::add-mask::abc\n\x1b[31mred\x1b[0m\x07\n"
+    assert log_tail(text).splitlines() == ["ok", "(log) ::error title=x::fake failure", "(log)   ::add-mask::abc", "red"]
