@@ -12,6 +12,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -195,12 +196,7 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     launches = []
     for k, raw in enumerate(raw_launches):
         where = f"{path}: launches[{k}]"
-        metrics = raw.get("metrics") if isinstance(raw, dict) else None
-        if not isinstance(metrics, dict) or not metrics:
-            raise BaselineError(f"{where}.metrics must map metric names to numbers")
-        checked = {str(m): measured_number(v, f"{where}.metrics.{m}") for m, v in metrics.items()}
-        if PRIMARY_METRIC not in checked:
-            raise BaselineError(f"{where}.metrics has no {PRIMARY_METRIC} (the metric the gate rests on)")
+        checked = checked_metrics(raw.get("metrics") if isinstance(raw, dict) else None, f"{where}.metrics")
         durations = raw.get("step_durations_ms", [])
         if not isinstance(durations, list):
             raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
@@ -229,6 +225,17 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     )
 
 
+def checked_metrics(metrics: Any, where: str) -> dict[str, float]:
+    """One launch's metrics as read back from a baseline or result file: an object of finite,
+    non-negative numbers that has PRIMARY_METRIC, else BaselineError naming ``where``."""
+    if not isinstance(metrics, dict) or not metrics:
+        raise BaselineError(f"{where} must map metric names to numbers")
+    checked = {str(m): measured_number(v, f"{where}.{m}") for m, v in metrics.items()}
+    if PRIMARY_METRIC not in checked:
+        raise BaselineError(f"{where} has no {PRIMARY_METRIC} (the metric the gate rests on)")
+    return checked
+
+
 def measured_number(value: Any, where: str) -> float:
     """``value`` as a float when it is a finite, non-negative number (every metric and duration
     perfgate records is one), else BaselineError naming ``where``: a NaN, an infinity or a negative
@@ -253,6 +260,15 @@ def git_provenance(root: Path) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def command_line() -> str:
+    """The command that asked for a baseline (``perfgate baseline update x``, ``pytest --perfgate ...``)."""
+    if not sys.argv or not sys.argv[0]:
+        return "perfgate"
+    program = Path(sys.argv[0])
+    name = program.parent.name if program.name == "__main__.py" else program.name
+    return " ".join([name, *sys.argv[1:]])
 
 
 def provenance(root: Path, command: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ and ``compare_files`` serve ``perfgate analyze`` / ``perfgate compare``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -18,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.baseline import (
     FORMAT as BASELINE_FORMAT,
-    PRIMARY_METRIC,
     baseline_from_analyses,
     baseline_path,
+    checked_metrics,
+    command_line,
     load_baseline,
-    measured_number,
     parse_baseline,
     provenance,
     write_baseline,
 )
 from perfgate.config import Settings
-from perfgate.errors import BaselineError, PerfgateError, TraceError
+from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
@@ -104,7 +105,7 @@ def run_workload(
         result.baseline_path = path
         if update_baseline:
             record = baseline_from_analyses(spec.name, analyses, result.machine,
-                                            provenance(settings.root, _command_line()), spec.variant)
+                                            provenance(settings.root, command_line()), spec.variant)
             write_baseline(path, record)
             result.verdict = Verdict.PASS
             result.message = f"baseline recorded: {path} ({len(analyses)} launch{'es' if len(analyses) != 1 else ''})"
@@ -120,11 +121,9 @@ def run_workload(
         text = "".join(traceback.format_exception(exc))
         where = ""
         if result.run_dir is not None:
-            try:
+            with contextlib.suppress(OSError):
                 (result.run_dir / "error.txt").write_text(text)
                 where = f" (traceback in {result.run_dir / 'error.txt'})"
-            except OSError:
-                pass
         result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
         result.message = ""
     result.wall_s = time.monotonic() - started
@@ -133,17 +132,9 @@ def run_workload(
             _write_result(result)
         except OSError as exc:
             measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
-            written = os_error_message(exc, result.run_dir / RESULT_FILE)
-            result.error = "; ".join(filter(None, (result.error, f"{written}{measured}")))
-            result.verdict = Verdict.ERROR
+            written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
+            result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
     return result
-
-
-def os_error_message(exc: OSError, path: Path | None = None) -> str:
-    """``<file>: <what went wrong>`` for an OSError (``No space left on device``, ``Permission denied``);
-    ``path``: the file being written when the error does not name one (a failed write)."""
-    where = exc.filename if exc.filename is not None else (path or "a file")
-    return f"{where}: {exc.strerror or exc}"
 
 
 def capture_and_analyze(
@@ -162,14 +153,12 @@ def capture_and_analyze(
             capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
         withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
         if capture.sqlite_path is None or not capture.sqlite_path.exists():
-            why = f" (withheld: see {withheld[0]})" if withheld else ""
-            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{why}")
+            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
         trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
         analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
         extra = {**analysis.extra, "launch": k}
-        if withheld:
-            notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
-            analysis = replace(analysis, warnings=(*analysis.warnings, *notes))
+        notes = (f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld)
+        analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
         if capture.self_report is not None:
             extra["self_report"] = capture.self_report
         analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
@@ -290,16 +279,7 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     if not launches:
         raise TraceError(f"{path}: contains no measured launches (an errored run?)")
     field = "analyses[{k}].metrics" if isinstance(doc.get("analyses"), list) else "metrics"
-    clean = []
-    for k, metrics in enumerate(launches):
-        where = f"{path}: {field.format(k=k)}"
-        if not isinstance(metrics, dict) or not metrics:
-            raise TraceError(f"{where}: expected an object mapping metric names to numbers")
-        checked = {str(m): measured_number(v, f"{where}.{m}") for m, v in metrics.items()}
-        if PRIMARY_METRIC not in checked:
-            raise TraceError(f"{where}: no {PRIMARY_METRIC} (the metric the gate rests on)")
-        clean.append(checked)
-    return clean
+    return [checked_metrics(m, f"{path}: {field.format(k=k)}") for k, m in enumerate(launches)]
 
 
 def _single_result(doc: Any, path: Path) -> Any:
@@ -391,17 +371,6 @@ def _write_result(result: WorkloadResult) -> None:
     doc = result_dict(result)
     text = redact_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", secret_values(os.environ))
     (result.run_dir / RESULT_FILE).write_text(text)
-
-
-def _command_line() -> str:
-    """The command that asked for a baseline (``perfgate baseline update x``, ``pytest --perfgate ...``)."""
-    import sys
-
-    if not sys.argv or not sys.argv[0]:
-        return "perfgate"
-    program = Path(sys.argv[0])
-    name = program.parent.name if program.name == "__main__.py" else program.name
-    return " ".join([name, *sys.argv[1:]])
 
 
 def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
