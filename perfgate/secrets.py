@@ -1,10 +1,11 @@
 """Recognising secrets: by a variable's name, by a value's shape, and inside text.
 
-nsys records environments in its report and SQLite export: the profiled process's, nsys's own,
-and those of other processes of the machine (the one that launched perfgate and its ancestors,
-even unrelated ones: checked with nsys 2022.4), so a secret in the CI job's environment reaches the
+nsys records environments in its report and SQLite export: nsys's own, and those of other
+processes of the machine (perfgate's, which launched nsys, its ancestors, even unrelated ones:
+checked with nsys 2022.4), so a secret in the CI job's environment reaches the
 trace although perfgate launches nsys with :func:`scrubbed_environment`. perfgate.redaction uses
-:func:`redact_text` and :func:`redact_environment_block` to clean the artifacts.
+:func:`find_secrets` and :func:`redact_text` (which also parse environment blocks) to clean
+the artifacts.
 
 A secret is recognised by its variable's name (:func:`is_secret_name`: ``*TOKEN*``, ``*_KEY``,
 ``*PASSWORD*``, ``AWS_*``, ``*WEBHOOK*``, ...) or by its value's shape (:func:`is_secret_value`:

@@ -1,5 +1,5 @@
 """The nsys command line (pure) and real captures under nsys: artifacts, self report, failures,
-timeouts that kill the whole process group, and a missing nsys."""
+timeouts that end the whole process tree (more in test_process_tree.py), and a missing nsys."""
 from __future__ import annotations
 
 import os
@@ -178,7 +178,7 @@ def test_failing_workload_reports_exit_code_and_output_tail(tmp_path: Path, nsys
     assert str(tmp_path / "launch-0" / "workload.log") in text
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+def test_timeout_ends_the_workloads_child(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
     settings = tiny_project(tmp_path)
     spec = WorkloadSpec(name="tiny", module="tinywl", args=("hang",), timeout_s=8)
     started = time.monotonic()
