@@ -9,9 +9,12 @@ after every launch, successful or not, :func:`clean_artifacts` goes through the 
   the file so no free page keeps the old bytes, and a byte scan of the whole file (UTF-8 and
   UTF-16) confirms it. If the scan still finds a secret, the export is withheld.
 - ``.nsys-rep``: the report is compressed, but nsys 2022.4 stores these strings as literal bytes,
-  so each secret is overwritten in place by ``*`` of the same length. The result counts as
-  clean only when nsys exports it again and that export holds no secret (checked the same way);
-  otherwise the report is withheld and the cleaned ``.sqlite`` is kept.
+  so each secret is overwritten in place by ``*`` of the same length (where compression split it,
+  the pieces that are literal). The result counts as clean only when nsys exports it again and
+  neither that export nor the masked report holds REVEAL_WINDOW characters of a secret in a row
+  (a few characters a back-reference copies from unrelated bytes may stay), and every other
+  string of the trace is unchanged; otherwise the report is withheld and the cleaned ``.sqlite``
+  is kept.
 - text files (``workload.log``, ``command.txt``, JSON, ...): redacted in place.
 - anything else (a ``.qdstrm`` the importer left) cannot be checked: withheld when it holds a
   known secret's bytes, or when it is a raw capture (``.qdstrm``).
@@ -20,6 +23,7 @@ Withholding replaces a file by ``<name>.withheld.txt`` saying why (perfgate.secr
 """
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -50,6 +54,7 @@ def withhold(path: Path, reason: str) -> Path:
 TEXT_SUFFIXES = frozenset({".txt", ".log", ".json", ".csv", ".md", ".xml", ".out", ".err"})
 UNCHECKABLE_SUFFIXES = frozenset({".qdstrm"})
 EXPORT_TIMEOUT_S = 600
+REVEAL_WINDOW = 8          # characters of a secret in a row that a cleaned report may not hold
 EXPORT_TABLES = frozenset({"EXPORT_META_DATA", "META_DATA_EXPORT"})   # the export's own time and file names
 
 
@@ -208,6 +213,7 @@ def mask_bytes(data: bytes, found: Iterable[Found], known: Iterable[str]) -> byt
     occurring prefix and suffix are masked over the secret. Pieces shorter than MIN_SECRET_LENGTH
     are left alone (too likely to match unrelated compressed bytes)."""
     wanted = _essential([*found, *(Found(v, v) for v in known)])
+    wanted += [Found(f.secret, f.secret) for f in wanted]     # the secret alone, where its context is split
     pairs = {(f.context.encode(), f.secret.encode()) for f in wanted if len(f.context.encode()) >= MIN_SECRET_LENGTH}
     for context, secret in sorted(pairs, key=lambda p: -len(p[0])):
         if context in data:
@@ -246,6 +252,36 @@ def _leaks(found: Iterable[Found]) -> list[Found]:
     return [f for f in found if "***" not in f.secret]
 
 
+def _pieces(secrets: Iterable[str]) -> re.Pattern[bytes] | None:
+    """A pattern for every REVEAL_WINDOW-character piece of each secret (a shorter one whole, from
+    4 characters), in UTF-8 and UTF-16-LE: a masked report may keep a few characters of a secret
+    that a back-reference copies from unrelated bytes, never this many in a row."""
+    pieces: set[bytes] = set()
+    for secret in secrets:
+        n = min(REVEAL_WINDOW, len(secret))
+        for i in range(len(secret) - n + 1 if n >= 4 else 0):
+            piece = secret[i:i + n]
+            if "*" not in piece:
+                pieces |= {piece.encode(), piece.encode("utf-16-le")}
+    if not pieces:
+        return None
+    return re.compile(b"|".join(re.escape(p) for p in sorted(pieces, key=len, reverse=True)))
+
+
+def _reveals(path: Path, pattern: re.Pattern[bytes] | None, chunk_bytes: int = 1 << 22) -> bool:
+    """Whether the file's bytes hold a piece of a secret (streamed, overlap-safe)."""
+    if pattern is None:
+        return False
+    overlap, tail = 4 * REVEAL_WINDOW, b""
+    with path.open("rb") as fh:
+        while chunk := fh.read(chunk_bytes):
+            window = tail + chunk
+            if pattern.search(window):
+                return True
+            tail = window[-overlap:]
+    return False
+
+
 def _export(report: Path, out: Path, nsys: Path) -> bool:
     try:
         proc = subprocess.run(
@@ -268,7 +304,8 @@ def clean_report(report: Path, found: Sequence[Found], known: Sequence[str], nsy
         if not _export(masked, export, nsys):
             return withhold(report, "its secrets could not be masked (nsys could not read the masked report)")
         learned = sorted({f.secret for f in found if len(f.secret) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
-        if _leaks(scan_sqlite(export, [*known, *learned])) or file_contains(masked, _needles(found, known)):
+        pieces = _pieces(f.secret for f in _essential([*found, *(Found(v, v) for v in known)]))
+        if _leaks(scan_sqlite(export, [*known, *learned])) or _reveals(export, pieces) or _reveals(masked, pieces):
             return withhold(report, "a secret remained in it after masking (its export still held one)")
         changed = _collateral(report.with_suffix(".sqlite"), export) if report.with_suffix(".sqlite").is_file() else []
         if changed:

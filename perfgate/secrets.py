@@ -56,10 +56,12 @@ _SECRET_VALUE = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"     # PEM private keys
     r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*"  # JWTs
     r"|(?<=[Bb]earer )[A-Za-z0-9._~+/-]{16,}=*"  # bearer tokens (an Authorization header)
-    r"|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]*[A-Za-z0-9_-]{8,}"  # Slack webhooks
-    r"|https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[A-Za-z0-9/_-]*[A-Za-z0-9_-]{8,}"
     r")"
 )
+# Webhook URLs: the token at the end of the path is the secret (group "secret").
+_WEBHOOK = re.compile(
+    r"https://(?:hooks\.slack\.com/services/[A-Za-z0-9_-]+/[A-Za-z0-9_-]+"
+    r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]+)/(?P<secret>[A-Za-z0-9_-]{8,})")
 # Credentials inside a URL: scheme://user:password@host (group "secret" is the password), and
 # query parameters that carry one (?token=..., &sig=... of a signed URL).
 _URL_CREDENTIALS = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@\x00]+:(?P<secret>[^\s/@\x00]+)@")
@@ -88,7 +90,8 @@ def is_secret_name(name: str) -> bool:
 def is_secret_value(value: str) -> bool:
     """Whether a value looks like or contains a credential (a token of a known shape, a PEM key, a
     JWT, a bearer token, a URL with a password or a secret query parameter, a webhook URL)."""
-    return any(pattern.search(value) is not None for pattern in (_SECRET_VALUE, _URL_CREDENTIALS, _URL_QUERY_SECRET))
+    return any(pattern.search(value) is not None
+               for pattern in (_SECRET_VALUE, _WEBHOOK, _URL_CREDENTIALS, _URL_QUERY_SECRET))
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ def find_secrets(text: str, known: Iterable[str] = ()) -> list[Found]:
         found += [Found(m.group(0), m.group("value")) for m in _ASSIGNMENT.finditer(text)
                   if is_secret_name(m.group("name")) and not is_masked(m.group("value"))]
     found += [Found(m.group(0), m.group(0)) for m in _SECRET_VALUE.finditer(text) if not is_masked(m.group(0))]
-    for pattern in (_URL_CREDENTIALS, _URL_QUERY_SECRET):
+    for pattern in (_WEBHOOK, _URL_CREDENTIALS, _URL_QUERY_SECRET):
         found += [Found(m.group(0), m.group("secret")) for m in pattern.finditer(text)
                   if not is_masked(m.group("secret"))]
     return list(dict.fromkeys(found))
