@@ -12,6 +12,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,11 +22,14 @@ from typing import Any
 
 from perfgate.errors import BaselineError
 from perfgate.model import Analysis, MachineInfo
+from perfgate.names import RULE, check_name, is_safe_name
 
 FORMAT = "perfgate-baseline"
 #: 2: step time is the iteration period (start of a step range to the next one's start); version 1
 #: measured the step range's duration, which a period must never be compared with.
 VERSION = 2
+#: Every launch of a baseline must have it: the gate's verdict rests on it (perfgate.compare).
+PRIMARY_METRIC = "step_time_ms"
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,12 @@ class Baseline:
 
 
 def baseline_path(baseline_dir: Path, workload: str, machine_class: str, variant: str | None = None) -> Path:
-    """Where the baseline of ``workload`` (and ``variant``) for ``machine_class`` lives."""
+    """Where the baseline of ``workload`` (and ``variant``) for ``machine_class`` lives: always inside
+    ``baseline_dir`` (ConfigError for a name that is not one safe path component, perfgate.names)."""
+    check_name(workload, "workload")
+    check_name(machine_class, "machine class (machine_class / PERFGATE_MACHINE_CLASS)")
+    if variant:
+        check_name(variant, "variant")
     folder = baseline_dir / workload / variant if variant else baseline_dir / workload
     return folder / f"{machine_class}.json"
 
@@ -186,23 +195,57 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
         raise BaselineError(f"{path}: \"launches\" must be a non-empty list")
     launches = []
     for k, raw in enumerate(raw_launches):
-        metrics = raw.get("metrics") if isinstance(raw, dict) else None
-        if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
-            raise BaselineError(f"{path}: launches[{k}].metrics must map metric names to numbers")
+        where = f"{path}: launches[{k}]"
+        checked = checked_metrics(raw.get("metrics") if isinstance(raw, dict) else None, f"{where}.metrics")
+        durations = raw.get("step_durations_ms", [])
+        if not isinstance(durations, list):
+            raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
         detail = {k2: v for k2, v in raw.items() if k2 not in ("metrics", "step_durations_ms")}
         launches.append(BaselineLaunch(
-            metrics={str(m): float(v) for m, v in metrics.items()},
-            step_durations_ms=tuple(float(d) for d in raw.get("step_durations_ms", [])),
+            metrics=checked,
+            step_durations_ms=tuple(measured_number(d, f"{where}.step_durations_ms[{i}]")
+                                    for i, d in enumerate(durations)),
             detail=detail,
         ))
     for key in ("workload", "machine_class"):
         if not isinstance(doc.get(key), str):
             raise BaselineError(f"{path}: missing \"{key}\"")
+        if not is_safe_name(doc[key]):
+            raise BaselineError(f"{path}: {key}: {doc[key]!r} is not a safe name ({RULE})")
+    variant = doc.get("variant")
+    if variant is not None and not is_safe_name(variant):
+        raise BaselineError(f"{path}: variant: {variant!r} is not a safe name ({RULE})")
+    for key in ("machine", "provenance"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise BaselineError(f"{path}: {key} must be an object")
     return Baseline(
-        workload=doc["workload"], variant=doc.get("variant"), machine_class=doc["machine_class"],
+        workload=doc["workload"], variant=variant, machine_class=doc["machine_class"],
         launches=tuple(launches), machine=dict(doc.get("machine") or {}),
         provenance=dict(doc.get("provenance") or {}), path=path,
     )
+
+
+def checked_metrics(metrics: Any, where: str) -> dict[str, float]:
+    """One launch's metrics as read back from a baseline or result file: an object of finite,
+    non-negative numbers that has PRIMARY_METRIC, else BaselineError naming ``where``."""
+    if not isinstance(metrics, dict) or not metrics:
+        raise BaselineError(f"{where} must map metric names to numbers")
+    checked = {str(m): measured_number(v, f"{where}.{m}") for m, v in metrics.items()}
+    if PRIMARY_METRIC not in checked:
+        raise BaselineError(f"{where} has no {PRIMARY_METRIC} (the metric the gate rests on)")
+    return checked
+
+
+def measured_number(value: Any, where: str) -> float:
+    """``value`` as a float when it is a finite, non-negative number (every metric and duration
+    perfgate records is one), else BaselineError naming ``where``: a NaN, an infinity or a negative
+    time read back would turn a comparison into NO-DATA or a false verdict."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BaselineError(f"{where}: expected a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise BaselineError(f"{where}: expected a finite, non-negative number, got {value!r}")
+    return number
 
 
 def git_provenance(root: Path) -> dict[str, Any]:
@@ -217,6 +260,15 @@ def git_provenance(root: Path) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def command_line() -> str:
+    """The command that asked for a baseline (``perfgate baseline update x``, ``pytest --perfgate ...``)."""
+    if not sys.argv or not sys.argv[0]:
+        return "perfgate"
+    program = Path(sys.argv[0])
+    name = program.parent.name if program.name == "__main__.py" else program.name
+    return " ".join([name, *sys.argv[1:]])
 
 
 def provenance(root: Path, command: str) -> dict[str, Any]:

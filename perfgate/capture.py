@@ -1,9 +1,10 @@
 """Run one launch of a workload under ``nsys profile`` and keep its artifacts.
 
-``nsys_command`` builds the command line (pure); ``run_capture`` runs it in its own process
-group with a timeout and leaves in the launch directory: ``trace.nsys-rep``, ``trace.sqlite``,
-``command.txt`` (the command line) and ``workload.log`` (stdout and stderr of nsys and the
-workload). The profiled process gets a scrubbed environment: nsys records it in the report.
+``nsys_command`` builds the command line (pure); ``run_capture`` runs it under perfgate's
+supervisor (perfgate.process_tree: the whole process tree ends with the launch) with a timeout and
+leaves in the launch directory: ``trace.nsys-rep``, ``trace.sqlite``, ``command.txt`` (the command
+line) and ``workload.log`` (stdout and stderr of nsys and the workload), cleaned of secrets
+(perfgate.redaction). nsys and the profiled process get a scrubbed environment.
 With ``autostep`` on (the default) that environment also carries ``PERFGATE_AUTOSTEP=1`` and
 autostep's ``sitecustomize`` folder first on ``PYTHONPATH`` (perfgate.autostep: NVTX ranges
 for DataLoader, backward and optimizer step in code that has none).
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -21,11 +22,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfgate import process_tree
 from perfgate.autostep import ENV_VAR as AUTOSTEP_ENV_VAR
 from perfgate.autostep import site_dir as autostep_site_dir
 from perfgate.config import Settings
 from perfgate.errors import CaptureTimeoutError, ConfigError, ImporterError, NsysNotFoundError, WorkloadFailedError
 from perfgate.model import Capture
+from perfgate.redaction import clean_artifacts
+from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
 
 SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT "
@@ -144,11 +148,16 @@ def parse_self_report(text: str) -> dict[str, Any] | None:
     return None
 
 
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def log_tail(text: str, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log, without nsys's progress-bar noise."""
-    kept = [ln.rsplit("\r", 1)[-1] for ln in text.splitlines()]
+    """The last ``lines`` lines of a log, without nsys's progress-bar noise, terminal control
+    sequences, and with a line the workload wrote as a GitHub workflow command (``::error::...``,
+    ``::add-mask::``) made inert: perfgate prints this text where the CI runner reads commands."""
+    kept = [_CONTROL.sub("", ln.rsplit("\r", 1)[-1]) for ln in text.splitlines()]
     kept = [ln for ln in kept if ln.strip() and not ln.lstrip().startswith("[1/2]") and not ln.lstrip().startswith("[2/2]")]
-    return "\n".join(kept[-lines:])
+    return "\n".join(f"(log) {ln}" if ln.lstrip().startswith("::") else ln for ln in kept[-lines:])
 
 
 def run_capture(
@@ -161,8 +170,11 @@ def run_capture(
 ) -> Capture:
     """Run ``spec`` once under nsys; artifacts go to ``launch_dir`` (created).
 
+    nsys runs under perfgate's supervisor (perfgate.process_tree): on success, failure, timeout,
+    Ctrl-C or SIGTERM its whole process tree ends. Whatever happened, the launch folder is then
+    cleaned of secrets (perfgate.redaction) before an error message quotes its log.
     Raises NsysNotFoundError, WorkloadFailedError (non-zero exit, with the log's tail),
-    CaptureTimeoutError (process group killed) or ImporterError (only a .qdstrm left)."""
+    CaptureTimeoutError (process tree ended) or ImporterError (only a .qdstrm left)."""
     from perfgate.machine import machine_info
     from perfgate.nsys import export_sqlite, find_nsys
 
@@ -178,27 +190,35 @@ def run_capture(
         nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count),
         capture_range=settings.capture_range, pytorch=pytorch, extra_args=extra_args,
     )
-    (launch_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log_path = launch_dir / "workload.log"
     timeout_s = spec.timeout_s or settings.timeout_s
     env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
+    known = secret_values(os.environ)
     started = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=str(cwd or settings.root), env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        try:
-            returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_process_group(proc)
-            text = log_path.read_text(errors="replace")
-            raise CaptureTimeoutError(
-                f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s and was killed "
-                f"(timeout_s in [tool.perfgate] or --perfgate-timeout); log: {log_path}\n{log_tail(text)}"
-            ) from None
+    try:
+        (launch_dir / "command.txt").write_text(redact_text(shlex.join(cmd), known) + "\n")
+        with log_path.open("wb") as log:
+            proc = process_tree.start(cmd, grace_s=KILL_GRACE_S, cwd=str(cwd or settings.root), env=env,
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                returncode: int | None = process_tree.wait(proc, timeout_s)
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:
+                process_tree.stop(proc, KILL_GRACE_S)   # the tree is gone whatever ended the wait
+    finally:
+        clean_artifacts(launch_dir, known, nsys)
     wall_s = time.monotonic() - started
     text = log_path.read_text(errors="replace")
+    withheld = sorted(p.name for p in launch_dir.glob(f"*{WITHHELD_SUFFIX}"))
+    if withheld:   # said in the error of a failed launch; a successful one's analysis notes them
+        text += f"\nperfgate withheld (secrets it could not clean): {', '.join(withheld)}"
+    if returncode is None:
+        raise CaptureTimeoutError(
+            f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s; its process tree (nsys, "
+            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or --perfgate-timeout); "
+            f"log: {log_path}\n{log_tail(text)}"
+        )
     if returncode != 0:
         raise WorkloadFailedError(
             f"workload {spec.full_name} exited with code {returncode} under nsys; "
@@ -206,35 +226,18 @@ def run_capture(
         )
     report = output.with_suffix(".nsys-rep")
     sqlite = output.with_suffix(".sqlite")
-    if not report.exists():
-        leftovers = sorted(launch_dir.glob("*.qdstrm"))
+    if not report.exists() and not report.with_name(report.name + WITHHELD_SUFFIX).exists():
+        leftovers = sorted(launch_dir.glob("*.qdstrm*"))
         hint = f" (left {leftovers[0].name})" if leftovers else ""
         raise ImporterError(
             f"nsys produced no {report.name} in {launch_dir}{hint}: its importer could not convert the "
             f"capture; see {log_path}\n{log_tail(text, 10)}"
         )
-    if not sqlite.exists():
+    if not sqlite.exists() and report.exists():
         sqlite = export_sqlite(report, nsys)
+        clean_artifacts(launch_dir, known, nsys)
     return Capture(
         workload=spec.full_name, run_dir=launch_dir, command=tuple(cmd), report_path=report,
         sqlite_path=sqlite, log_path=log_path, returncode=returncode, wall_s=wall_s,
         self_report=parse_self_report(text),
     )
-
-
-def kill_process_group(proc: subprocess.Popen[bytes], grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the process group of ``proc`` (its session leader), wait up to ``grace_s``, then
-    SIGKILL whatever of the group is left (children that outlived nsys included)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()

@@ -1,7 +1,8 @@
 """``perfgate`` command line: run, analyze, compare, baseline update, list (and ab/calibrate/report
 when those modules provide ``add_parser(subparsers)``).
 
-Exit codes: 0 pass, 1 regression, 2 usage or infrastructure error (``perfgate: error: <message>``).
+Exit codes: 0 pass, 1 regression, 2 usage or infrastructure error (``perfgate: error: <message>``),
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM); every process perfgate started has ended by then.
 Subcommand handlers are ``func(args) -> int`` set with ``parser.set_defaults(func=...)``.
 """
 from __future__ import annotations
@@ -109,17 +110,39 @@ def add_analysis_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; exit codes 0 pass, 1 regression, 2 error, 130 Ctrl-C, 143 SIGTERM (SIGHUP:
+    129). Every process a command started has ended when this returns (perfgate.process_tree)."""
+    from perfgate.process_tree import EXIT_INTERRUPTED, Terminated, stop_all, terminate_raises
+
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with terminate_raises():
+            return int(args.func(args))
     except PerfgateError as exc:
-        print(f"perfgate: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_ERROR
+    except OSError as exc:  # a full disk, a file perfgate may not read or write
+        _error(f"{exc.filename if exc.filename is not None else 'a file'}: {exc.strerror or exc}")
+        return EXIT_ERROR
+    except Terminated as exc:
+        stop_all()
+        print(f"perfgate: terminated (signal {exc.signum})", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
+        stop_all()
         print("perfgate: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _error(message: str) -> None:
+    """Print ``perfgate: error: <message>`` with any secret of this environment redacted."""
+    import os
+
+    from perfgate.secrets import redact_text, secret_values
+
+    print(f"perfgate: error: {redact_text(message, secret_values(os.environ))}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- commands
@@ -137,8 +160,8 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
               file=sys.stderr, flush=True)
         results.append(run_workload(spec, settings, update_baseline=update))
     _print_results(results, settings.strict)
-    _write_reports(results, settings.report_dir)
-    if any(r.verdict.value == "ERROR" for r in results):
+    reports_written = _write_reports(results, settings.report_dir)
+    if not reports_written or any(r.verdict.value == "ERROR" for r in results):
         return EXIT_ERROR
     return EXIT_REGRESSION if any(result_fails(r, settings.strict) for r in results) else EXIT_PASS
 
@@ -152,7 +175,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     analysis = analyze_file(args.trace, analysis_options_from(args))
     if args.format == "json":
-        print(json.dumps(analysis.to_dict(), indent=2, sort_keys=True, default=str))
+        from perfgate.report.json_report import json_ready
+
+        print(json.dumps(json_ready(analysis.to_dict()), indent=2, sort_keys=True, default=str))
     else:
         from perfgate.analysis import render_table
 
@@ -263,13 +288,19 @@ def _print_results(results: list[Any], strict: bool) -> None:
         print(line)
 
 
-def _write_reports(results: list[Any], report_dir: Path) -> None:
+def _write_reports(results: list[Any], report_dir: Path) -> bool:
+    """Write the report files; False (after saying which and why) when some could not be written:
+    the run then exits 2, an infrastructure error, whatever the verdicts (they were printed)."""
     from perfgate.report import write_all
 
     try:
         machine = next((r.machine for r in results if r.machine is not None), None)
         write_all(results, report_dir, machine_info=None if machine is None else vars(machine))
-    except Exception as exc:  # the gate's verdict stands even when a report cannot be written
-        print(f"perfgate: warning: reports not written to {report_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return
+    except PerfgateError as exc:
+        _error(str(exc))
+        return False
+    except Exception as exc:  # a renderer bug: the verdicts were printed; say what failed
+        _error(f"reports not written to {report_dir}: {type(exc).__name__}: {exc}")
+        return False
     print(f"perfgate: reports in {report_dir}")
+    return True

@@ -7,6 +7,7 @@ come from pyproject; tolerance options (``--perfgate-tolerance METRIC=SPEC``) ov
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from typing import Any
 
 from perfgate.errors import ConfigError
 from perfgate.model import Tolerance
+from perfgate.names import check_name
 
 try:  # Python 3.11+
     import tomllib
@@ -202,8 +204,7 @@ def parse_tolerance_option(text: str) -> tuple[str, str]:
 
 def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
     """Validate one ``[tool.perfgate.workloads.<name>]`` table."""
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise ConfigError(f"{where}: workload names may use letters, digits, '_', '-', '.'; got {name!r}")
+    check_name(name, f"{where}: workload name")
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a table")
     unknown = sorted(set(spec) - WORKLOAD_KEYS)
@@ -217,8 +218,7 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
         raise ConfigError(f"{where} variants: expected a table of name = [args...]")
     variants: dict[str, tuple[str, ...]] = {}
     for variant, args in variants_table.items():
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", variant):
-            raise ConfigError(f"{where} variants: names may use letters, digits, '_', '-', '.'; got {variant!r}")
+        check_name(variant, f"{where} variants: variant name")
         variants[variant] = _str_list(args, f"{where} variants.{variant}")
     module = spec.get("module")
     if module is not None and not (isinstance(module, str) and re.fullmatch(r"[\w.]+", module)):
@@ -282,9 +282,11 @@ def _coerce(value: Any, kind: str, where: str) -> Any:
         raise ConfigError(f"{where}: expected a {'whole' if kind == 'int' else 'positive'} number, got {value!r}")
     try:
         number = number_type(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         label = "a whole number" if kind == "int" else "a positive number"
         raise ConfigError(f"{where}: expected {label}, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if kind == "int" and isinstance(value, float) and not value.is_integer():
         raise ConfigError(f"{where}: expected a whole number, got {value!r}")
     return number
@@ -303,6 +305,8 @@ def _check_global(key: str, value: Any, where: str) -> None:
         problem = "expected a whole number >= 0"
     elif key == "alpha" and not 0 < value < 1:
         problem = "expected a number between 0 and 1"
+    elif key == "machine_class" and value is not None:
+        check_name(value, where)
     elif key == "capture_range" and value not in ("none", "cudaProfilerApi") and not re.fullmatch(r"nvtx:.+", value):
         problem = "expected none, cudaProfilerApi or nvtx:<range name>"
     elif key == "trace" and value != "auto" and not re.fullmatch(r"[a-z0-9\-]+(,[a-z0-9\-]+)*", value):

@@ -40,3 +40,10 @@ class ImporterError(CaptureError):
 
 class BaselineError(PerfgateError):
     """A baseline file that cannot be read: bad JSON, unknown format version, wrong workload."""
+
+
+def os_error_message(exc: OSError, path: object = None) -> str:
+    """``<file>: <what went wrong>`` for an OSError (``No space left on device``, ``Permission
+    denied``); ``path``: the file at hand when the error names none (a failed write)."""
+    where = exc.filename if exc.filename is not None else (path or "a file")
+    return f"{where}: {exc.strerror or exc}"

@@ -4,7 +4,8 @@ Uses the REST API (``POST {api}/repos/{owner}/{repo}/statuses/{sha}``) with urll
 Actions environment by default (``GITHUB_TOKEN``, ``GITHUB_REPOSITORY``, ``GITHUB_SHA``,
 ``GITHUB_API_URL``, ``GITHUB_SERVER_URL``, ``GITHUB_RUN_ID``). The token needs
 ``permissions: statuses: write``. Posting never raises: a missing token, an unreachable API or an
-HTTP error comes back as a warning string, so a reporting problem never hides the gate's verdict.
+HTTP error comes back as a warning string, so a reporting problem never hides the gate's verdict;
+a warning never carries the token (a server's response may echo it: it is redacted).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from perfgate.model import Verdict, WorkloadResult
 from perfgate.report.digest import one_line
+from perfgate.secrets import redact_text, secret_values
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_SERVER_URL = "https://github.com"
@@ -67,10 +69,11 @@ def _post(url: str, token: str, body: Mapping[str, str]) -> str | None:
     except urllib.error.HTTPError as exc:
         detail = exc.read(300).decode("utf-8", "replace").strip()
         hint = " (the token needs `permissions: statuses: write`)" if exc.code in (403, 404) else ""
-        return f"perfgate: could not post status {body['context']}: HTTP {exc.code} {exc.reason}{hint}: {detail}"
+        text = f"perfgate: could not post status {body['context']}: HTTP {exc.code} {exc.reason}{hint}: {detail}"
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"perfgate: could not post status {body['context']} to {url}: {reason}"
+        text = f"perfgate: could not post status {body['context']} to {url}: {reason}"
+    return redact_text(text, [token, *secret_values(os.environ)])  # a server may echo the token back
 
 
 def post_statuses(results: Sequence[WorkloadResult], *, token: str | None = None, repo: str | None = None,

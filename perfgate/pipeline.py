@@ -6,6 +6,7 @@ and ``compare_files`` serve ``perfgate analyze`` / ``perfgate compare``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -20,15 +21,18 @@ from perfgate.baseline import (
     FORMAT as BASELINE_FORMAT,
     baseline_from_analyses,
     baseline_path,
+    checked_metrics,
+    command_line,
     load_baseline,
     parse_baseline,
     provenance,
     write_baseline,
 )
 from perfgate.config import Settings
-from perfgate.errors import BaselineError, PerfgateError, TraceError
+from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -101,7 +105,7 @@ def run_workload(
         result.baseline_path = path
         if update_baseline:
             record = baseline_from_analyses(spec.name, analyses, result.machine,
-                                            provenance(settings.root, _command_line()), spec.variant)
+                                            provenance(settings.root, command_line()), spec.variant)
             write_baseline(path, record)
             result.verdict = Verdict.PASS
             result.message = f"baseline recorded: {path} ({len(analyses)} launch{'es' if len(analyses) != 1 else ''})"
@@ -111,17 +115,25 @@ def run_workload(
             judge(result, spec, settings, analyses, path)
     except PerfgateError as exc:
         result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
+    except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
+        result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
     except Exception as exc:  # a bug must not hide the other workloads' results
         text = "".join(traceback.format_exception(exc))
         where = ""
         if result.run_dir is not None:
-            (result.run_dir / "error.txt").write_text(text)
-            where = f" (traceback in {result.run_dir / 'error.txt'})"
+            with contextlib.suppress(OSError):
+                (result.run_dir / "error.txt").write_text(text)
+                where = f" (traceback in {result.run_dir / 'error.txt'})"
         result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
         result.message = ""
     result.wall_s = time.monotonic() - started
     if result.run_dir is not None:
-        _write_result(result)
+        try:
+            _write_result(result)
+        except OSError as exc:
+            measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
+            written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
+            result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
     return result
 
 
@@ -139,12 +151,14 @@ def capture_and_analyze(
     for k in range(settings.launches):
         with GpuMonitor() as monitor:
             capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
+        withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
         if capture.sqlite_path is None or not capture.sqlite_path.exists():
-            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
+            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
         trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
         analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
-        _withhold_secrets(capture.run_dir)
         extra = {**analysis.extra, "launch": k}
+        notes = (f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld)
+        analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
         if capture.self_report is not None:
             extra["self_report"] = capture.self_report
         analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
@@ -257,16 +271,15 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
         return parse_baseline(doc, path).launch_metrics
     doc = _single_result(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
-        launches = [a.get("metrics") for a in doc["analyses"] if isinstance(a, dict)]
+        launches = [a.get("metrics") if isinstance(a, dict) else None for a in doc["analyses"]]
     elif isinstance(doc, dict) and isinstance(doc.get("metrics"), dict):
         launches = [doc["metrics"]]
     else:
         raise TraceError(f"{path}: not a perfgate baseline, result or analysis JSON")
-    clean = [{str(k): float(v) for k, v in m.items() if isinstance(v, (int, float))}
-             for m in launches if isinstance(m, dict)]
-    if not clean:
+    if not launches:
         raise TraceError(f"{path}: contains no measured launches (an errored run?)")
-    return clean
+    field = "analyses[{k}].metrics" if isinstance(doc.get("analyses"), list) else "metrics"
+    return [checked_metrics(m, f"{path}: {field.format(k=k)}") for k, m in enumerate(launches)]
 
 
 def _single_result(doc: Any, path: Path) -> Any:
@@ -356,27 +369,8 @@ def _write_result(result: WorkloadResult) -> None:
 
     assert result.run_dir is not None
     doc = result_dict(result)
-    (result.run_dir / RESULT_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def _command_line() -> str:
-    """The command that asked for a baseline (``perfgate baseline update x``, ``pytest --perfgate ...``)."""
-    import sys
-
-    if not sys.argv or not sys.argv[0]:
-        return "perfgate"
-    program = Path(sys.argv[0])
-    name = program.parent.name if program.name == "__main__.py" else program.name
-    return " ".join([name, *sys.argv[1:]])
-
-
-def _withhold_secrets(launch_dir: Path) -> None:
-    """Replace artifacts that still contain a secret of this environment by a note."""
-    from perfgate.secrets import secret_values, withhold_secrets
-
-    secrets = secret_values(os.environ)
-    if secrets:
-        withhold_secrets(launch_dir, secrets)
+    text = redact_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", secret_values(os.environ))
+    (result.run_dir / RESULT_FILE).write_text(text)
 
 
 def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 RESULTS_KEY = pytest.StashKey["list[WorkloadResult]"]()
 REPORTS_KEY = pytest.StashKey["dict[str, Any]"]()
+TERMINATED_KEY = pytest.StashKey[int]()
+PREVIOUS_HANDLERS_KEY = pytest.StashKey["dict[Any, Any]"]()
 NOT_ACTIVE = "perfgate: performance gate runs only with --perfgate"
 
 # option dest -> Settings key
@@ -86,6 +88,38 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     config.stash[SETTINGS_KEY] = settings
     config.stash[RESULTS_KEY] = []
+    _raise_on_terminate(config)
+
+
+def _raise_on_terminate(config: pytest.Config) -> None:
+    """SIGTERM/SIGHUP raise perfgate.process_tree.Terminated (a KeyboardInterrupt): the running
+    capture ends its process tree and cleans its artifacts, pytest reports the interruption, and
+    pytest_unconfigure then ends the process by that signal (exit status 128 + N)."""
+    import signal
+    import threading
+
+    from perfgate.process_tree import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        config.stash[TERMINATED_KEY] = signum
+        raise Terminated(signum)
+
+    config.stash[PREVIOUS_HANDLERS_KEY] = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import signal
+
+    for signum, previous in config.stash.get(PREVIOUS_HANDLERS_KEY, {}).items():
+        signal.signal(signum, previous)
+    signum = config.stash.get(TERMINATED_KEY, None)
+    if signum is not None:
+        from perfgate.process_tree import reraise
+
+        reraise(signum)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -186,8 +220,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         written = write_all(results, settings.report_dir,
                             machine_info=None if machine is None else vars(machine))
         session.config.stash[REPORTS_KEY] = {"dir": settings.report_dir, "files": written}
-    except Exception as exc:  # reports must never turn a run into a crash
-        session.config.stash[REPORTS_KEY] = {"error": f"{type(exc).__name__}: {exc}"}
+    except Exception as exc:  # reports must never turn a run into a crash, but a run without them fails
+        text = str(exc) if isinstance(exc, PerfgateError) else f"{type(exc).__name__}: {exc}"
+        session.config.stash[REPORTS_KEY] = {"error": text}
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -202,7 +239,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(line)
         reports = config.stash.get(REPORTS_KEY, {})
         if "error" in reports:
-            terminalreporter.write_line(f"perfgate: reports not written: {reports['error']}", yellow=True)
+            terminalreporter.write_line(f"perfgate: error: {reports['error']}", red=True)
         elif "dir" in reports:
             terminalreporter.write_line(f"perfgate: reports in {reports['dir']}")
     except Exception as exc:  # never raise from a summary hook

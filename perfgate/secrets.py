@@ -1,20 +1,24 @@
-"""Keep secrets out of perfgate's artifacts.
+"""Recognising secrets: by a variable's name, by a value's shape, and inside text.
 
-nsys records the whole environment of the profiled process in the report
-(``META_DATA_CAPTURE``), and the report, its SQLite export and the logs are uploaded as CI
-artifacts. So the capture launches nsys with :func:`scrubbed_environment`, and before upload
-:func:`scan_artifacts` finds any file that still contains a secret value and :func:`withhold`
-replaces it by a note.
+nsys records environments in its report and SQLite export: nsys's own, and those of other
+processes of the machine (perfgate's, which launched nsys, its ancestors, even unrelated ones:
+checked with nsys 2022.4), so a secret in the CI job's environment reaches the
+trace although perfgate launches nsys with :func:`scrubbed_environment`. perfgate.redaction uses
+:func:`find_secrets` and :func:`redact_text` (which also parse environment blocks) to clean
+the artifacts.
 
-A ``.nsys-rep`` is compressed, so a byte scan of it can miss a secret: an ``.nsys-rep`` counts
-as containing a secret when its SQLite export (same stem, ``.sqlite``) does. An ``.nsys-rep``
-without a sibling export is only byte-scanned (see docs/ci.md).
+A secret is recognised by its variable's name (:func:`is_secret_name`: ``*TOKEN*``, ``*_KEY``,
+``*PASSWORD*``, ``AWS_*``, ``*WEBHOOK*``, ...) or by its value's shape (:func:`is_secret_value`:
+GitHub/Slack/AWS/OpenAI/Hugging Face/GitLab/npm tokens, PEM keys, JWTs, bearer tokens, URLs with
+credentials such as ``https://user:pass@host``, webhook URLs, URLs with a ``token=``/``sig=``/...
+query parameter).
 """
 from __future__ import annotations
 
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 MIN_SECRET_LENGTH = 8
@@ -29,7 +33,7 @@ _SECRET_NAME_WORDS = re.compile(
 )
 # Substrings that make a name secret wherever they occur.
 _SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "APIKEY", "API_KEY",
-                      "ACCESS_KEY", "PRIVATE_KEY", "AUTH_")
+                      "ACCESS_KEY", "PRIVATE_KEY", "AUTH_", "WEBHOOK")
 _SECRET_NAME_PREFIXES = ("AWS_", "AZURE_", "GCP_", "GOOGLE_APPLICATION_CREDENTIALS",
                          "ACTIONS_RUNTIME_", "ACTIONS_ID_TOKEN_REQUEST_", "ACTIONS_CACHE_URL",
                          "ACTIONS_RESULTS_URL", "VAULT_", "DOCKER_AUTH", "NPM_CONFIG__AUTH")
@@ -50,12 +54,25 @@ _SECRET_VALUE = re.compile(
     r"|glpat-[A-Za-z0-9_-]{20,}"               # GitLab
     r"|npm_[A-Za-z0-9]{36}"                    # npm
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"     # PEM private keys
-    r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.)"  # JWTs
+    r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*"  # JWTs
+    r"|(?<=[Bb]earer )[A-Za-z0-9._~+/-]{16,}=*"  # bearer tokens (an Authorization header)
+    r")"
 )
+# Webhook URLs: the token at the end of the path is the secret (group "secret").
+_WEBHOOK = re.compile(
+    r"https://(?:hooks\.slack\.com/services/[A-Za-z0-9_-]+/[A-Za-z0-9_-]+"
+    r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]+)/(?P<secret>[A-Za-z0-9_-]{8,})")
+# Credentials inside a URL: scheme://user:password@host (group "secret" is the password), and
+# query parameters that carry one (?token=..., &sig=... of a signed URL).
+_URL_CREDENTIALS = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@\x00]+:(?P<secret>[^\s/@\x00]+)@")
+_URL_QUERY_SECRET = re.compile(
+    r"(?i)[?&](?:access_token|api_key|apikey|auth|code|key|password|secret|sig|signature|token)"
+    r"=(?P<secret>[^&#\s\x00\"']{6,})")
 # Names that the rules above would catch but that are known to hold no secret.
 _SAFE_NAMES = frozenset({"TOKENIZERS_PARALLELISM", "PYTHONHASHSEED", "KEYBOARD_LAYOUT"})
 
 WITHHELD_SUFFIX = ".withheld.txt"
+REDACTED = "[REDACTED]"
 
 
 def is_secret_name(name: str) -> bool:
@@ -71,8 +88,91 @@ def is_secret_name(name: str) -> bool:
 
 
 def is_secret_value(value: str) -> bool:
-    """Whether a value looks like a credential (GitHub/Slack/AWS/OpenAI/HF token, PEM key, JWT)."""
-    return _SECRET_VALUE.search(value) is not None
+    """Whether a value looks like or contains a credential (a token of a known shape, a PEM key, a
+    JWT, a bearer token, a URL with a password or a secret query parameter, a webhook URL)."""
+    return any(pattern.search(value) is not None
+               for pattern in (_SECRET_VALUE, _WEBHOOK, _URL_CREDENTIALS, _URL_QUERY_SECRET))
+
+
+@dataclass(frozen=True)
+class Found:
+    """One secret found in a text: ``secret`` as it appears inside ``context`` (the secret itself,
+    ``NAME=secret``, or a URL's ``scheme://user:secret@``), which occurs in the text verbatim."""
+
+    context: str
+    secret: str
+
+    def masked(self, mask: str) -> str:
+        """``context`` with the secret replaced by ``mask``."""
+        return self.context.replace(self.secret, mask)
+
+
+def is_masked(value: str) -> bool:
+    """Whether ``value`` is already a redaction (``[REDACTED]``, or ``*`` repeated)."""
+    return REDACTED in value or (bool(value) and value.strip("*") == "")
+
+
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\s\x00;&'\",]+)")
+_ENTRY_START = re.compile(r";(?=[A-Za-z_][A-Za-z0-9_]*=)")
+
+
+def _environment_entries(text: str) -> list[str] | None:
+    """The ``NAME=VALUE`` entries of an environment block (NUL-separated as in /proc/<pid>/environ
+    and nsys 2022.4's exports, or ``;``-joined as nsys 2025's TARGET_INFO_SYSTEM_ENV), else None."""
+    if "\x00" in text:
+        return text.split("\x00")
+    if re.match(r"[A-Za-z_][A-Za-z0-9_]*=", text) and _ENTRY_START.search(text):
+        return _ENTRY_START.split(text)
+    return None
+
+
+def public_environment_values(text: str) -> set[str]:
+    """The values of the entries of an environment block whose name is not secret (empty for text
+    that is not a block): a secret-named variable's value that one of these holds too (a CA
+    bundle path) is no secret to search for elsewhere."""
+    entries = _environment_entries(text) or []
+    pairs = (entry.partition("=") for entry in entries)
+    return {value for name, sep, value in pairs if sep and value and not is_secret_name(name)}
+
+
+def is_harmless(value: str, public_values: Iterable[str] = ()) -> bool:
+    """Whether a secret-named variable's value is no secret after all: a plain absolute path (a CA
+    bundle, a socket: where a secret lives) or a value a non-secret variable holds too."""
+    return value in frozenset(public_values) or (_PLAIN_PATH.fullmatch(value) is not None
+                                                 and not is_secret_value(value))
+
+
+def is_searchable(value: str, public_values: Iterable[str] = ()) -> bool:
+    """Whether a secret value is worth searching other text and files for (see _searchable)."""
+    return _searchable(value, frozenset(public_values))
+
+
+def find_secrets(text: str, known: Iterable[str] = ()) -> list[Found]:
+    """Every secret in ``text``: the ``known`` values (at least MIN_SECRET_LENGTH long), the values
+    of environment entries and ``NAME=VALUE`` assignments whose name is secret (:func:`is_secret_name`),
+    and credential-shaped values (:func:`is_secret_value`). Already masked values are not found."""
+    found: list[Found] = [Found(v, v) for v in known if len(v) >= MIN_SECRET_LENGTH and v in text]
+    entries = _environment_entries(text)
+    if entries is not None:
+        for entry in entries:
+            name, sep, value = entry.partition("=")
+            if sep and value and not is_masked(value) and is_secret_name(name):
+                found.append(Found(entry, value))
+    else:
+        found += [Found(m.group(0), m.group("value")) for m in _ASSIGNMENT.finditer(text)
+                  if is_secret_name(m.group("name")) and not is_masked(m.group("value"))]
+    found += [Found(m.group(0), m.group(0)) for m in _SECRET_VALUE.finditer(text) if not is_masked(m.group(0))]
+    for pattern in (_WEBHOOK, _URL_CREDENTIALS, _URL_QUERY_SECRET):
+        found += [Found(m.group(0), m.group("secret")) for m in pattern.finditer(text)
+                  if not is_masked(m.group("secret"))]
+    return list(dict.fromkeys(found))
+
+
+def redact_text(text: str, known: Iterable[str] = ()) -> str:
+    """``text`` with every secret :func:`find_secrets` finds replaced by ``[REDACTED]``."""
+    for f in sorted(find_secrets(text, known), key=lambda f: -len(f.context)):
+        text = text.replace(f.context, f.masked(REDACTED))
+    return text
 
 
 def _is_secret(name: str, value: str, keep: frozenset[str], drop: frozenset[str]) -> bool:
@@ -164,17 +264,21 @@ def scan_artifacts(run_dir: Path, secrets: Sequence[str]) -> list[Path]:
     return sorted(hits)
 
 
-def withhold(path: Path, reason: str = "it contains the value of a secret environment variable") -> Path:
-    """Replace ``path`` by ``<name>.withheld.txt`` saying why, and warn. Returns the note's path."""
+def withhold(path: Path, reason: str = "it contains the value of a secret environment variable",
+             *, warn: bool = True) -> Path:
+    """Replace ``path`` by ``<name>.withheld.txt`` saying why (and with ``warn``, warn). Returns the
+    note's path."""
     note = path.with_name(path.name + WITHHELD_SUFFIX)
     note.write_text(
         f"perfgate withheld {path.name} from the artifacts: {reason}.\n"
-        "Scrub the environment of the profiled process (perfgate.secrets.scrubbed_environment)\n"
-        "(or list the variable in its keep= argument only if it is not a secret).\n",
+        "nsys records environments (the profiled process's, nsys's own and other processes' of this\n"
+        "machine); perfgate redacts the secrets it finds in them and withholds what it cannot clean.\n"
+        "See README.md, section Secrets.\n",
         encoding="utf-8",
     )
     path.unlink()
-    warnings.warn(f"perfgate: withheld {path} ({reason}); see {note.name}", stacklevel=2)
+    if warn:
+        warnings.warn(f"perfgate: withheld {path} ({reason}); see {note.name}", stacklevel=2)
     return note
 
 

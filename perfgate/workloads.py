@@ -13,6 +13,7 @@ from pathlib import Path
 from perfgate.config import Settings, WorkloadConfig
 from perfgate.errors import ConfigError
 from perfgate.model import Tolerance
+from perfgate.names import check_name
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,14 @@ class WorkloadSpec:
 
 
 def workload_files(workloads_dir: Path) -> dict[str, Path]:
-    """``<name> -> <dir>/<name>.py`` for every module not starting with ``_``."""
+    """``<name> -> <dir>/<name>.py`` for every module not starting with ``_``; ConfigError naming
+    the file when its name is not a safe name (perfgate.names: it becomes a path component)."""
     if not workloads_dir.is_dir():
         return {}
-    return {p.stem: p for p in sorted(workloads_dir.glob("*.py")) if not p.name.startswith("_")}
+    files = {p.stem: p for p in sorted(workloads_dir.glob("*.py")) if not p.name.startswith("_")}
+    for name, path in files.items():
+        check_name(name, f"{path}: workload name")
+    return files
 
 
 def module_prefix(settings: Settings) -> str:

@@ -106,3 +106,61 @@ def test_a_version_1_baseline_is_refused_with_the_step_time_change_and_how_to_re
                                 "launches": [{"metrics": {"step_time_ms": 10.0}}]}))
     with pytest.raises(BaselineError, match=r"old.json: .*step range's duration.*iteration period.*update-baselines"):
         load_baseline(path)
+
+
+@pytest.mark.parametrize("parts", [("..", "cpu"), ("w", "../../etc"), ("w", "a/b"), ("w", "")])
+def test_baseline_path_never_leaves_the_baseline_folder(tmp_path: Path, parts: tuple[str, str]) -> None:
+    from perfgate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is not a safe name"):
+        baseline_path(tmp_path, *parts)
+    with pytest.raises(ConfigError, match="variant: '../x' is not a safe name"):
+        baseline_path(tmp_path, "w", "cpu", "../x")
+
+
+def _hostile(tmp_path: Path, value: str, metric: str = "step_time_ms") -> Path:
+    """A real baseline file whose first launch's ``metric`` is replaced by the JSON text ``value``."""
+    record = baseline_from_analyses("w", [analysis([10, 12, 11], 5.0), analysis([11, 12, 13], 5.0)], MACHINE, {})
+    path = write_baseline(tmp_path / "w" / "cpu-x86_64.json", record)
+    doc = json.loads(path.read_text())
+    doc["launches"][0]["metrics"][metric] = "@VALUE@"
+    path.write_text(json.dumps(doc).replace('"@VALUE@"', value))
+    return path
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("NaN", "expected a finite, non-negative number, got nan"),
+    ("Infinity", "expected a finite, non-negative number, got inf"),
+    ("-11.0", "expected a finite, non-negative number, got -11.0"),
+    ('"11"', "expected a number, got '11'"),
+    ("true", "expected a number, got True"),
+    ("null", "expected a number, got None"),
+])
+def test_unchecked_values_in_a_baseline_are_refused_naming_file_and_field(tmp_path: Path, value: str,
+                                                                         problem: str) -> None:
+    path = _hostile(tmp_path, value)
+    with pytest.raises(BaselineError) as err:
+        load_baseline(path)
+    assert str(err.value) == f"{path}: launches[0].metrics.step_time_ms: {problem}"
+    phase = _hostile(tmp_path, value, "phase.forward.cpu_ms")
+    with pytest.raises(BaselineError, match=r"launches\[0\]\.metrics\.phase\.forward\.cpu_ms: expected"):
+        load_baseline(phase)
+
+
+def test_a_baseline_launch_without_the_primary_metric_or_with_bad_steps_is_refused(tmp_path: Path) -> None:
+    path = _hostile(tmp_path, "1.0")
+    doc = json.loads(path.read_text())
+    del doc["launches"][1]["metrics"]["step_time_ms"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BaselineError, match=r"launches\[1\]\.metrics has no step_time_ms"):
+        load_baseline(path)
+    doc = json.loads(_hostile(tmp_path, "1.0").read_text())
+    doc["launches"][0]["step_durations_ms"][2] = -3
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BaselineError, match=r"launches\[0\]\.step_durations_ms\[2\]: expected a finite"):
+        load_baseline(path)
+    doc["launches"][0]["step_durations_ms"][2] = 3
+    doc["machine_class"] = "../../etc"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BaselineError, match=r"machine_class: '../../etc' is not a safe name"):
+        load_baseline(path)

@@ -1,5 +1,5 @@
 """The nsys command line (pure) and real captures under nsys: artifacts, self report, failures,
-timeouts that kill the whole process group, and a missing nsys."""
+timeouts that end the whole process tree (more in test_process_tree.py), and a missing nsys."""
 from __future__ import annotations
 
 import os
@@ -178,7 +178,7 @@ def test_failing_workload_reports_exit_code_and_output_tail(tmp_path: Path, nsys
     assert str(tmp_path / "launch-0" / "workload.log") in text
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+def test_timeout_ends_the_workloads_child(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
     settings = tiny_project(tmp_path)
     spec = WorkloadSpec(name="tiny", module="tinywl", args=("hang",), timeout_s=8)
     started = time.monotonic()
@@ -205,3 +205,10 @@ def _alive(pid: int) -> bool:
         return False
     except OSError:  # pragma: no cover - non-Linux
         return sys.platform != "linux"
+
+
+def test_log_tail_makes_workflow_commands_and_terminal_controls_inert() -> None:
+    from perfgate.capture import log_tail
+
+    text = "ok\n::error title=x::fake failure\n  ::add-mask::abc\n\x1b[31mred\x1b[0m\x07\n"
+    assert log_tail(text).splitlines() == ["ok", "(log) ::error title=x::fake failure", "(log)   ::add-mask::abc", "red"]

@@ -136,3 +136,103 @@ def test_compare_of_h100_reverse_ladder_traces_names_the_removed_optimization(ca
     assert main(["compare", full, str(traces / "reverse-ladder-no-overlap" / "trace.sqlite"), "--warmup-steps", "0"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("PASS: step_time_ms") and "likely change: overlap stream" in out
+
+
+def test_compare_refuses_a_baseline_with_nan_instead_of_passing_it(traces: Path, tmp_path: Path, capsys) -> None:
+    """A NaN step time in a baseline made the primary metric NO-DATA and the gate passed (exit 0)."""
+    trace = traces / "cpu-train-loop" / "trace.sqlite"
+    main(["analyze", str(trace), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    baseline = {"format": "perfgate-baseline", "version": 2, "workload": "w", "variant": None,
+                "machine_class": "cpu-x86_64", "launches": [{"metrics": {**doc["metrics"], "step_time_ms": "@"}}]}
+    path = tmp_path / "cpu-x86_64.json"
+    path.write_text(json.dumps(baseline).replace('"@"', "NaN"))
+    assert main(["compare", str(path), str(trace)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"perfgate: error: {path}: launches[0].metrics.step_time_ms: expected a finite, non-negative number, got nan")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"analyses": [{"metrics": {**doc["metrics"], "step_time_mean_ms": -4.0}}]}))
+    assert main(["compare", str(trace), str(result)]) == 2
+    assert "result.json: analyses[0].metrics.step_time_mean_ms: expected a finite, non-negative number, got -4.0" \
+        in capsys.readouterr().err
+
+
+def _unreadable(path: Path) -> list[str]:
+    """``path`` made unreadable; the command prefix that runs perfgate without root's override."""
+    import os
+    import shutil
+
+    path.chmod(0)
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:  # pragma: no cover - util-linux has it
+        pytest.skip("running as root without setpriv: a file cannot be made unreadable")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+def test_an_unreadable_trace_is_an_error_naming_it_not_a_traceback(traces: Path, tmp_path: Path, command: str) -> None:
+    locked = tmp_path / "locked.sqlite"
+    locked.write_bytes((traces / "cpu-train-loop" / "trace.sqlite").read_bytes())
+    prefix = _unreadable(locked)
+    args = [str(locked)] if command == "analyze" else [str(traces / "cpu-train-loop" / "trace.sqlite"), str(locked)]
+    proc = subprocess.run([*prefix, sys.executable, "-m", "perfgate", command, *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"perfgate: error: {locked}: Permission denied"
+
+
+def _report_file(tmp_path: Path, **change: object) -> Path:
+    from report_results import make_result
+
+    from perfgate.model import Verdict
+    from perfgate.report.json_report import render_report_json
+
+    doc = render_report_json([make_result("w", Verdict.PASS)])
+    doc["results"][0].update(change)
+    for key in [k for k, v in change.items() if v is None]:
+        del doc["results"][0][key]
+    path = tmp_path / "perfgate-report.json"
+    path.write_text(json.dumps(doc, default=str))
+    return path
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"verdict": "SHINY"}, "results[0].verdict: 'SHINY' is not one of PASS, REGRESSED"),
+    ({"workload": None}, "results[0].workload: missing"),
+    ({"workload": "w\n## injected"}, "results[0].workload: 'w\\n## injected' is not a safe name"),
+    ({"wall_s": float("nan")}, "results[0].wall_s: expected a finite, non-negative number, got nan"),
+    ({"comparisons": [{"metric": "step_time_ms", "verdict": "PASS"}]}, "results[0].comparisons[0].direction: missing"),
+])
+def test_report_from_a_malformed_result_file_names_the_field(tmp_path: Path, capsys, change: dict, problem: str) -> None:
+    """An unknown verdict or a missing key gave a traceback; a newline in a name injected a heading."""
+    path = _report_file(tmp_path, **change)
+    assert main(["report", "--from", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: error: {path}: {problem}"), err
+
+
+def test_report_on_a_full_disk_is_an_error_naming_the_file(tmp_path: Path, capsys) -> None:
+    """A full disk gave a traceback and exit 1; /dev/full fails every write with ENOSPC."""
+    comment = tmp_path / "comment.md"
+    comment.symlink_to("/dev/full")
+    assert main(["report", "--from", str(_report_file(tmp_path)), "--pr-comment", str(comment)]) == 2
+    assert capsys.readouterr().err.strip() == f"perfgate: error: --pr-comment {comment}: cannot write: No space left on device"
+
+
+def test_run_whose_reports_hit_a_full_disk_exits_2_and_keeps_the_others(tmp_path: Path, capsys) -> None:
+    from report_results import make_result
+
+    from perfgate.model import Verdict
+    from perfgate.report import ReportWriteError, write_all
+
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "junit.xml.tmp").symlink_to("/dev/full")
+    with pytest.raises(ReportWriteError) as err:
+        write_all([make_result("w", Verdict.PASS)], out, env={}, charts=False)
+    assert str(err.value) == f"reports in {out} not all written (5 written): {out / 'junit.xml'}: No space left on device"
+    assert sorted(p.name for p in out.iterdir()) == ["annotations.txt", "benchmark.json", "perfgate-report.json",
+                                                     "pr-comment.md", "summary.md"]

@@ -166,3 +166,37 @@ def test_repository_pyproject_declares_the_default_gate(repo_root: Path) -> None
     assert {"resnet_cifar", "transformer_lm"} <= enabled
     assert not {"resnet_imagefolder", "ddp", "ladder"} & enabled
     assert s.workloads["ddp"].launcher == "torchrun"
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+def test_timeout_must_be_a_finite_number(tmp_path: Path, value: str) -> None:
+    root = project(tmp_path, "")
+    with pytest.raises(ConfigError, match=f"environment variable PERFGATE_TIMEOUT_S: expected a finite number, got '{value}'"):
+        load_settings(root, env={"PERFGATE_TIMEOUT_S": value})
+
+
+def test_infinite_whole_number_in_pyproject_is_refused_not_a_crash(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate]\nlaunches = inf\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] launches: expected a whole number, got inf"):
+        load_settings(root, env={})
+
+
+@pytest.mark.parametrize("machine_class", ["../../outside", "a/b", ".hidden", "x\ny", "-rf", "a b"])
+def test_machine_class_must_be_one_safe_path_component(tmp_path: Path, machine_class: str) -> None:
+    root = project(tmp_path, "")
+    with pytest.raises(ConfigError, match="environment variable PERFGATE_MACHINE_CLASS: .* is not a safe name"):
+        load_settings(root, env={"PERFGATE_MACHINE_CLASS": machine_class})
+    assert load_settings(root, env={"PERFGATE_MACHINE_CLASS": "nvidia-h100-x1.pool_2"}).machine_class == \
+        "nvidia-h100-x1.pool_2"
+
+
+def test_workload_file_and_variant_names_must_be_safe(tmp_path: Path) -> None:
+    root = project(tmp_path, "", workloads=("fine",))
+    (root / "workloads" / "a`<b>.py").write_text("")
+    settings = load_settings(root, env={})
+    with pytest.raises(ConfigError, match=r"a`<b>.py: workload name: 'a`<b>' is not a safe name"):
+        discover_workloads(settings)
+    (tmp_path / "v").mkdir()
+    root = project(tmp_path / "v", "[tool.perfgate.workloads.fine.variants]\n'..' = ['--x']\n", workloads=("fine",))
+    with pytest.raises(ConfigError, match=r"variants: variant name: '\.\.' is not a safe name"):
+        load_settings(root, env={})

@@ -25,8 +25,12 @@ class _Recorder(BaseHTTPRequestHandler):
         self.send_response(self.status_code)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
-        self.wfile.write(b'{"message": "Resource not accessible by integration"}'
-                         if self.status_code >= 400 else b"{}")
+        if self.status_code == 401:   # a server echoing the request's credentials back
+            self.wfile.write(json.dumps({"message": "Bad credentials",
+                                         "received": self.headers["Authorization"]}).encode())
+        else:
+            self.wfile.write(b'{"message": "Resource not accessible by integration"}'
+                             if self.status_code >= 400 else b"{}")
 
     def log_message(self, *args: object) -> None:
         pass
@@ -127,3 +131,14 @@ def test_perfgate_report_cli_names_an_unreadable_file(tmp_path, capsys: pytest.C
 
     assert main(["report", "--from", str(tmp_path / "missing.json")]) == 2
     assert "--from " in capsys.readouterr().err
+
+
+def test_a_server_echoing_the_token_never_gets_it_printed(api: type[_Recorder]) -> None:
+    """A status-posting error echoed the server's response, which contained the bearer token."""
+    api.status_code = 401
+    token = "ghs_" + "Z9y8X7w6V5u4" * 3
+    warnings = post_statuses(RESULTS[:1], token=token, repo="o/r", sha="s", api_url=api.url, env={})
+    assert api.requests[0]["auth"] == f"Bearer {token}"  # the server did get it
+    [warning] = warnings
+    assert "HTTP 401" in warning and "Bad credentials" in warning
+    assert token not in warning and "Bearer [REDACTED]" in warning

@@ -94,3 +94,25 @@ def test_documents_without_launches_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"holds 2 workload results \(a, b\)"):
         metrics_from_document(two, tmp_path / "r.json")
     assert metrics_from_document({"metrics": {"step_time_ms": 5}}, tmp_path / "a.json") == [{"step_time_ms": 5.0}]
+
+
+def test_a_full_disk_while_writing_result_json_is_an_error_naming_the_file(
+        gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while writing the artifacts gave a traceback and exit 1 ("regression"). The
+    run folder's result.json is a link to /dev/full, where every write fails with ENOSPC."""
+    import perfgate.pipeline as pipeline
+
+    settings, spec, _recorded = gate
+    made = pipeline.new_run_dir
+
+    def run_dir_with_a_full_result(artifacts_dir: Path, name: str) -> Path:
+        run_dir = made(artifacts_dir, name)
+        (run_dir / "result.json").symlink_to("/dev/full")
+        return run_dir
+
+    monkeypatch.setattr(pipeline, "new_run_dir", run_dir_with_a_full_result)
+    result = run_workload(spec, settings)
+    assert result.verdict == Verdict.ERROR and result_fails(result)
+    assert result.error.startswith(f"{result.run_dir / 'result.json'}: No space left on device "
+                                   "(the measured verdict was ")
+    assert (result.run_dir / "launch-0" / "trace.sqlite").is_file()   # the partial artifacts stay

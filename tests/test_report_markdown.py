@@ -4,6 +4,8 @@ Size limits need hundreds of workloads, so these results are built by hand (repo
 tests/test_report_real_results.py renders real captures."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from report_results import make_result
 
 from perfgate.model import Verdict
@@ -60,3 +62,34 @@ def test_chart_links_appear_only_under_their_workload() -> None:
     section_a = md[md.index("`a`: PASS"):md.index("`b`: PASS")]
     assert "[a:phases](charts/a-phases.png)" in section_a
     assert md.count("charts/a-phases.png") == 1
+
+
+def _outside_code(md: str) -> str:
+    """``md`` without its code spans and fenced blocks: what GitHub would interpret."""
+    import re
+
+    md = re.sub(r"```.*?```", "", md, flags=re.S)
+    return re.sub(r"(`+)(?:(?!\1).)+?\1", "", md)
+
+
+def test_a_backtick_in_a_name_cannot_open_raw_html() -> None:
+    """A name with a backtick closed its code span and left raw HTML in the summary."""
+    md = render_markdown([make_result("x`<img src=x onerror=alert(1)>`y", Verdict.REGRESSED, forward_ms=8.0)])
+    assert "| ``x`<img src=x onerror=alert(1)>`y`` |" in md
+    assert "### :x: ``x`<img src=x onerror=alert(1)>`y``: REGRESSED" in md
+    assert "<img" not in _outside_code(md)
+
+
+def test_messages_and_phase_names_render_as_text_not_markdown() -> None:
+    """Messages and phase names come from the workload's trace and from result files."""
+    message = "first reason: x\n# injected heading\n<script>alert(1)</script>\n[click](https://evil)\n---"
+    result = make_result("w", Verdict.REGRESSED, forward_ms=8.0, message=message)
+    result.comparisons[0] = replace(result.comparisons[0], note="**loud**")
+    result.comparisons[1] = replace(result.comparisons[1], metric="phase.<b>bold</b>.cpu_ms")
+    md = render_markdown([result])
+    lines = md.splitlines()
+    assert "\\# injected heading" in lines and not any(line.startswith("# injected") for line in lines)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in lines and "<script>" not in md
+    assert "\\[click\\](https://evil)" in lines and "\\---" in lines
+    assert "| **&lt;b&gt;bold&lt;/b&gt;** |" in md and "<b>" not in md
+    assert "\\*\\*loud\\*\\*" in md

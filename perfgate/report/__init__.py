@@ -21,10 +21,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from perfgate.errors import PerfgateError
 from perfgate.model import WorkloadResult
 from perfgate.report.annotations import render_annotations
 from perfgate.report.benchmark_json import render_benchmark_json
@@ -33,6 +34,7 @@ from perfgate.report.json_report import render_report_json
 from perfgate.report.junit import render_junit
 from perfgate.report.markdown import render_markdown, render_pr_comment
 from perfgate.report.terminal import failure_message, render_summary
+from perfgate.secrets import redact_text, secret_values
 
 __all__ = [
     "failure_message", "render_annotations", "render_benchmark_json", "render_charts",
@@ -43,15 +45,26 @@ __all__ = [
 CHARTS_DIR = "charts"
 
 
+class ReportWriteError(PerfgateError):
+    """Some report files could not be written (the message names each and why)."""
+
+
 def _write_text(path: Path, text: str) -> Path:
+    """Write ``text`` atomically (a temp file beside it, then rename; the temp file is removed when
+    the write fails, e.g. on a full disk)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
-def _write_json(path: Path, doc: Mapping[str, Any]) -> Path:
-    return _write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+def _append(path: str, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summary: bool | None = None,
@@ -63,27 +76,47 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
 
     ``github_summary``/``annotations``: None means "when ``GITHUB_STEP_SUMMARY`` is set in
     ``env`` (default ``os.environ``)". ``stdout`` receives the annotations (default sys.stdout).
+    Every text is redacted of the secrets of ``env`` (perfgate.secrets). A file that cannot be
+    written (a full disk, no permission) does not stop the others: ReportWriteError at the end
+    names each one and why, and the files written stay.
     """
     env = os.environ if env is None else env
-    out_dir.mkdir(parents=True, exist_ok=True)
-    chart_paths = render_charts(results, out_dir / CHARTS_DIR) if charts else {}
+    known = secret_values(env)
+    failures: list[str] = []
+
+    def attempt(what: str, write: Callable[[], Any]) -> Any:
+        try:
+            return write()
+        except OSError as exc:
+            failures.append(f"{what}: {exc.strerror or exc}")
+            return None
+
+    if attempt(str(out_dir), lambda: out_dir.mkdir(parents=True, exist_ok=True)) is None and failures:
+        raise ReportWriteError("reports not written: " + "; ".join(failures))
+    chart_paths = (attempt(str(out_dir / CHARTS_DIR), lambda: render_charts(results, out_dir / CHARTS_DIR)) or {}
+                   ) if charts else {}
     links = {k: p.relative_to(out_dir).as_posix() for k, p in chart_paths.items()}
-    summary_md = render_markdown(results, chart_links=links)
-    lines = render_annotations(results)
-    written = {
-        "junit": _write_text(out_dir / "junit.xml", render_junit(results)),
-        "summary": _write_text(out_dir / "summary.md", summary_md),
-        "pr_comment": _write_text(out_dir / "pr-comment.md", render_pr_comment(results, chart_links=links)),
-        "annotations": _write_text(out_dir / "annotations.txt", "".join(f"{line}\n" for line in lines)),
-        "benchmark": _write_json(out_dir / "benchmark.json",
-                                 render_benchmark_json(results, machine_info, commit_info)),
-        "report": _write_json(out_dir / "perfgate-report.json", render_report_json(results)),
+    summary_md = redact_text(render_markdown(results, chart_links=links), known)
+    lines = [redact_text(line, known) for line in render_annotations(results)]
+    texts = {
+        "junit": ("junit.xml", lambda: render_junit(results)),
+        "summary": ("summary.md", lambda: summary_md),
+        "pr_comment": ("pr-comment.md", lambda: render_pr_comment(results, chart_links=links)),
+        "annotations": ("annotations.txt", lambda: "".join(f"{line}\n" for line in lines)),
+        "benchmark": ("benchmark.json", lambda: json.dumps(render_benchmark_json(results, machine_info, commit_info),
+                                                            indent=2, sort_keys=True, default=str) + "\n"),
+        "report": ("perfgate-report.json", lambda: json.dumps(render_report_json(results), indent=2,
+                                                               sort_keys=True, default=str) + "\n"),
     }
+    written: dict[str, Path] = {}
+    for kind, (name, render) in texts.items():
+        path = attempt(str(out_dir / name), lambda: _write_text(out_dir / name, redact_text(render(), known)))
+        if path is not None:
+            written[kind] = path
     written.update({f"chart:{k}": p for k, p in chart_paths.items()})
     step_summary = env.get("GITHUB_STEP_SUMMARY")
     if (github_summary if github_summary is not None else bool(step_summary)) and step_summary:
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(summary_md + "\n")
+        attempt(step_summary, lambda: _append(step_summary, summary_md + "\n"))
     if annotations if annotations is not None else bool(step_summary):
         out = stdout or sys.stdout
         if lines:
@@ -91,6 +124,8 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
         for line in lines:
             out.write(line + "\n")
         out.flush()
+    if failures:
+        raise ReportWriteError(f"reports in {out_dir} not all written ({len(written)} written): " + "; ".join(failures))
     return written
 
 
@@ -117,31 +152,41 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _written(option: str, path: object, write: Callable[[], Any]) -> None:
+    """Run ``write``; an OSError becomes a PerfgateError naming ``option``, the file and why."""
+    try:
+        write()
+    except OSError as exc:
+        raise PerfgateError(f"{option} {exc.filename or path}: cannot write: {exc.strerror or exc}") from None
+
+
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Run ``perfgate report``; returns the exit status."""
-    from perfgate.errors import PerfgateError
     from perfgate.report.json_report import results_from_report
 
     env = os.environ if env is None else env
     try:
         doc = json.loads(args.source.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise PerfgateError(f"--from {args.source}: cannot read a perfgate report ({exc})") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PerfgateError(f"--from {args.source}: cannot read a perfgate report ({why})") from None
     results = results_from_report(doc, where=str(args.source))
+    known = secret_values(env)
     for line in render_summary(results):
-        print(line)
+        print(redact_text(line, known))
     if args.github_summary:
         target = env.get("GITHUB_STEP_SUMMARY")
         if not target:
             print("perfgate: warning: --github-summary: GITHUB_STEP_SUMMARY is not set", file=sys.stderr)
         else:
-            with open(target, "a", encoding="utf-8") as fh:
-                fh.write(render_markdown(results) + "\n")
+            text = redact_text(render_markdown(results), known) + "\n"
+            _written("GITHUB_STEP_SUMMARY", target, lambda: _append(target, text))
     if args.annotations:
         for line in render_annotations(results):
-            print(line)
+            print(redact_text(line, known))
     if args.pr_comment is not None:
-        _write_text(args.pr_comment, render_pr_comment(results))
+        _written("--pr-comment", args.pr_comment, lambda: args.pr_comment.write_text(  # in place: FILE may be a pipe
+            redact_text(render_pr_comment(results), known), encoding="utf-8"))
     if args.post_status:
         from perfgate.github import post_statuses
 

@@ -16,8 +16,9 @@ internals: analyses come back as their dictionaries under ``extra["analyses"]``)
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from perfgate.model import (
     Verdict,
     WorkloadResult,
 )
+from perfgate.names import RULE, is_safe_name
 
 SCHEMA_VERSION = 1
 _SEVERITY = (Verdict.ERROR, Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NO_DATA,
@@ -44,6 +46,9 @@ def overall_verdict(results: Sequence[WorkloadResult]) -> Verdict:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON data: dataclasses, paths and enums converted, and every ``metrics``
+    mapping without its non-finite entries (a metric is there with a number, or absent: a reader
+    refuses NaN, perfgate.baseline.measured_number)."""
     if is_dataclass(value) and not isinstance(value, type):
         return _jsonable(asdict(value))
     if isinstance(value, Path):
@@ -51,10 +56,20 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (Verdict, Direction)):
         return value.value
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): (finite_metrics(v) if k == "metrics" and isinstance(v, Mapping) else _jsonable(v))
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
+
+
+def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics mapping without the entries that are not finite numbers."""
+    return {str(k): v for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+json_ready = _jsonable
 
 
 def comparison_dict(c: MetricComparison) -> dict[str, Any]:
@@ -93,34 +108,103 @@ def render_report_json(results: Sequence[WorkloadResult]) -> dict[str, Any]:
     }
 
 
-def _comparison_from(d: Mapping[str, Any]) -> MetricComparison:
-    tol = d.get("tolerance") or {}
+class _Fields:
+    """Typed reads from one JSON object of a report; errors name the file and the field path."""
+
+    def __init__(self, doc: Any, where: str, path: str) -> None:
+        if not isinstance(doc, Mapping):
+            raise PerfgateError(f"{where}: {path}: expected an object, got {type(doc).__name__}")
+        self.doc, self.where, self.path = doc, where, path
+
+    def fail(self, key: str, problem: str) -> PerfgateError:
+        return PerfgateError(f"{self.where}: {self.path}.{key}: {problem}")
+
+    def get(self, key: str, kinds: tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
+        if key not in self.doc or self.doc[key] is None:
+            if required:
+                raise self.fail(key, "missing")
+            return default
+        value = self.doc[key]
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join("number" if k in (int, float) else k.__name__ for k in dict.fromkeys(kinds))
+            raise self.fail(key, f"expected {names}, got {value!r}")
+        return value
+
+    def number(self, key: str, *, allow_inf: bool = False, non_negative: bool = False) -> float | None:
+        value = self.get(key, (int, float))
+        if value is None:
+            return None
+        if math.isnan(value) or (math.isinf(value) and not allow_inf) or (non_negative and value < 0):
+            raise self.fail(key, f"expected a finite{', non-negative' if non_negative else ''} number, got {value!r}")
+        return float(value)
+
+    def enum(self, key: str, kind: type[Verdict] | type[Direction]) -> Any:
+        value = self.get(key, (str,), required=True)
+        try:
+            return kind(value)
+        except ValueError:
+            raise self.fail(key, f"{value!r} is not one of {', '.join(m.value for m in kind)}") from None
+
+    def name(self, key: str, *, required: bool = False) -> str | None:
+        value = self.get(key, (str,), required=required)
+        if value is not None and not is_safe_name(value):
+            raise self.fail(key, f"{value!r} is not a safe name ({RULE})")
+        return value
+
+
+def _comparison_from(f: _Fields) -> MetricComparison:
+    tol = _Fields(f.doc.get("tolerance") or {}, f.where, f"{f.path}.tolerance")
     return MetricComparison(
-        metric=d["metric"], unit=d.get("unit", ""), direction=Direction(d["direction"]),
-        baseline=d.get("baseline"), current=d.get("current"), change=d.get("change"),
-        delta=d.get("delta"), tolerance=Tolerance(rel=tol.get("rel"), abs=tol.get("abs")),
-        verdict=Verdict(d["verdict"]), gating=d.get("gating", True), p_value=d.get("p_value"),
-        ci_low=d.get("ci_low"), ci_high=d.get("ci_high"), note=d.get("note", ""),
+        metric=f.get("metric", (str,), required=True), unit=f.get("unit", (str,), ""),
+        direction=f.enum("direction", Direction),
+        baseline=f.number("baseline"), current=f.number("current"), change=f.number("change"),
+        delta=f.number("delta"),
+        tolerance=Tolerance(rel=tol.number("rel", allow_inf=True, non_negative=True),
+                            abs=tol.number("abs", non_negative=True)),
+        verdict=f.enum("verdict", Verdict), gating=f.get("gating", (bool,), True),
+        p_value=f.number("p_value"), ci_low=f.number("ci_low"), ci_high=f.number("ci_high"),
+        note=f.get("note", (str,), ""),
     )
 
 
-def results_from_report(doc: Mapping[str, Any], where: str = "perfgate-report.json") -> list[WorkloadResult]:
-    """WorkloadResults back from a report document; ``where`` names it in error messages."""
+def _machine_from(f: _Fields) -> MachineInfo:
+    known = {x.name for x in fields(MachineInfo)}
+    unknown = sorted(set(f.doc) - known)
+    if unknown:
+        raise f.fail(unknown[0], f"unknown key (known: {', '.join(sorted(known))})")
+    values = {k: f.get(k, (str,)) for k in known if k != "gpu_count"}
+    values["machine_class"] = f.name("machine_class", required=True)
+    count = f.number("gpu_count", non_negative=True)
+    return MachineInfo(**values, gpu_count=int(count or 0))
+
+
+def _result_from(f: _Fields) -> WorkloadResult:
+    machine = f.get("machine", (dict,))
+    comparisons = f.get("comparisons", (list,), [])
+    steps = f.get("baseline_step_times_ms", (list,), [])
+    step_fields = _Fields(dict(enumerate(steps)), f.where, f"{f.path}.baseline_step_times_ms")
+    return WorkloadResult(
+        workload=f.name("workload", required=True) or "", verdict=f.enum("verdict", Verdict),
+        comparisons=[_comparison_from(_Fields(c, f.where, f"{f.path}.comparisons[{k}]"))
+                     for k, c in enumerate(comparisons)],
+        machine=_machine_from(_Fields(machine, f.where, f"{f.path}.machine")) if machine else None,
+        baseline_path=Path(p) if (p := f.get("baseline_path", (str,))) else None,
+        baseline_step_times_ms=[step_fields.number(k, non_negative=True) or 0.0 for k in range(len(steps))],
+        run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
+        error=f.get("error", (str,)), message=f.get("message", (str,), ""), variant=f.name("variant"),
+        wall_s=f.number("wall_s", non_negative=True),
+        extra={**f.get("extra", (dict,), {}), "analyses": f.get("analyses", (list,), [])},
+    )
+
+
+def results_from_report(doc: Any, where: str = "perfgate-report.json") -> list[WorkloadResult]:
+    """WorkloadResults back from a report document, checked against its schema (kinds, known
+    verdicts and directions, finite numbers, safe names); PerfgateError names ``where`` and the
+    field (``results[0].verdict: 'BOGUS' is not one of PASS, ...``)."""
+    top = _Fields(doc, where, "document")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise PerfgateError(f"{where}: schema_version {version!r} is not supported "
                             f"(this perfgate reads {SCHEMA_VERSION})")
-    out = []
-    for d in doc.get("results", []):
-        machine = d.get("machine")
-        out.append(WorkloadResult(
-            workload=d["workload"], verdict=Verdict(d["verdict"]),
-            comparisons=[_comparison_from(c) for c in d.get("comparisons", [])],
-            machine=MachineInfo(**machine) if machine else None,
-            baseline_path=Path(d["baseline_path"]) if d.get("baseline_path") else None,
-            baseline_step_times_ms=list(d.get("baseline_step_times_ms", [])),
-            run_dir=Path(d["run_dir"]) if d.get("run_dir") else None,
-            error=d.get("error"), message=d.get("message", ""), variant=d.get("variant"),
-            wall_s=d.get("wall_s"), extra={**d.get("extra", {}), "analyses": d.get("analyses", [])},
-        ))
-    return out
+    results = top.get("results", (list,), required=True)
+    return [_result_from(_Fields(d, where, f"results[{k}]")) for k, d in enumerate(results)]

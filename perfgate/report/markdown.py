@@ -4,6 +4,9 @@ Layout: a table with one row per workload, then one section per workload (failin
 headline numbers, the explanation, the phase table against the baseline (regressed rows marked
 :x: and bold) and a collapsed ``<details>`` holding every other metric.
 
+Every name, message, phase name and path goes through report/escape.py: it renders as the text
+it is, never as Markdown or HTML (a workload's trace and a result file control that text).
+
 Size limits: GitHub rejects a step summary over 1 MiB and a comment over 65,536 characters. When
 the full text is too long it is rebuilt with less detail (``<details>`` only for failing
 workloads, then sections only while they fit, then fewer table rows), always ending in complete
@@ -12,6 +15,7 @@ Markdown and a note saying what was left out.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import quote
 
 from perfgate.model import MetricComparison, Verdict, WorkloadResult
 from perfgate.report.digest import (
@@ -27,6 +31,7 @@ from perfgate.report.digest import (
     phase_comparisons,
     phase_name,
 )
+from perfgate.report.escape import md_cell_text, md_code, md_text
 
 STEP_SUMMARY_MAX_BYTES = 1_000_000      # GitHub: 1 MiB per step summary; keep a margin
 PR_COMMENT_MAX_CHARS = 65_536           # GitHub: per issue/PR comment
@@ -48,6 +53,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _mark(c: MetricComparison, text: str) -> str:
+    """``text`` (already Markdown) in bold for a regressed row."""
     return f"**{text}**" if c.verdict is Verdict.REGRESSED else text
 
 
@@ -57,7 +63,7 @@ def _verdict_cell(v: Verdict) -> str:
 
 def _comparison_row(c: MetricComparison, label: str) -> list[str]:
     return [
-        _mark(c, label), fmt_value(c.baseline, c.unit), fmt_value(c.current, c.unit),
+        _mark(c, md_cell_text(label)), fmt_value(c.baseline, c.unit), fmt_value(c.current, c.unit),
         _mark(c, fmt_metric_change(c)), fmt_tolerance(c.tolerance, c.unit),
         _verdict_cell(c.verdict) + ("" if c.gating else " (info)"),
     ]
@@ -69,9 +75,9 @@ def overview_rows(results: Sequence[WorkloadResult]) -> list[str]:
     for r in results:
         d = digest(r)
         rows.append(_row([
-            f"`{d.name}`", _verdict_cell(d.verdict), fmt_step(d), fmt_number(d.samples_per_s),
+            md_code(d.name), _verdict_cell(d.verdict), fmt_step(d), fmt_number(d.samples_per_s),
             "-" if d.gpu_idle_fraction is None else f"{d.gpu_idle_fraction * 100:.1f} %",
-            fmt_worst_phase(d),
+            md_cell_text(fmt_worst_phase(d)),
         ]))
     return rows
 
@@ -86,7 +92,7 @@ def _phase_table(result: WorkloadResult) -> list[str]:
     rows = [_comparison_row(c, phase_name(c.metric)) for c in phase_comparisons(result)]
     if not rows and result.analyses:
         phases = result.analyses[0].phases
-        rows = [[name, "-", f"{fmt_number(p.cpu_per_step_ms)} ms", "-", "-", "-"]
+        rows = [[md_cell_text(name), "-", f"{fmt_number(p.cpu_per_step_ms)} ms", "-", "-", "-"]
                 for name, p in phases.items()]
     return _table(header, rows) if rows else []
 
@@ -96,7 +102,7 @@ def _details(result: WorkloadResult) -> list[str]:
     others = [c for c in result.comparisons if not c.metric.startswith("phase.")]
     if not others:
         return []
-    rows = [_comparison_row(c, c.metric) + [fmt_stats(c) or "-", c.note or "-"] for c in others]
+    rows = [_comparison_row(c, c.metric) + [fmt_stats(c) or "-", md_cell_text(c.note or "-")] for c in others]
     table = _table(("metric", "baseline", "current", "change", "tolerance", "verdict",
                     "statistics", "note"), rows)
     return ["<details><summary>All metrics</summary>", "", *table, "", "</details>"]
@@ -106,7 +112,7 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
                    with_details: bool = True) -> str:
     """The Markdown section of one workload."""
     d = digest(result)
-    lines = [f"### {VERDICT_ICONS[d.verdict]} `{d.name}`: {d.verdict}", ""]
+    lines = [f"### {VERDICT_ICONS[d.verdict]} {md_code(d.name)}: {d.verdict}", ""]
     facts = [f"step time {fmt_step(d)}"]
     if d.samples_per_s is not None:
         facts.append(f"{fmt_number(d.samples_per_s)} samples/s")
@@ -116,7 +122,7 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     if result.error:
         lines += ["```", result.error.strip().replace("```", "'''"), "```", ""]
     if result.message:
-        lines += [result.message.strip(), ""]
+        lines += [md_text(result.message.strip()), ""]
     phase = _phase_table(result)
     if phase:
         lines += [*phase, ""]
@@ -124,12 +130,12 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
         details = _details(result)
         if details:
             lines += [*details, ""]
-    links = [f"[{label}]({path})" for label, path in (chart_links or {}).items()
+    links = [f"[{md_cell_text(label)}]({quote(path)})" for label, path in (chart_links or {}).items()
              if label.startswith(f"{result.name}:") or label == result.name]
     if links:
         lines += ["charts (in the run's artifacts): " + ", ".join(links), ""]
     if result.run_dir is not None:
-        lines += [f"artifacts: `{result.run_dir}`", ""]
+        lines += [f"artifacts: {md_code(result.run_dir)}", ""]
     return "\n".join(lines)
 
 
