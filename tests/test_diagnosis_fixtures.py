@@ -38,7 +38,7 @@ EXPECTED: dict[str, dict[str, object]] = {
 # Seed 003's ladder run in reverse on an H100 (scripts/gpu/reverse-ladder.sh): resnet_cifar fully
 # optimized, then each optimization removed in turn; the removed one must be the named cause.
 LADDER_PAIRS: list[tuple[str, str, str]] = [
-    ("reverse-ladder-full", "reverse-ladder-no-workers", "input pipeline"),
+    ("reverse-ladder-full", "reverse-ladder-no-workers", "workers"),   # 8 -> 0 pt_data_worker processes
     ("reverse-ladder-full", "reverse-ladder-no-pin", "pinned memory"),
     ("reverse-ladder-full", "reverse-ladder-no-nonblocking", "non-blocking copy"),
     ("reverse-ladder-full", "reverse-ladder-no-amp", "mixed precision"),

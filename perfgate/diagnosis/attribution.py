@@ -7,6 +7,7 @@ step-time delta exactly."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from perfgate.diagnosis.evidence import (
@@ -198,10 +199,29 @@ def _reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], phases: tu
         out.append(Reason("data_loading", data, data_ms,
                           f"{_where(data, data_ms, idle_phase, cur)}: the loop waits longer for its batches "
                           "(data loading outside the step's GPU work)", None))
+    out = [_with_workers(r, base_facts, cur_facts) if r.mechanism in DATA_MECHANISMS else r for r in out]
     # a rule that names no phase (warm-up in the window, long gaps) is scored on the whole step's
     # distribution: it ranks behind a difference located in a phase of the same size
     return sorted(out, key=lambda r: -(_capped(r.ms, step_delta) if r.where is not None
                                        else 0.5 * _capped(r.ms, step_delta)))
+
+
+DATA_MECHANISMS = ("rule:dataloader_blocking", "data_loading")
+
+
+def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | None) -> Reason:
+    """A data-loading reason with what the traces say about the DataLoader's workers: a change in
+    their number is the likely edit; an unchanged number rules it out."""
+    b = base.dataloader_workers if base is not None else None
+    c = cur.dataloader_workers if cur is not None else None
+    if b is None or c is None:
+        return reason
+    head = reason.text.split(": ", 1)[0]
+    if c < b:
+        return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}: the loop now waits "
+                                    "for each batch", cause="workers")
+    return replace(reason, text=f"{head}: the loop waits longer for each batch with the same {c} DataLoader "
+                                "workers: a slower dataset or transform?", cause="input pipeline")
 
 
 def _capped(ms: float, step_delta: float) -> float:

@@ -50,6 +50,7 @@ class TraceFacts:
     syncs_by_phase: dict[str, float] = field(default_factory=dict)
     d2h_copies_per_step: float = 0.0
     fp64_kernels_per_step: float = 0.0                 # kernels whose full name has a double type
+    dataloader_workers: int | None = None              # pt_data_worker processes (None: not recorded)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -264,7 +265,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
     return TraceFacts(
         kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
-        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n,
+        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=_dataloader_workers(trace),
         steps=n, gpu_ops=int(sel.size),
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
         kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(ki.size) / n,
@@ -313,4 +314,16 @@ def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
         f"SELECT count(*) AS n FROM {columnar.CATALOG}.{table} k JOIN {columnar.CATALOG}.StringIds s "
         f"ON s.id = k.demangledName WHERE k.start >= {int(lo)} AND k.start < {int(hi)} "
         "AND (s.value LIKE '%double%')"))
+    return int(row["n"][0])
+
+
+def _dataloader_workers(trace: Trace) -> int | None:
+    """DataLoader worker processes (``pt_data_worker``) the capture recorded: nsys lists the
+    processes of the profiled tree in PROCESSES (2024 and later); None without that table."""
+    from perfgate import columnar
+
+    if "PROCESSES" not in trace.tables or trace._con is None:
+        return None
+    row = columnar.fetch(trace._con, f"SELECT count(DISTINCT pid) AS n FROM {columnar.CATALOG}.PROCESSES "
+                                     "WHERE name = 'pt_data_worker'")
     return int(row["n"][0])
