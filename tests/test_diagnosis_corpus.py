@@ -64,6 +64,10 @@ def test_a_slowing_edit_is_regressed_and_its_first_reason_names_the_mechanism(co
     assert 0 < attribution.explained_ms <= attribution.step_mean_delta_ms + 1e-9
     assert f"explained: {attribution.explained_ms:.2f} of {attribution.step_mean_delta_ms:+.2f} ms/step" \
         in attribution.to_text()
+    # the JSON carries the same reasons, in the same words, as the text every report prints
+    doc = attribution.to_dict()
+    assert doc["first_reason"] == first and doc["reasons"][0]["text"] == first
+    assert f"1. {min(top.ms, attribution.step_mean_delta_ms):.2f} ms/step: {first}" in attribution.to_text()
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.regresses], ids=lambda c: c.name)
