@@ -222,9 +222,11 @@ def test_report_on_a_full_disk_is_an_error_naming_the_file(tmp_path: Path, capsy
     assert capsys.readouterr().err.strip() == f"perfgate: error: --pr-comment {comment}: cannot write: No space left on device"
 
 
-def test_run_whose_reports_hit_a_full_disk_exits_2_and_keeps_the_others(tmp_path: Path, capsys) -> None:
+def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits_2(tmp_path: Path, capsys) -> None:
+    """Reports that could not be written were a warning, and the run still exited 0 or 1."""
     from report_results import make_result
 
+    from perfgate.cli import _write_reports
     from perfgate.model import Verdict
     from perfgate.report import ReportWriteError, write_all
 
@@ -236,3 +238,6 @@ def test_run_whose_reports_hit_a_full_disk_exits_2_and_keeps_the_others(tmp_path
     assert str(err.value) == f"reports in {out} not all written (5 written): {out / 'junit.xml'}: No space left on device"
     assert sorted(p.name for p in out.iterdir()) == ["annotations.txt", "benchmark.json", "perfgate-report.json",
                                                      "pr-comment.md", "summary.md"]
+    (out / "junit.xml.tmp").symlink_to("/dev/full")
+    assert _write_reports([make_result("w", Verdict.PASS)], out) is False   # cmd_run then returns 2
+    assert "perfgate: error: reports in" in capsys.readouterr().err

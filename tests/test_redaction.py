@@ -130,6 +130,11 @@ def test_cleaning_leaves_no_secret_and_keeps_both_traces_usable(raw_capture: Pat
     subprocess.run(["cp", "-r", str(raw_capture), str(run)], check=True)
     done = clean_artifacts(run, [], Path(nsys_path))
     assert _leaks(run) == {}
+    if done.withheld:   # about 1 capture in 250 here: the compression's choices defeat the masking
+        assert [p.name for p in done.withheld] == ["trace.nsys-rep.withheld.txt"], done.withheld
+        run = _launch_like_perfgate(nsys_path, tmp_path / "second", PLANTED)   # a fresh capture, once
+        done = clean_artifacts(run, [], Path(nsys_path))
+        assert _leaks(run) == {}
     assert done.withheld == [] and {p.name for p in done.redacted} == {"trace.sqlite", "trace.nsys-rep"}
     assert scan_sqlite(run / "trace.sqlite") == []
     names = set(load_trace(run / "trace.sqlite").nvtx["name"])
@@ -164,7 +169,11 @@ def test_a_token_in_the_gates_environment_reaches_no_artifact_or_report(
     assert not any(n in gate.stdout + gate.stderr for n in NEEDLES)
     assert _leaks(root / ".perfgate") == {}
     [launch] = list((root / ".perfgate" / "runs").glob("*/launch-0"))
-    assert sorted(p.name for p in launch.iterdir()) == ["command.txt", "trace.nsys-rep", "trace.sqlite", "workload.log"]
+    files = sorted(p.name for p in launch.iterdir())
+    if "trace.nsys-rep.withheld.txt" in files:   # the documented fallback (about 1 capture in 250 here)
+        assert (launch / "trace.nsys-rep.withheld.txt").read_text().startswith("perfgate withheld trace.nsys-rep")
+        files[files.index("trace.nsys-rep.withheld.txt")] = "trace.nsys-rep"
+    assert files == ["command.txt", "trace.nsys-rep", "trace.sqlite", "workload.log"]
     assert scrubbed_environment(PLANTED) == {}
     if code == 2:
         report = json.loads((root / ".perfgate" / "report" / "perfgate-report.json").read_text())
