@@ -250,13 +250,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     ndev = max(np.unique(device).size, 1)
     # a kernel's launch time: its call's start, its own (cut) start where the launch was not traced
     changes, empty_steps = _kernel_set_changes(np.where(kapi >= 0, kapi, kstart), kpid, kname, steps)
-    kernel_where = _where(phases, steps, kpid, np.where(kapi >= 0, kapi, kstart))
-    by_phase: dict[str, dict[str, list[float]]] = {}
-    if ki.size:
-        census = pd.DataFrame({"where": kernel_where, "name": kname, "ms": dur_ms}).groupby(["where", "name"])["ms"]
-        for (where, name_id), count, total in zip(census.size().index, census.size(), census.sum()):
-            if where is not None:
-                by_phase.setdefault(where, {})[trace.string(int(name_id))] = [count / n, float(total) / n]
+    by_phase = _kernels_by_phase(trace, phases, steps, kpid, np.where(kapi >= 0, kapi, kstart), kname, dur_ms, n)
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
     for where in sync_where:
@@ -285,22 +279,47 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
 
 
 
-def _where(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
-    """Per event (process, time): the phase open then, STEP_CODE inside a measured iteration but
-    in none of its phases, None outside the measured iterations."""
+def _kernels_by_phase(trace: Trace, phases: pd.DataFrame, steps: pd.DataFrame, kpid: np.ndarray,
+                      t: np.ndarray, kname: np.ndarray, dur_ms: np.ndarray, n: int) -> dict[str, dict[str, list[float]]]:
+    """Place (phase or STEP_CODE) -> kernel name -> [launches, ms] per step, places and names in
+    sorted order; kernels launched outside the measured iterations are left out. Grouped on integer
+    codes (places numbered in sorted order), never on a column of strings."""
+    code, labels = _where_codes(phases, steps, kpid, t)
+    keep = np.flatnonzero(code >= 0)
+    by_phase: dict[str, dict[str, list[float]]] = {}
+    if keep.size == 0:
+        return by_phase
+    census = pd.DataFrame({"where": code[keep], "name": kname[keep], "ms": dur_ms[keep]}).groupby(["where", "name"])["ms"]
+    for (where, name_id), count, total in zip(census.size().index, census.size(), census.sum()):
+        by_phase.setdefault(labels[int(where)], {})[trace.string(int(name_id))] = [count / n, float(total) / n]
+    return by_phase
+
+
+def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per event (process, time): the place it happened as a code into the sorted labels (the phase
+    open then, STEP_CODE inside a measured iteration but in none of its phases), -1 outside the
+    measured iterations."""
     from perfgate.analysis.phases import open_instance
 
-    out: list[str | None] = [None] * int(t.size)
     if t.size == 0:
-        return out
+        return np.zeros(0, dtype=np.int64), []
     iters = steps.assign(end=steps["period_end"]) if "period_end" in steps.columns else steps
     in_step = open_instance(iters.reset_index(drop=True), pid, t) >= 0
     inst = open_instance(phases.reset_index(drop=True), pid, t) if len(phases) else np.full(t.size, -1)
-    names = np.append(phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object),
-                      None)                               # position -1: no phase
-    where = names[inst].astype(object)
-    where[(inst < 0) & in_step] = STEP_CODE
-    return list(where)
+    phase_names = phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object)
+    labels, rank = np.unique(np.append(phase_names, STEP_CODE).astype(object), return_inverse=True)
+    codes = np.append(rank[:-1], -1).astype(np.int64)      # position -1: no phase
+    code = codes[inst]
+    code[(inst < 0) & in_step] = rank[-1]
+    return code, labels.tolist()
+
+
+def _where(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
+    """Per event (process, time): the phase open then, STEP_CODE inside a measured iteration but
+    in none of its phases, None outside the measured iterations."""
+    code, labels = _where_codes(phases, steps, pid, t)
+    named = np.array([*labels, None], dtype=object)       # position -1: None
+    return list(named[code])
 
 
 def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
