@@ -16,7 +16,7 @@ from perfgate.analysis.phases import phase_instances
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
-from perfgate.gpu_ops import KERNEL, MEMCPY
+from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
 from perfgate.model import Analysis, KernelStat
 
 if TYPE_CHECKING:
@@ -108,6 +108,19 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
     return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
 
 
+def _window_idle(launched: GpuOps, phases: pd.DataFrame, lo: int, hi: int) -> tuple[int, float, dict[str, float], int] | None:
+    """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
+    None when no op overlaps the window. Only the columns needed, cut to the window (never a copy
+    of every column of every op), freed on return."""
+    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
+    if sel.size == 0:
+        return None
+    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
+    device, pid = launched.device_id[sel], launched.pid[sel]
+    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
+    return int(sel.size), idle_ns, idle_phase_ns, max(np.unique(device).size, 1)
+
+
 def _idle_by_phase(device: np.ndarray, start: np.ndarray, end: np.ndarray, pid: np.ndarray,
                    phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
@@ -195,21 +208,25 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     if not trace.has_gpu:
         return TraceFacts(steps=n)
     launched, api = trace.gpu((lo, hi))
-    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
-    if sel.size == 0:
+    steps = measured_iterations(trace.nvtx, analysis.steps)
+    phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
+    # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
+    window = _window_idle(launched, phases, lo, hi)
+    if window is None:
         return TraceFacts(steps=n)
-    # only the columns needed, cut to the window (never a copy of every column of every op)
-    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
-    kind, device, pid = launched.kind[sel], launched.device_id[sel], launched.pid[sel]
+    gpu_ops, idle_ns, idle_phase_ns, ndev = window
     # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
     when = launched.launch_time()
     own = np.flatnonzero((when >= lo) & (when <= hi))
+    del when
     kind_own = launched.kind[own]
     ki = own[kind_own == KERNEL]
     kstart, kend, kdev = launched.start[ki], launched.end[ki], launched.device_id[ki]
     kstream, kname, kpid = launched.stream_id[ki], launched.name_id[ki], launched.pid[ki]
-    kapi = launched.api_start[ki]
+    # a kernel's launch time: its call's start, its own start where the launch was not traced
+    klaunch = launched.api_start[ki]
+    klaunch = np.where(klaunch >= 0, klaunch, kstart)
     dur_ms = (kend - kstart) / 1e6
     by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
     stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
@@ -237,8 +254,6 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     sync_ns = sum(api.ns_by_name_open[i] for i in syncs)
     sync_memcpy = sum(api.count_by_name_open[i] for i, name in names.items() if SYNC_MEMCPY_RE.match(name))
 
-    steps = measured_iterations(trace.nvtx, analysis.steps)
-    phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
     h2d = phases[phases["phase"] == H2D_PHASE] if len(phases) else phases
     h2d_syncs = 0
     for tid, ranges in h2d.groupby("global_tid", sort=False):   # threads, not ranges
@@ -246,11 +261,8 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         i = np.searchsorted(t, ranges["start"].to_numpy(), side="left")
         j = np.searchsorted(t, ranges["end"].to_numpy(), side="right")
         h2d_syncs += int((j - i).sum())
-    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
-    ndev = max(np.unique(device).size, 1)
-    # a kernel's launch time: its call's start, its own (cut) start where the launch was not traced
-    changes, empty_steps = _kernel_set_changes(np.where(kapi >= 0, kapi, kstart), kpid, kname, steps)
-    by_phase = _kernels_by_phase(trace, phases, steps, kpid, np.where(kapi >= 0, kapi, kstart), kname, dur_ms, n)
+    changes, empty_steps = _kernel_set_changes(klaunch, kpid, kname, steps)
+    by_phase = _kernels_by_phase(trace, phases, steps, kpid, klaunch, kname, dur_ms, n)
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
     for where in sync_where:
@@ -260,7 +272,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     return TraceFacts(
         kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=_dataloader_workers(trace),
-        steps=n, gpu_ops=int(sel.size),
+        steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
         kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(ki.size) / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
