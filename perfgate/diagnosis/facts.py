@@ -161,6 +161,7 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
     # kernels sorted by (process, launch time); each step is a slice [lo, hi) of them
     korder = np.lexsort((t, kpid))
     kpid, kt, kname = kpid[korder].astype(np.int64), t[korder], kname[korder]
+    del korder                                   # peak memory: 8 B per kernel
     base = np.searchsorted(kpid, st_pid, side="left")
     top = np.searchsorted(kpid, st_pid, side="right")
     lo = np.empty(len(step_rows), dtype=np.int64)
@@ -171,12 +172,19 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
         lo[m] = a + np.searchsorted(kt[a:b], st_start[m], side="left")
         hi[m] = a + np.searchsorted(kt[a:b], st_end[m], side="left")
     sizes = np.maximum(hi - lo, 0)
-    step_of = np.repeat(np.arange(sizes.size), sizes)
-    names = kname[np.arange(sizes.sum()) + np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)]
+    at = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
+    at += np.arange(at.size)
+    names = kname[at]
+    del at, kpid, kt, kname
     # each step's set: its distinct names, sorted; a set is identified by (size, hash) and
     # confirmed element by element against the most common one
     codes, code_idx = np.unique(names, return_inverse=True)
-    flat = np.unique(step_of * max(codes.size, 1) + code_idx)       # distinct (step, name) pairs
+    del names
+    step_of = np.repeat(np.arange(sizes.size), sizes)
+    step_of *= max(codes.size, 1)
+    step_of += code_idx
+    flat = np.unique(step_of)                    # distinct (step, name) pairs
+    del step_of
     pairs = np.stack([flat // max(codes.size, 1), codes[flat % max(codes.size, 1)]], axis=1) \
         if flat.size else np.zeros((0, 2), dtype=np.int64)
     code_idx = flat % max(codes.size, 1)
