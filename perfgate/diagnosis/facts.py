@@ -309,9 +309,15 @@ def _kernels_by_phase(trace: Trace, phases: pd.DataFrame, steps: pd.DataFrame, k
     by_phase: dict[str, dict[str, list[float]]] = {}
     if keep.size == 0:
         return by_phase
-    census = pd.DataFrame({"where": code[keep], "name": kname[keep], "ms": dur_ms[keep]}).groupby(["where", "name"])["ms"]
-    for (where, name_id), count, total in zip(census.size().index, census.size(), census.sum()):
-        by_phase.setdefault(labels[int(where)], {})[trace.string(int(name_id))] = [count / n, float(total) / n]
+    # one int64 key per (place, name), ordered as the pair: name ids from -1 up shifted by one
+    span = int(kname.max()) + 2
+    key = code[keep] * span
+    key += kname[keep]
+    key += 1
+    census = pd.Series(dur_ms[keep]).groupby(key)
+    for k, count, total in zip(census.size().index.tolist(), census.size(), census.sum()):
+        where, name_id = divmod(k, span)
+        by_phase.setdefault(labels[where], {})[trace.string(name_id - 1)] = [count / n, float(total) / n]
     return by_phase
 
 
