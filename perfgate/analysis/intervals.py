@@ -59,7 +59,7 @@ def union_length_by_group(groups: np.ndarray, starts: np.ndarray, ends: np.ndarr
         return groups.copy(), np.zeros(0, dtype=np.int64)
     order = np.lexsort((starts, groups))
     g, s, e = groups[order], starts[order], ends[order]
-    del order
+    del order, groups, starts, ends       # the caller's arrays stay where it holds them
     group_start = np.empty(g.size, dtype=bool)
     group_start[0] = True
     group_start[1:] = g[1:] != g[:-1]

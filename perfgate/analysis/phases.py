@@ -113,10 +113,16 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> np
     for one in np.unique(p):                                        # processes, not steps or rows
         a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
         mine = np.flatnonzero(pid == one)
-        k = np.searchsorted(s[a:b], t[mine], side="right") - 1
+        tm = t[mine]
+        k = np.searchsorted(s[a:b], tm, side="right")
+        k -= 1
         ok = k >= 0
-        ok[ok] = t[mine][ok] <= e[a:b][k[ok]]
-        inst[mine[ok]] = order[a + k[ok]]
+        ok[ok] = tm[ok] <= e[a:b][k[ok]]
+        del tm                                                      # peak memory: 8 B per event
+        mine, k = mine[ok], k[ok]
+        del ok
+        k += a
+        inst[mine] = order[k]
     return inst
 
 
