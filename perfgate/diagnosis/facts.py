@@ -108,6 +108,20 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
     return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
 
 
+def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream: np.ndarray, kstart: np.ndarray,
+                 kend: np.ndarray, kdev: np.ndarray, kstream: np.ndarray) -> tuple[int, int]:
+    """(copy ns overlapping kernels of the same GPU, copy ns on a stream that runs kernels)."""
+    overlap_ns, on_compute_ns = 0, 0
+    for dev in pd.unique(cdev):                               # devices, not copies
+        mine = cdev == dev
+        on_dev = kdev == dev
+        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
+        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
+        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
+        on_compute_ns += int((cend[on] - cstart[on]).sum())
+    return overlap_ns, on_compute_ns
+
+
 def _window_idle(launched: GpuOps, phases: pd.DataFrame, lo: int, hi: int) -> tuple[int, float, dict[str, float], int] | None:
     """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
     None when no op overlaps the window. Only the columns needed, cut to the window (never a copy
@@ -245,15 +259,11 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     c = own[(kind_own == MEMCPY) & (launched.copy_kind[own] == H2D_COPY_KIND)]
     cstart, cend, cdev, cstream = launched.start[c], launched.end[c], launched.device_id[c], launched.stream_id[c]
     copy_ns = int((cend - cstart).sum())
-    overlap_ns, on_compute_ns = 0, 0
-    for dev in pd.unique(cdev):                               # devices, not copies
-        mine = cdev == dev
-        on_dev = kdev == dev
-        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
-        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
-        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
-        on_compute_ns += int((cend[on] - cstart[on]).sum())
+    overlap_ns, on_compute_ns = _h2d_overlap(cstart, cend, cdev, cstream, kstart, kend, kdev, kstream)
     pageable = int((launched.src_kind[c] == PAGEABLE_MEMORY_KIND).sum())
+    d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
+    kernels = int(ki.size)
+    del own, kind_own, ki, kstart, kend, kdev, kstream   # peak memory: what follows needs none of them
 
     assert api is not None
     names = {i: api_name(trace.string(i)) for i in api.count_by_name_open}
@@ -276,13 +286,12 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     for where in sync_where:
         if where is not None:
             syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
-    d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
     return TraceFacts(
         kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=_dataloader_workers(trace),
         steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
-        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(ki.size) / n,
+        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else kernels / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
         h2d_copies_per_step=int(c.size) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
