@@ -47,7 +47,9 @@ def build_scaled_export(src: Path, dst: Path, target_ops: int = TARGET_OPS) -> i
                 else:
                     expr.append(f'"{c}"')
             quoted = ", ".join(f'"{c}"' for c in cols)
-            conn.execute(f"INSERT INTO {table} ({quoted}) SELECT {', '.join(expr)} FROM {table}, k")
+            # copy by copy, each in the table's order: a thread's calls stay in start order, as nsys writes them
+            conn.execute(f"INSERT INTO {table} ({quoted}) SELECT {', '.join(expr)} FROM k, {table} "
+                         f"ORDER BY k.i, {table}.rowid")
         total = sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in GPU_TABLES)
     return total
 

@@ -243,11 +243,12 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
     ranges = raw[is_range]
     text = message[is_range]
     text[pd.isna(text)] = ""
+    text = _shared(text)
     df = pd.DataFrame({
         "row_id": ranges["row_id"].to_numpy(np.int64), "start": ranges["start"].to_numpy(np.int64),
         "end": np.where(ranges["unterminated"].to_numpy(), np.int64(maxts), ranges["end"].to_numpy(np.int64)),
         "unterminated": ranges["unterminated"].to_numpy(bool), "text": text,
-        "style": np.where(ranges["event_type"].isin(startend).to_numpy(), "StartEnd", "PushPop").astype(object),
+        "style": np.array(["PushPop", "StartEnd"], dtype=object)[ranges["event_type"].isin(startend).to_numpy(np.int8)],
         "global_tid": ranges["global_tid"].to_numpy(np.int64),
         "end_global_tid": pd.array(np.where(ranges["end_tid_null"], 0, ranges["end_global_tid"]), dtype="Int64"),
         "domain_id": pd.array(np.where(ranges["domain_null"], 0, ranges["domain_id"]), dtype="Int64"),
@@ -300,7 +301,17 @@ def _with_domains(df: pd.DataFrame, domains: pd.DataFrame) -> pd.DataFrame:
     named = merged["domain"].notna().to_numpy()
     name = merged["text"].to_numpy(dtype=object).copy()
     name[named] = (merged["domain"][named] + ":" + merged["text"][named]).to_numpy(dtype=object)
-    return merged.drop(columns=["_d", "_p", "domain_id_dom", "pid_bits", "domain"]).assign(name=name)
+    return merged.drop(columns=["_d", "_p", "domain_id_dom", "pid_bits", "domain"]).assign(name=_shared(name))
+
+
+def _shared(values: np.ndarray) -> np.ndarray:
+    """``values`` (an object array of strings) with equal strings as one object: a range name
+    repeats once per step, and at 10^6 ranges one object per row is tens of MB."""
+    codes, uniques = pd.factorize(values)
+    out = np.asarray(uniques, dtype=object)[codes]
+    missing = codes < 0
+    out[missing] = values[missing]
+    return out
 
 
 def _memory_events(trace: Trace) -> pd.DataFrame | None:

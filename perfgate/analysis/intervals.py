@@ -13,12 +13,14 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     if starts.size == 0:
         return starts.copy(), ends.copy()
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
+    s, run_end = starts[order], ends[order]
+    del order                             # peak memory: 8 B per interval
+    np.maximum.accumulate(run_end, out=run_end)
     new = np.empty(s.size, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
     first = np.flatnonzero(new)
+    del new
     last = np.r_[first[1:] - 1, s.size - 1]
     return s[first], run_end[last]
 
@@ -57,6 +59,7 @@ def union_length_by_group(groups: np.ndarray, starts: np.ndarray, ends: np.ndarr
         return groups.copy(), np.zeros(0, dtype=np.int64)
     order = np.lexsort((starts, groups))
     g, s, e = groups[order], starts[order], ends[order]
+    del order, groups, starts, ends       # the caller's arrays stay where it holds them
     group_start = np.empty(g.size, dtype=bool)
     group_start[0] = True
     group_start[1:] = g[1:] != g[:-1]
@@ -76,12 +79,19 @@ def _grouped_cummax(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
     ``maximum.accumulate`` after lifting each group above all values of the groups before it."""
     if values.size == 0:
         return values.astype(np.int64)
-    gid = np.cumsum(group_start) - 1
+    gid = np.cumsum(group_start, dtype=np.int64)
+    gid -= 1
     base = int(values.min())
     span = int(values.max()) - base + 1
     if span * (int(gid[-1]) + 1) < 2**62:
-        lift = gid * span
-        return np.maximum.accumulate(values - base + lift) - lift + base
+        lift = gid
+        lift *= span                      # in place: at 10^7 ops each temporary is 80 MB
+        out = values - base
+        out += lift
+        np.maximum.accumulate(out, out=out)
+        out -= lift
+        out += base
+        return out
     return pd.Series(values).groupby(gid).cummax().to_numpy(dtype=np.int64)
 
 

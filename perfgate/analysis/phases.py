@@ -113,10 +113,16 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> np
     for one in np.unique(p):                                        # processes, not steps or rows
         a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
         mine = np.flatnonzero(pid == one)
-        k = np.searchsorted(s[a:b], t[mine], side="right") - 1
+        tm = t[mine]
+        k = np.searchsorted(s[a:b], tm, side="right")
+        k -= 1
         ok = k >= 0
-        ok[ok] = t[mine][ok] <= e[a:b][k[ok]]
-        inst[mine[ok]] = order[a + k[ok]]
+        ok[ok] = tm[ok] <= e[a:b][k[ok]]
+        del tm                                                      # peak memory: 8 B per event
+        mine, k = mine[ok], k[ok]
+        del ok
+        k += a
+        inst[mine] = order[k]
     return inst
 
 
@@ -132,10 +138,13 @@ def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps) -> np.ndarray:
     hit = inst >= 0
     if not hit.any():
         return busy
-    rows = traced[hit]
+    rows, group = traced[hit], inst[hit]
+    del traced, inst, hit                 # peak memory: each is 10^7 ops * 8 B at 10^7
     dev_codes, dev_idx = np.unique(ops.device_id[rows], return_inverse=True)
     ndev = max(len(dev_codes), 1)
-    group = inst[hit] * ndev + dev_idx
+    group *= ndev
+    group += dev_idx
+    del dev_idx
     codes, lengths = union_length_by_group(group, ops.start[rows], ops.end[rows])
     np.add.at(busy, codes // ndev, lengths)
     return busy

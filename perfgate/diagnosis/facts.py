@@ -16,7 +16,7 @@ from perfgate.analysis.phases import phase_instances
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
-from perfgate.gpu_ops import KERNEL, MEMCPY
+from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
 from perfgate.model import Analysis, KernelStat
 
 if TYPE_CHECKING:
@@ -108,6 +108,33 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
     return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
 
 
+def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream: np.ndarray, kstart: np.ndarray,
+                 kend: np.ndarray, kdev: np.ndarray, kstream: np.ndarray) -> tuple[int, int]:
+    """(copy ns overlapping kernels of the same GPU, copy ns on a stream that runs kernels)."""
+    overlap_ns, on_compute_ns = 0, 0
+    for dev in pd.unique(cdev):                               # devices, not copies
+        mine = cdev == dev
+        on_dev = kdev == dev
+        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
+        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
+        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
+        on_compute_ns += int((cend[on] - cstart[on]).sum())
+    return overlap_ns, on_compute_ns
+
+
+def _window_idle(launched: GpuOps, phases: pd.DataFrame, lo: int, hi: int) -> tuple[int, float, dict[str, float], int] | None:
+    """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
+    None when no op overlaps the window. Only the columns needed, cut to the window (never a copy
+    of every column of every op), freed on return."""
+    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
+    if sel.size == 0:
+        return None
+    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
+    device, pid = launched.device_id[sel], launched.pid[sel]
+    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
+    return int(sel.size), idle_ns, idle_phase_ns, max(np.unique(device).size, 1)
+
+
 def _idle_by_phase(device: np.ndarray, start: np.ndarray, end: np.ndarray, pid: np.ndarray,
                    phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
@@ -148,6 +175,7 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
     # kernels sorted by (process, launch time); each step is a slice [lo, hi) of them
     korder = np.lexsort((t, kpid))
     kpid, kt, kname = kpid[korder].astype(np.int64), t[korder], kname[korder]
+    del korder                                   # peak memory: 8 B per kernel
     base = np.searchsorted(kpid, st_pid, side="left")
     top = np.searchsorted(kpid, st_pid, side="right")
     lo = np.empty(len(step_rows), dtype=np.int64)
@@ -158,12 +186,19 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
         lo[m] = a + np.searchsorted(kt[a:b], st_start[m], side="left")
         hi[m] = a + np.searchsorted(kt[a:b], st_end[m], side="left")
     sizes = np.maximum(hi - lo, 0)
-    step_of = np.repeat(np.arange(sizes.size), sizes)
-    names = kname[np.arange(sizes.sum()) + np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)]
+    at = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
+    at += np.arange(at.size)
+    names = kname[at]
+    del at, kpid, kt, kname
     # each step's set: its distinct names, sorted; a set is identified by (size, hash) and
     # confirmed element by element against the most common one
     codes, code_idx = np.unique(names, return_inverse=True)
-    flat = np.unique(step_of * max(codes.size, 1) + code_idx)       # distinct (step, name) pairs
+    del names
+    step_of = np.repeat(np.arange(sizes.size), sizes)
+    step_of *= max(codes.size, 1)
+    step_of += code_idx
+    flat = np.unique(step_of)                    # distinct (step, name) pairs
+    del step_of
     pairs = np.stack([flat // max(codes.size, 1), codes[flat % max(codes.size, 1)]], axis=1) \
         if flat.size else np.zeros((0, 2), dtype=np.int64)
     code_idx = flat % max(codes.size, 1)
@@ -195,21 +230,25 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     if not trace.has_gpu:
         return TraceFacts(steps=n)
     launched, api = trace.gpu((lo, hi))
-    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
-    if sel.size == 0:
+    steps = measured_iterations(trace.nvtx, analysis.steps)
+    phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
+    # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
+    window = _window_idle(launched, phases, lo, hi)
+    if window is None:
         return TraceFacts(steps=n)
-    # only the columns needed, cut to the window (never a copy of every column of every op)
-    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
-    kind, device, pid = launched.kind[sel], launched.device_id[sel], launched.pid[sel]
+    gpu_ops, idle_ns, idle_phase_ns, ndev = window
     # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
     when = launched.launch_time()
     own = np.flatnonzero((when >= lo) & (when <= hi))
+    del when
     kind_own = launched.kind[own]
     ki = own[kind_own == KERNEL]
     kstart, kend, kdev = launched.start[ki], launched.end[ki], launched.device_id[ki]
     kstream, kname, kpid = launched.stream_id[ki], launched.name_id[ki], launched.pid[ki]
-    kapi = launched.api_start[ki]
+    # a kernel's launch time: its call's start, its own start where the launch was not traced
+    klaunch = launched.api_start[ki]
+    klaunch = np.where(klaunch >= 0, klaunch, kstart)
     dur_ms = (kend - kstart) / 1e6
     by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
     stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
@@ -220,15 +259,11 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     c = own[(kind_own == MEMCPY) & (launched.copy_kind[own] == H2D_COPY_KIND)]
     cstart, cend, cdev, cstream = launched.start[c], launched.end[c], launched.device_id[c], launched.stream_id[c]
     copy_ns = int((cend - cstart).sum())
-    overlap_ns, on_compute_ns = 0, 0
-    for dev in pd.unique(cdev):                               # devices, not copies
-        mine = cdev == dev
-        on_dev = kdev == dev
-        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
-        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
-        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
-        on_compute_ns += int((cend[on] - cstart[on]).sum())
+    overlap_ns, on_compute_ns = _h2d_overlap(cstart, cend, cdev, cstream, kstart, kend, kdev, kstream)
     pageable = int((launched.src_kind[c] == PAGEABLE_MEMORY_KIND).sum())
+    d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
+    kernels = int(ki.size)
+    del own, kind_own, ki, kstart, kend, kdev, kstream   # peak memory: what follows needs none of them
 
     assert api is not None
     names = {i: api_name(trace.string(i)) for i in api.count_by_name_open}
@@ -237,8 +272,6 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     sync_ns = sum(api.ns_by_name_open[i] for i in syncs)
     sync_memcpy = sum(api.count_by_name_open[i] for i, name in names.items() if SYNC_MEMCPY_RE.match(name))
 
-    steps = measured_iterations(trace.nvtx, analysis.steps)
-    phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
     h2d = phases[phases["phase"] == H2D_PHASE] if len(phases) else phases
     h2d_syncs = 0
     for tid, ranges in h2d.groupby("global_tid", sort=False):   # threads, not ranges
@@ -246,29 +279,19 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         i = np.searchsorted(t, ranges["start"].to_numpy(), side="left")
         j = np.searchsorted(t, ranges["end"].to_numpy(), side="right")
         h2d_syncs += int((j - i).sum())
-    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
-    ndev = max(np.unique(device).size, 1)
-    # a kernel's launch time: its call's start, its own (cut) start where the launch was not traced
-    changes, empty_steps = _kernel_set_changes(np.where(kapi >= 0, kapi, kstart), kpid, kname, steps)
-    kernel_where = _where(phases, steps, kpid, np.where(kapi >= 0, kapi, kstart))
-    by_phase: dict[str, dict[str, list[float]]] = {}
-    if ki.size:
-        census = pd.DataFrame({"where": kernel_where, "name": kname, "ms": dur_ms}).groupby(["where", "name"])["ms"]
-        for (where, name_id), count, total in zip(census.size().index, census.size(), census.sum()):
-            if where is not None:
-                by_phase.setdefault(where, {})[trace.string(int(name_id))] = [count / n, float(total) / n]
+    changes, empty_steps = _kernel_set_changes(klaunch, kpid, kname, steps)
+    by_phase = _kernels_by_phase(trace, phases, steps, kpid, klaunch, kname, dur_ms, n)
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
     for where in sync_where:
         if where is not None:
             syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
-    d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
     return TraceFacts(
         kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=_dataloader_workers(trace),
-        steps=n, gpu_ops=int(sel.size),
+        steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
-        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else int(ki.size) / n,
+        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else kernels / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
         h2d_copies_per_step=int(c.size) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
@@ -285,22 +308,53 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
 
 
 
-def _where(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
-    """Per event (process, time): the phase open then, STEP_CODE inside a measured iteration but
-    in none of its phases, None outside the measured iterations."""
+def _kernels_by_phase(trace: Trace, phases: pd.DataFrame, steps: pd.DataFrame, kpid: np.ndarray,
+                      t: np.ndarray, kname: np.ndarray, dur_ms: np.ndarray, n: int) -> dict[str, dict[str, list[float]]]:
+    """Place (phase or STEP_CODE) -> kernel name -> [launches, ms] per step, places and names in
+    sorted order; kernels launched outside the measured iterations are left out. Grouped on integer
+    codes (places numbered in sorted order), never on a column of strings."""
+    code, labels = _where_codes(phases, steps, kpid, t)
+    keep = np.flatnonzero(code >= 0)
+    by_phase: dict[str, dict[str, list[float]]] = {}
+    if keep.size == 0:
+        return by_phase
+    # one int64 key per (place, name), ordered as the pair: name ids from -1 up shifted by one
+    span = int(kname.max()) + 2
+    key = code[keep] * span
+    key += kname[keep]
+    key += 1
+    census = pd.Series(dur_ms[keep]).groupby(key)
+    for k, count, total in zip(census.size().index.tolist(), census.size(), census.sum()):
+        where, name_id = divmod(k, span)
+        by_phase.setdefault(labels[where], {})[trace.string(name_id - 1)] = [count / n, float(total) / n]
+    return by_phase
+
+
+def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per event (process, time): the place it happened as a code into the sorted labels (the phase
+    open then, STEP_CODE inside a measured iteration but in none of its phases), -1 outside the
+    measured iterations."""
     from perfgate.analysis.phases import open_instance
 
-    out: list[str | None] = [None] * int(t.size)
     if t.size == 0:
-        return out
+        return np.zeros(0, dtype=np.int64), []
     iters = steps.assign(end=steps["period_end"]) if "period_end" in steps.columns else steps
     in_step = open_instance(iters.reset_index(drop=True), pid, t) >= 0
     inst = open_instance(phases.reset_index(drop=True), pid, t) if len(phases) else np.full(t.size, -1)
-    names = np.append(phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object),
-                      None)                               # position -1: no phase
-    where = names[inst].astype(object)
-    where[(inst < 0) & in_step] = STEP_CODE
-    return list(where)
+    phase_names = phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object)
+    labels, rank = np.unique(np.append(phase_names, STEP_CODE).astype(object), return_inverse=True)
+    codes = np.append(rank[:-1], -1).astype(np.int64)      # position -1: no phase
+    code = codes[inst]
+    code[(inst < 0) & in_step] = rank[-1]
+    return code, labels.tolist()
+
+
+def _where(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
+    """Per event (process, time): the phase open then, STEP_CODE inside a measured iteration but
+    in none of its phases, None outside the measured iterations."""
+    code, labels = _where_codes(phases, steps, pid, t)
+    named = np.array([*labels, None], dtype=object)       # position -1: None
+    return list(named[code])
 
 
 def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
