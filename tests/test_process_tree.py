@@ -111,9 +111,15 @@ class _TreeWatcher:
         self._thread.join()
 
 
+def _default_sigint() -> None:
+    # a test run started in the background of a non-interactive shell inherits SIGINT ignored (POSIX:
+    # asynchronous commands ignore it), and so would the gate: give it the terminal's default
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _gate(root: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "HANG_DIR": str(root)}
-    return subprocess.Popen([sys.executable, *args], cwd=root, env=env, text=True,
+    return subprocess.Popen([sys.executable, *args], cwd=root, env=env, text=True, preexec_fn=_default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
