@@ -59,7 +59,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
     sel = select_steps(trace.nvtx, options.step_pattern, options.warmup_steps, str(trace.path))
     measured = sel.measured
-    lo, hi = int(measured["start"].min()), int(measured["period_end"].max())   # the host window
+    lo, hi = sel.window
     busy = projected = work = None
     ops = trace.ops
     if len(ops):

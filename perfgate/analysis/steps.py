@@ -127,6 +127,11 @@ class StepSelection:
     warmup_skipped: int       # per process
     warnings: tuple[str, ...]
 
+    @property
+    def window(self) -> tuple[int, int]:
+        """Host time of the measured steps: the first one's start to the last period's end."""
+        return int(self.measured["start"].min()), int(self.measured["period_end"].max())
+
 
 def top_level_mask(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """True for intervals not contained in another interval of the same thread."""
@@ -313,8 +318,8 @@ def step_stats(sel: StepSelection, batch_size: int | None, period_ns: np.ndarray
         warmup_skipped=sel.warmup_skipped,
         durations_ms=tuple(float(x) for x in period_ns / 1e6),
         summary_ms=summarize(period_ns / 1e6),
-        window_start_ns=int(m["start"].min()),
-        window_end_ns=int(m["period_end"].max()),
+        window_start_ns=sel.window[0],
+        window_end_ns=sel.window[1],
         batch_size=batch_size,
         samples_per_s=samples_per_s,
         source=sel.source,

@@ -36,7 +36,6 @@ from perfgate.model import Analysis, MetricComparison, Verdict
 AnalysisLike = Analysis | Mapping[str, Any]
 
 KERNEL_DELTAS_SHOWN = 10
-NEW_FINDING_WEIGHT = 2.0        # a rule that newly fires outranks one that already fired
 MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a reason
 
 # What a newly firing rule says about the change (the seed-003 optimization ladder, reversed).
@@ -61,10 +60,6 @@ NEW_RULE_PHRASES: dict[str, str] = {
 # A newly firing rule whose own cause names a setting the traces cannot see change: the reason
 # names what they do show (the loop waits for data; how many workers it has is not in the trace).
 REASON_CAUSES = {"dataloader_blocking": "input pipeline"}
-
-
-def _pos(x: float) -> float:
-    return x if x > 0 else 0.0
 
 
 def _rule_delta_ms(rule: str, base: Analysis, cur: Analysis) -> float:
