@@ -44,11 +44,29 @@ KILL_GRACE_S = 10.0
 AUTO_PYTORCH_TRACE: str | None = "functions-trace"
 
 
-def resolve_trace(trace: str, gpu_count: int) -> str:
-    """The nsys ``--trace`` set: ``auto`` is ``cuda,nvtx,osrt`` with a GPU, ``nvtx,osrt`` without."""
+#: The two kinds of launch: ``timing`` launches measure step and CPU phase times with tracing that
+#: costs (nearly) nothing; a ``profile`` launch traces CUDA for GPU idle, GPU time per phase,
+#: kernels, copies and the diagnosis. Measured on the H100 (benchmarks/capture_overhead.py, README):
+#: ``nvtx`` changed a launch-bound HF Trainer iteration by +0.4 %, ``cuda,nvtx`` by +5.3 % and
+#: ``cuda,nvtx,osrt`` by +21 %. Nothing perfgate reports needs ``osrt``.
+TIMING, PROFILE = "timing", "profile"
+AUTO_TRACE = {TIMING: "nvtx", PROFILE: "cuda,nvtx"}
+
+
+def resolve_trace(trace: str, gpu_count: int, kind: str = TIMING) -> str:
+    """The nsys ``--trace`` set of a launch of ``kind``: ``auto`` is ``nvtx`` for timing launches
+    and ``cuda,nvtx`` for the profile launch (which only a machine with a GPU takes); any other
+    setting is used as given for every launch."""
     if trace != "auto":
         return trace
-    return "cuda,nvtx,osrt" if gpu_count > 0 else "nvtx,osrt"
+    return AUTO_TRACE[kind] if gpu_count > 0 else AUTO_TRACE[TIMING]
+
+
+def profile_launch_wanted(settings: Settings, gpu_count: int) -> bool:
+    """Whether a gate run takes a CUDA-traced profile launch besides its timing launches: with a GPU,
+    ``trace = "auto"`` and ``profile = "auto"``. A trace set given by the user is used for every
+    launch instead (they all measure the same way, as before)."""
+    return gpu_count > 0 and settings.trace == "auto" and settings.profile == "auto"
 
 
 def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = ()) -> list[str]:
@@ -167,8 +185,10 @@ def run_capture(
     *,
     cwd: Path | None = None,
     extra_args: Sequence[str] = (),
+    kind: str = TIMING,
 ) -> Capture:
-    """Run ``spec`` once under nsys; artifacts go to ``launch_dir`` (created).
+    """Run ``spec`` once under nsys as a launch of ``kind`` (its trace set: :func:`resolve_trace`);
+    artifacts go to ``launch_dir`` (created).
 
     nsys runs under perfgate's supervisor (perfgate.process_tree): on success, failure, timeout,
     Ctrl-C or SIGTERM its whole process tree ends. Whatever happened, the launch folder is then
@@ -187,7 +207,7 @@ def run_capture(
     launch_dir.mkdir(parents=True, exist_ok=True)
     output = launch_dir / REPORT_STEM
     cmd = nsys_command(
-        nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count),
+        nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count, kind),
         capture_range=settings.capture_range, pytorch=pytorch, extra_args=extra_args,
     )
     log_path = launch_dir / "workload.log"

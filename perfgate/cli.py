@@ -91,7 +91,16 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``baseline update`` (same meaning as the pytest options)."""
     add = parser.add_argument
     add("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
-    add("--launches", type=int, default=None, metavar="N", help="launches per workload (default 3)")
+    add("--launches", type=int, default=None, metavar="N",
+        help="a fixed design: exactly N timing launches per workload (sets the three options below)")
+    add("--min-launches", type=int, default=None, metavar="N", help="timing launches before the first look (default 1)")
+    add("--max-launches", type=int, default=None, metavar="N",
+        help="most timing launches: one more per look while the verdict is unclear (default 5)")
+    add("--record-launches", type=int, default=None, metavar="N", help="launches recorded into a baseline (default 5)")
+    add("--budget", dest="budget_s", type=float, default=None, metavar="SECONDS",
+        help="no new launch after this many seconds per workload (default 0: no limit)")
+    add("--profile", default=None, choices=("auto", "off"),
+        help="the CUDA-traced profile launch (default auto: with a GPU)")
     add("--baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
     add("--artifacts-dir", default=None, metavar="DIR", help="nsys reports and logs (default .perfgate/runs)")
     add("--report-dir", default=None, metavar="DIR", help="report files (default .perfgate/report)")
@@ -156,9 +165,11 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     update = args.update_baseline if update is None else update
     results = []
     for spec in specs:
-        print(f"perfgate: running {spec.full_name} ({settings.launches} launch{'es' if settings.launches != 1 else ''})",
-              file=sys.stderr, flush=True)
-        results.append(run_workload(spec, settings, update_baseline=update))
+        most = settings.record_launches if update else settings.max_launches
+        how = f"{most} launches, recording" if update else f"{settings.min_launches} to {most} launches"
+        print(f"perfgate: running {spec.full_name} ({how})", file=sys.stderr, flush=True)
+        results.append(run_workload(spec, settings, update_baseline=update,
+                                    progress=lambda line: print(f"perfgate: {line}", file=sys.stderr, flush=True)))
     _print_results(results, settings.strict)
     reports_written = _write_reports(results, settings.report_dir)
     if not reports_written or any(r.verdict.value == "ERROR" for r in results):
@@ -242,7 +253,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     """Settings from pyproject/env with this command's options on top."""
     from perfgate.config import find_pyproject, load_settings, parse_tolerance_option
 
-    keys = ("launches", "baseline_dir", "artifacts_dir", "report_dir", "nsys", "trace", "timeout_s", "size", "strict")
+    keys = ("launches", "min_launches", "max_launches", "record_launches", "budget_s", "profile", "baseline_dir", "artifacts_dir", "report_dir", "nsys", "trace", "timeout_s", "size", "strict")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     overrides["tolerance"] = dict(parse_tolerance_option(t) for t in getattr(args, "tolerance", []))
     overrides["selected"] = getattr(args, "workloads", [])

@@ -18,6 +18,7 @@ from typing import Any
 from perfgate.errors import ConfigError
 from perfgate.model import Tolerance
 from perfgate.names import check_name
+from perfgate.sequential import LaunchBudget
 
 try:  # Python 3.11+
     import tomllib
@@ -38,7 +39,12 @@ GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
     "trace": ("str", "auto"),
     "capture_range": ("str", "none"),
     "timeout_s": ("float", 900.0),
-    "launches": ("int", 3),
+    "launches": ("int", None),         # a fixed design: exactly N launches (sets the three below)
+    "min_launches": ("int", 1),
+    "max_launches": ("int", 5),
+    "record_launches": ("int", 5),
+    "budget_s": ("float", 0.0),
+    "profile": ("str", "auto"),
     "warmup_steps": ("int", None),
     "size": ("str", "auto"),
     "strict": ("bool", False),
@@ -84,10 +90,15 @@ class Settings:
     artifacts_dir: Path
     report_dir: Path
     nsys: str | None = None
-    trace: str = "auto"                   # "auto": cuda,nvtx,osrt with a GPU, nvtx,osrt without
+    trace: str = "auto"                   # "auto": timing launches nvtx, a CUDA profile launch on a GPU
     capture_range: str = "none"           # none | cudaProfilerApi | nvtx:<range name>
     timeout_s: float = 900.0
-    launches: int = 1
+    launches: int | None = None           # a fixed design of N launches: min = max = record = N
+    min_launches: int = 1                 # timing launches before the first look (perfgate.sequential)
+    max_launches: int = 5                 # timing launches at most, one more per look while INCONCLUSIVE
+    record_launches: int = 5              # timing launches recorded into a new baseline
+    budget_s: float = 0.0                 # no new launch after this many seconds (0: no limit)
+    profile: str = "auto"                 # the CUDA-traced profile launch: auto (with a GPU and trace auto) | off
     warmup_steps: int | None = None
     size: str = "auto"
     strict: bool = False
@@ -99,6 +110,11 @@ class Settings:
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
     pyproject: Path | None = None
+
+    @property
+    def budget(self) -> LaunchBudget:
+        """The launches a gate run may take (perfgate.sequential)."""
+        return LaunchBudget(self.min_launches, self.max_launches, self.budget_s)
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -162,6 +178,13 @@ def load_settings(
         if kind == "path" and value is not None:
             value = (root / value).resolve()
         values[key] = value
+    if values["launches"] is not None:   # a fixed design: exactly this many launches, no looks between
+        n = values["launches"]
+        values.update(min_launches=n, max_launches=n, record_launches=n)
+    if values["max_launches"] < values["min_launches"]:
+        raise ConfigError(f"max_launches ({values['max_launches']}) is below min_launches "
+                          f"({values['min_launches']}): the most launches a run may take must be at least "
+                          "the launches it starts with")
 
     tolerances = parse_tolerances(table.get("tolerance", {}), f"{where.rstrip(']')}.tolerance]")
     tolerances.update(parse_tolerances(overrides.get("tolerance") or {}, "option --perfgate-tolerance"))
@@ -299,8 +322,12 @@ def _check_global(key: str, value: Any, where: str) -> None:
         problem = f"expected one of {', '.join(SIZES)}"
     elif key == "timeout_s" and value <= 0:
         problem = "expected a positive number"
-    elif key == "launches" and value < 1:
+    elif key in ("launches", "min_launches", "max_launches", "record_launches") and value is not None and value < 1:
         problem = "expected a whole number >= 1"
+    elif key == "budget_s" and not (value >= 0 and math.isfinite(value)):
+        problem = "expected a number of seconds >= 0 (0: no limit)"
+    elif key == "profile" and value not in ("auto", "off"):
+        problem = "expected auto or off"
     elif key == "warmup_steps" and value < 0:
         problem = "expected a whole number >= 0"
     elif key == "alpha" and not 0 < value < 1:

@@ -296,7 +296,7 @@ class WorkloadResult:
     workload: str
     verdict: Verdict
     comparisons: list[MetricComparison] = field(default_factory=list)
-    analyses: list[Analysis] = field(default_factory=list)
+    analyses: list[Analysis] = field(default_factory=list)   # the timing launches
     machine: MachineInfo | None = None
     baseline_path: Path | None = None
     baseline_step_times_ms: list[float] = field(default_factory=list)  # for per-step charts
@@ -306,6 +306,7 @@ class WorkloadResult:
     variant: str | None = None
     wall_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    profile: Analysis | None = None   # the CUDA-traced profile launch (GPU metrics, diagnosis), if taken
 
     @property
     def name(self) -> str:

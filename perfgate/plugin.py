@@ -31,6 +31,8 @@ _OPTION_KEYS = {
     "perfgate_artifacts_dir": "artifacts_dir", "perfgate_report_dir": "report_dir",
     "perfgate_nsys": "nsys", "perfgate_trace": "trace", "perfgate_timeout": "timeout_s",
     "perfgate_size": "size", "perfgate_autostep": "autostep",
+    "perfgate_min_launches": "min_launches", "perfgate_max_launches": "max_launches",
+    "perfgate_record_launches": "record_launches", "perfgate_budget": "budget_s", "perfgate_profile": "profile",
 }
 
 
@@ -46,7 +48,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--perfgate-workload", action="append", default=[], metavar="NAME",
         help="run only this workload (NAME or NAME[variant]; repeatable; default: all enabled)")
     add("--perfgate-launches", type=int, default=None, metavar="N",
-        help="launches (separate processes) per workload (default 3, [tool.perfgate] launches)")
+        help="a fixed design: exactly N timing launches per workload, recording included "
+             "(sets the three options below; [tool.perfgate] launches)")
+    add("--perfgate-min-launches", type=int, default=None, metavar="N",
+        help="timing launches before the first comparison (default 1)")
+    add("--perfgate-max-launches", type=int, default=None, metavar="N",
+        help="most timing launches per workload: one more per look while the verdict is unclear (default 5)")
+    add("--perfgate-record-launches", type=int, default=None, metavar="N",
+        help="timing launches recorded into a new baseline (default 5)")
+    add("--perfgate-budget", type=float, default=None, metavar="SECONDS",
+        help="no new launch of a workload after this many seconds (default 0: no limit)")
+    add("--perfgate-profile", default=None, choices=("auto", "off"),
+        help="the CUDA-traced profile launch for GPU metrics and the diagnosis (default auto: with a GPU)")
     add("--perfgate-baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
     add("--perfgate-artifacts-dir", default=None, metavar="DIR",
         help="where nsys reports and logs go (default .perfgate/runs)")
@@ -54,7 +67,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where junit/markdown/json reports go (default .perfgate/report)")
     add("--perfgate-nsys", default=None, metavar="PATH", help="the nsys executable (default: found)")
     add("--perfgate-trace", default=None, metavar="LIST",
-        help="nsys --trace set (default auto: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
+        help="nsys --trace set of every launch (default auto: nvtx for timing launches, cuda,nvtx for "
+             "the profile launch)")
     add("--perfgate-timeout", type=float, default=None, metavar="SECONDS",
         help="timeout per launch (default 900)")
     add("--perfgate-size", default=None, choices=("auto", "cpu", "gpu"),
@@ -254,13 +268,31 @@ def _specs(settings: Settings, names: Sequence[str]) -> list[WorkloadSpec]:
     return select_workloads(discover_workloads(settings, gpus), list(names))
 
 
+def _progress(config: pytest.Config) -> Any:
+    """A progress line printer that reaches the terminal while pytest captures the test's output
+    (quiet under -qq)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if reporter is None or config.get_verbosity() < -1:
+        return None
+
+    def say(line: str) -> None:
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(f"perfgate: {line}")
+        else:
+            reporter.write_line(f"perfgate: {line}")
+    return say
+
+
 def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
     from perfgate.pipeline import result_fails, run_workload
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
-    result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"))
+    result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"),
+                          progress=_progress(config))
     config.stash[RESULTS_KEY].append(result)
     if result_fails(result, settings.strict):
         raise PerfgateFailure(failure_message(result))

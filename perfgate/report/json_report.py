@@ -87,6 +87,7 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
         "baseline_step_times_ms": list(r.baseline_step_times_ms),
         "comparisons": [asdict(c) for c in r.comparisons],
         "analyses": [a.to_dict() for a in r.analyses],
+        "profile": None if r.profile is None else r.profile.to_dict(),
         "extra": r.extra,
     })
 

@@ -51,7 +51,20 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
     for r in results:
         counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows)]
+    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows), *summary_notes(results)]
+
+
+def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
+    """What a reader of the summary must see besides failures: what a recording recorded (and what
+    the workload's noise lets the gate catch), why an INCONCLUSIVE verdict could not decide and what
+    to do, and warnings (e.g. a workload too noisy for its tolerance)."""
+    lines: list[str] = []
+    for r in results:
+        if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
+            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.strip()]
+        elif not r.failed:
+            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.startswith("warning:")]
+    return lines
 
 
 def failure_message(result: WorkloadResult) -> str:
