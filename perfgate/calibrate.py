@@ -206,7 +206,7 @@ def evaluate_pools(
 Launch = Callable[[str, Sequence[str]], tuple[Mapping[str, float], float]]
 
 
-def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], phase: str,
+def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], phase: str, knob: str = "--slow-ms",
               log: Callable[[str], None] = lambda s: None) -> tuple[dict[str, list[dict[str, float]]], dict[str, float], list[float]]:
     """Run the A/A pool and one pool per injected percentage, interleaved round by round so slow
     drift hits every pool alike. The first A/A launch sizes the injections (MS = pct/100 × its median
@@ -219,7 +219,7 @@ def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], ph
     walls.append(wall)
     step_ms = float(metrics["step_time_ms"])
     labels = {f"+{pct:g}%": pct / 100.0 for pct in inject_pcts}
-    args = {label: ("--slow-phase", phase, "--slow-ms", f"{frac * step_ms:.3f}") for label, frac in labels.items()}
+    args = {label: ("--slow-phase", phase, knob, f"{frac * step_ms:.3f}") for label, frac in labels.items()}
     for label in labels:
         pools[label] = []
     log(f"A/A median step {step_ms:.2f} ms; injecting " + ", ".join(f"{a[3]} ms ({lab})" for lab, a in args.items()))
@@ -351,6 +351,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--k", dest="k_values", default="3,5", metavar="KS", help="launches per side to evaluate")
     p.add_argument("--max-comparisons", type=int, default=500, metavar="N",
                    help="comparisons per pool and k, and simulated gate runs per pool (default 500)")
+    p.add_argument("--inject-on", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu: a sleep in the phase (--slow-ms); gpu: a spinning GPU kernel launched in it "
+                        "(--slow-gpu-ms), which slows a GPU-bound step where a sleep hides (default cpu)")
     p.add_argument("--workload-args", default="", metavar="ARGS",
                    help="extra arguments for every launch of the workload (one string, split like a shell)")
     p.add_argument("--pool", type=int, default=None, metavar="N",
@@ -394,6 +397,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             out = args.out or run_dir
             pools, injected, walls = run_pools(
                 capture_launch(spec, settings, run_dir, shlex.split(args.workload_args)), launches=n, inject_pcts=pcts, phase=phase,
+                knob="--slow-gpu-ms" if args.inject_on == "gpu" else "--slow-ms",
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     except PerfgateError as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)

@@ -438,7 +438,13 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     if not launches:
         raise TraceError(f"{path}: contains no measured launches (an errored run?)")
     field = "analyses[{k}].metrics" if isinstance(doc.get("analyses"), list) else "metrics"
-    return [checked_metrics(m, f"{path}: {field.format(k=k)}") for k, m in enumerate(launches)]
+    timing = [checked_metrics(m, f"{path}: {field.format(k=k)}") for k, m in enumerate(launches)]
+    profile = doc.get("profile")
+    if isinstance(profile, dict) and isinstance(profile.get("metrics"), dict):   # the CUDA profile launch
+        measured = {name for m in timing for name in m}
+        gpu = checked_metrics(profile["metrics"], f"{path}: profile.metrics", profile=True)
+        timing.append({name: v for name, v in gpu.items() if name not in measured})
+    return timing
 
 
 def _single_result(doc: Any, path: Path) -> Any:

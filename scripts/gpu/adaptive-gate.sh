@@ -49,7 +49,7 @@ PY
 elif [ "$mode" = calibrate ]; then
   pool=$1; shift
   start=$(date +%s.%N)
-  python3 -m perfgate calibrate "$name" --pool "$pool" --inject 3 --phase forward --k 1,3 \
+  python3 -m perfgate calibrate "$name" --pool "$pool" --inject 3 --phase forward --k 1,3 --inject-on gpu \
     --workload-args "$*" --out "$OUT/calibrate-$name" > "$OUT/calibrate-$name.log" 2>&1
   echo "[calibrate $name] exit $?, wall $(python3 -c "import time;print('%.1f' % (time.time()-$start))") s"
   cat "$OUT/calibrate-$name/calibration.md" 2>/dev/null || tail -20 "$OUT/calibrate-$name.log"
