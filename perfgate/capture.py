@@ -63,10 +63,11 @@ def resolve_trace(trace: str, gpu_count: int, kind: str = TIMING) -> str:
 
 
 def profile_launch_wanted(settings: Settings, gpu_count: int) -> bool:
-    """Whether a gate run takes a CUDA-traced profile launch besides its timing launches: with a GPU,
-    ``trace = "auto"`` and ``profile = "auto"``. A trace set given by the user is used for every
+    """Whether a gate run may take a CUDA-traced profile launch besides its timing launches: with a
+    GPU, ``trace = "auto"`` and ``profile`` auto or always (auto takes it when recording and when the
+    timing launches did not PASS: perfgate.pipeline). A trace set given by the user is used for every
     launch instead (they all measure the same way, as before)."""
-    return gpu_count > 0 and settings.trace == "auto" and settings.profile == "auto"
+    return gpu_count > 0 and settings.trace == "auto" and settings.profile in ("auto", "always")
 
 
 def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = ()) -> list[str]:

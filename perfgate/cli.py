@@ -99,8 +99,8 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     add("--record-launches", type=int, default=None, metavar="N", help="launches recorded into a baseline (default 5)")
     add("--budget", dest="budget_s", type=float, default=None, metavar="SECONDS",
         help="no new launch after this many seconds per workload (default 0: no limit)")
-    add("--profile", default=None, choices=("auto", "off"),
-        help="the CUDA-traced profile launch (default auto: with a GPU)")
+    add("--profile", default=None, choices=("auto", "always", "off"),
+        help="the CUDA-traced profile launch, with a GPU (default auto: recording, and runs that did not PASS)")
     add("--baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
     add("--artifacts-dir", default=None, metavar="DIR", help="nsys reports and logs (default .perfgate/runs)")
     add("--report-dir", default=None, metavar="DIR", help="report files (default .perfgate/report)")

@@ -98,7 +98,7 @@ class Settings:
     max_launches: int = 5                 # timing launches at most, one more per look while INCONCLUSIVE
     record_launches: int = 5              # timing launches recorded into a new baseline
     budget_s: float = 0.0                 # no new launch after this many seconds (0: no limit)
-    profile: str = "auto"                 # the CUDA-traced profile launch: auto (with a GPU and trace auto) | off
+    profile: str = "auto"                 # the CUDA profile launch: auto (record; gate runs that did not PASS) | always | off
     warmup_steps: int | None = None
     size: str = "auto"
     strict: bool = False
@@ -326,8 +326,8 @@ def _check_global(key: str, value: Any, where: str) -> None:
         problem = "expected a whole number >= 1"
     elif key == "budget_s" and not (value >= 0 and math.isfinite(value)):
         problem = "expected a number of seconds >= 0 (0: no limit)"
-    elif key == "profile" and value not in ("auto", "off"):
-        problem = "expected auto or off"
+    elif key == "profile" and value not in ("auto", "always", "off"):
+        problem = "expected auto, always or off"
     elif key == "warmup_steps" and value < 0:
         problem = "expected a whole number >= 0"
     elif key == "alpha" and not 0 < value < 1:

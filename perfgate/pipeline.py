@@ -85,6 +85,10 @@ def this_machine(settings: Settings) -> MachineInfo:
 
 
 Progress = Callable[[str], None]
+#: With ``profile = "auto"`` a gate run takes the CUDA profile launch only when there is something to
+#: explain or nothing to compare with: a PASS costs its timing launches alone (GPU metrics gate only
+#: behind step time, so they cannot fail a run whose step time passed).
+PROFILED_VERDICTS = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NEW)
 
 
 def run_workload(
@@ -226,7 +230,8 @@ class _Launcher:
 def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
              settings: Settings) -> tuple[list[Any], str]:
     """Timing launches one at a time, a look after each (perfgate.sequential.run_looks), then the
-    profile launch. Returns the looks and why the launches stopped."""
+    profile launch when ``settings.profile`` asks for it (PROFILED_VERDICTS under auto). Returns the
+    looks and why the launches stopped."""
     from perfgate.sequential import Look, run_looks
 
     def on_look(look: Look) -> None:
@@ -237,7 +242,8 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
     _, looks, reason = run_looks(baseline.launch_metrics if baseline else [],
                                  lambda k: launcher.timing_launch(k).metrics(), policy, settings.budget,
                                  on_look=on_look)
-    launcher.profile_launch()
+    if settings.profile == "always" or looks[-1].outcome.verdict in PROFILED_VERDICTS:
+        launcher.profile_launch()
     return looks, reason
 
 

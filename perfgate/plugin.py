@@ -58,8 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="timing launches recorded into a new baseline (default 5)")
     add("--perfgate-budget", type=float, default=None, metavar="SECONDS",
         help="no new launch of a workload after this many seconds (default 0: no limit)")
-    add("--perfgate-profile", default=None, choices=("auto", "off"),
-        help="the CUDA-traced profile launch for GPU metrics and the diagnosis (default auto: with a GPU)")
+    add("--perfgate-profile", default=None, choices=("auto", "always", "off"),
+        help="the CUDA-traced profile launch for GPU metrics and the diagnosis, with a GPU (default auto: "
+             "when recording and when the timing launches did not PASS)")
     add("--perfgate-baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
     add("--perfgate-artifacts-dir", default=None, metavar="DIR",
         help="where nsys reports and logs go (default .perfgate/runs)")

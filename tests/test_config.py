@@ -44,7 +44,7 @@ def test_a_fixed_launch_count_sets_every_launch_count_and_bad_budgets_are_named(
         load_settings(project(tmp_path / "c", "[tool.perfgate]\nmin_launches = 3\nmax_launches = 2\n"), env={})
     with pytest.raises(ConfigError, match="PERFGATE_BUDGET_S.*seconds >= 0"):
         load_settings(project(tmp_path / "d", ""), env={"PERFGATE_BUDGET_S": "-1"})
-    with pytest.raises(ConfigError, match="option --profile: expected auto or off"):
+    with pytest.raises(ConfigError, match="option --profile: expected auto, always or off"):
         load_settings(project(tmp_path / "e", ""), env={}, overrides={"profile": "sometimes"})
 
 
