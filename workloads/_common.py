@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from perfgate import nvtx
+from workloads import _memory
 from workloads.ladder import MAX_RUNG, rung_knobs
 
 STEP_RANGE = "step"
@@ -132,6 +133,7 @@ class RunResult:
     world_size: int
     step_s: tuple[float, ...]
     last_loss: float
+    gpu_memory: dict[str, Any] | None = None      # workloads/_memory.py (cuda only)
 
     def self_report(self) -> dict[str, Any]:
         """The fields of the ``PERFGATE_SELF_REPORT`` line (docs/ARCHITECTURE.md), plus ``knobs``."""
@@ -149,6 +151,7 @@ class RunResult:
             "samples_per_s": samples / total_s if total_s > 0 else 0.0,
             "ladder_rung": self.knobs.ladder_rung,
             "knobs": self.knobs.as_dict(),
+            **({"gpu_memory": self.gpu_memory} if self.gpu_memory else {}),
         }
 
 
@@ -212,6 +215,7 @@ def build_parser(workload: Workload) -> argparse.ArgumentParser:
     add("--threads", type=_positive_int, help="torch intra-op threads (cpu preset: 1; default: torch's)")
     add("--ladder-rung", type=int, choices=range(MAX_RUNG + 1), metavar="{0..7}",
         help="seed 003's optimization ladder (workloads/ladder.py); explicit flags override it")
+    _memory.add_arguments(parser)
     if workload.add_arguments is not None:
         workload.add_arguments(parser)
     return parser
@@ -350,6 +354,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     loader = make_loader(parts.dataset, knobs, samples, dist, parts.samples_with_replacement)
     batches: Iterator[Any] = iter(loader)
     on_cuda = device.type == "cuda"
+    extras = _memory.StepExtras(knobs.extra, device)     # --retain-outputs, --extra-matmuls
     copier = _OverlapCopier(device, knobs, parts.image_input) if knobs.overlap_copy and on_cuda else None
     autocast = torch.autocast(device_type=device.type, dtype=torch.float16 if on_cuda else torch.bfloat16,
                               enabled=knobs.amp)
@@ -367,6 +372,8 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
         if index == knobs.warmup_steps and knobs.profile_range and on_cuda:
             torch.cuda.synchronize(device)
             torch.cuda.profiler.start()
+        if index == knobs.warmup_steps:
+            _memory.reset_peaks(device)                  # the self-report's peaks: measured steps
         began = time.perf_counter()
         with nvtx.range(STEP_RANGE if measured else WARMUP_RANGE):
             with nvtx.range("data_load"):
@@ -385,6 +392,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
                 with autocast:
                     outputs = model(inputs)
                     loss = parts.loss_fn(outputs, targets)
+                extras.after_forward(outputs)
                 extra("forward")
             with nvtx.range("backward"):
                 loss.backward()
@@ -399,7 +407,8 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     if knobs.profile_range and on_cuda:
         torch.cuda.synchronize(device)
         torch.cuda.profiler.stop()
-    return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value)
+    return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value,
+                     gpu_memory=_memory.gpu_memory_report(device))
 
 
 def print_self_report(result: RunResult) -> None:
