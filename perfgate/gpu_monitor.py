@@ -72,7 +72,7 @@ class PynvmlReader:
     """NvmlReader over the ``pynvml`` module (or an object with its API, for tests)."""
 
     def __init__(self, nvml: Any | None = None) -> None:
-        self._nvml = nvml
+        self._nvml: Any = nvml
         self._handles: list[Any] = []
         self._unsupported: set[str] = set()
 

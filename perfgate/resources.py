@@ -70,7 +70,20 @@ def energy_of(analysis: Analysis, samples: Sequence[Any], session_start_utc_ns: 
     iterations = max(1, round(steps.count / max(1, analysis.processes)))
     report = window_energy(samples, session_start_utc_ns + steps.window_start_ns,
                            session_start_utc_ns + steps.window_end_ns, iterations, steps.batch_size)
-    return {"unavailable": NOT_COVERED} if report is None else {**report.to_dict(), "metrics": report.metrics()}
+    if report is None:
+        return {"unavailable": NOT_COVERED}
+    return {**report.to_dict(), "metrics": report.metrics(),
+            "clock_offset_ms": clock_offset_ms(analysis, session_start_utc_ns)}
+
+
+def clock_offset_ms(analysis: Analysis, session_start_utc_ns: int) -> float | None:
+    """How far the trace's measured window, placed on the wall clock, starts from where the workload
+    says its measured steps began (``window_unix_ns`` in its self-report; None without one): a check
+    of the clock that places the energy window (a few ms: the first step range opens just after)."""
+    reported = (analysis.extra.get("self_report") or {}).get("window_unix_ns")
+    if not (isinstance(reported, list) and len(reported) == 2 and all(isinstance(x, int) for x in reported)):
+        return None
+    return (session_start_utc_ns + analysis.steps.window_start_ns - reported[0]) / 1e6
 
 
 def attach_resources(analysis: Analysis, samples: Sequence[Any], session_start_utc_ns: int | None) -> Analysis:

@@ -197,7 +197,8 @@ def test_energy_and_allocator_memory_attach_to_a_real_trace_analysis(gpu_analysi
     samples = [Sample(t_s=k * 0.1, gpu=0, sm_mhz=1980, temperature_c=50, reasons=0, wall_ns=lo - 10**9 + k * 10**8,
                       power_mw=500_000, energy_mj=500 * k * 100, util_pct=100)
                for k in range(int((hi - lo) / 10**8) + 25)]            # 500 W from 1 s before to after
-    report = {"gpu_memory": {"max_allocated_bytes": 3 * 2**30, "max_reserved_bytes": 4 * 2**30}}
+    report = {"gpu_memory": {"max_allocated_bytes": 3 * 2**30, "max_reserved_bytes": 4 * 2**30},
+              "window_unix_ns": [lo - 2 * MS, hi]}                    # the workload's own clock: 2 ms earlier
     attached = attach_resources(replace(analysis, extra={**analysis.extra, "self_report": report}), samples, start)
     window_s = (steps.window_end_ns - steps.window_start_ns) / 1e9
     metrics = attached.metrics()
@@ -205,6 +206,7 @@ def test_energy_and_allocator_memory_attach_to_a_real_trace_analysis(gpu_analysi
     assert metrics["energy.per_sample_j"] == pytest.approx(500 * window_s / (steps.count * 32), rel=1e-6)
     assert metrics["gpu_memory.peak_allocated_mib"] == 3072.0 and metrics["gpu_memory.peak_reserved_mib"] == 4096.0
     assert attached.extra["energy"]["source"] == "energy counter"
+    assert attached.extra["energy"]["clock_offset_ms"] == pytest.approx(2.0)
     assert attached.extra["gpu_memory"]["gpu_memory.peak_allocated_mib"]["source"].startswith("torch allocator")
     assert "gpu_memory.peak_traced_mib" not in metrics                 # this capture had no --cuda-memory-usage
 

@@ -134,6 +134,7 @@ class RunResult:
     step_s: tuple[float, ...]
     last_loss: float
     gpu_memory: dict[str, Any] | None = None      # workloads/_memory.py (cuda only)
+    window_unix_ns: tuple[int, int] | None = None  # wall clock of the measured steps (energy clock check)
 
     def self_report(self) -> dict[str, Any]:
         """The fields of the ``PERFGATE_SELF_REPORT`` line (docs/ARCHITECTURE.md), plus ``knobs``."""
@@ -152,6 +153,7 @@ class RunResult:
             "ladder_rung": self.knobs.ladder_rung,
             "knobs": self.knobs.as_dict(),
             **({"gpu_memory": self.gpu_memory} if self.gpu_memory else {}),
+            **({"window_unix_ns": list(self.window_unix_ns)} if self.window_unix_ns else {}),
         }
 
 
@@ -367,6 +369,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
 
     step_s: list[float] = []
     loss_value = math.nan
+    window_start_ns = 0
     for index in range(total_steps):
         measured = index >= knobs.warmup_steps
         if index == knobs.warmup_steps and knobs.profile_range and on_cuda:
@@ -374,6 +377,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
             torch.cuda.profiler.start()
         if index == knobs.warmup_steps:
             _memory.reset_peaks(device)                  # the self-report's peaks: measured steps
+            window_start_ns = time.time_ns()
         began = time.perf_counter()
         with nvtx.range(STEP_RANGE if measured else WARMUP_RANGE):
             with nvtx.range("data_load"):
@@ -407,8 +411,9 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     if knobs.profile_range and on_cuda:
         torch.cuda.synchronize(device)
         torch.cuda.profiler.stop()
+    window = (window_start_ns, time.time_ns()) if step_s else None
     return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value,
-                     gpu_memory=_memory.gpu_memory_report(device))
+                     gpu_memory=_memory.gpu_memory_report(device), window_unix_ns=window)
 
 
 def print_self_report(result: RunResult) -> None:

@@ -54,6 +54,7 @@ def summarize(tag: str, result: dict[str, Any], exit_code: str | None, what: str
             "energy_per_sample_j": m.get("energy.per_sample_j"), "energy_per_step_j": m.get("energy.per_step_j"),
             "power_mean_w": m.get("energy.power_mean_w"), "power_peak_w": m.get("energy.power_peak_w"),
             "energy_source": energy.get("source") or energy.get("unavailable"),
+            "clock_offset_ms": energy.get("clock_offset_ms"),
             "sm_mhz_mean": energy.get("sm_mhz_mean"),
             "kernels_per_batch": m.get("kernels_per_step"), "graph_launches_per_batch": gpu.get("graph_launches_per_step"),
             "cuda_api_ms_per_batch": m.get("cuda_api_ms_per_step"),
@@ -100,8 +101,10 @@ def markdown(runs: dict[str, dict[str, Any]]) -> str:
             s = spread(values)
             per = ", ".join(_fmt(v, 4) for v in values) or "-"
             cv = "-" if s is None else f"{s['cv'] * 100:.2f} %"
+            offsets = ", ".join(_fmt(x["clock_offset_ms"], 1) for x in base["launches"])
             out += ["", f"Energy per sample of the baseline's launches: {per} J (CV {cv}); "
-                        f"source: {base['launches'][0]['energy_source'] if base['launches'] else '-'}.", ""]
+                        f"source: {base['launches'][0]['energy_source'] if base['launches'] else '-'}; "
+                        f"trace window vs the workload's own clock: {offsets or '-'} ms.", ""]
     inf = [runs[t] for t in ("infer-eager", "infer-compiled", "infer-lost-compiled") if t in runs]
     if inf:
         out += ["## resnet_infer: eager vs compiled (per batch)", "",
