@@ -89,10 +89,15 @@ def nsys_command(
     pytorch: str | None = None,
     python: str = sys.executable,
     extra_args: Sequence[str] = (),
+    cuda_memory_usage: bool = False,
 ) -> list[str]:
     """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``;
-    ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``."""
+    ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``;
+    ``cuda_memory_usage`` adds ``--cuda-memory-usage=true`` when ``trace`` has ``cuda`` (the
+    trace's peak GPU memory: perfgate.resources)."""
     cmd = [str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none"]
+    if cuda_memory_usage and "cuda" in trace.split(","):
+        cmd.append("--cuda-memory-usage=true")
     if pytorch:
         cmd.append(f"--pytorch={pytorch}")
     if capture_range == "cudaProfilerApi":
@@ -210,6 +215,7 @@ def run_capture(
     cmd = nsys_command(
         nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count, kind),
         capture_range=settings.capture_range, pytorch=pytorch, extra_args=extra_args,
+        cuda_memory_usage=settings.cuda_memory_usage,
     )
     log_path = launch_dir / "workload.log"
     timeout_s = spec.timeout_s or settings.timeout_s

@@ -52,10 +52,11 @@ GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
     "machine_class": ("str", None),
     "autostep": ("bool", True),
     "pytorch_trace": ("str", "off"),
+    "cuda_memory_usage": ("bool", True),
 }
 WORKLOAD_KEYS = frozenset({
     "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
-    "warmup_steps", "timeout_s", "tolerance", "enabled", "variants",
+    "warmup_steps", "timeout_s", "tolerance", "enabled", "variants", "gate_alone",
 })
 TABLE_KEYS = frozenset(GLOBAL_KEYS) | {"tolerance", "workloads"}
 
@@ -78,6 +79,7 @@ class WorkloadConfig:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     enabled: bool = True
     variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    gate_alone: tuple[str, ...] = ()      # metrics (or patterns) that gate on their own, as memory does
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class Settings:
     machine_class: str | None = None      # overrides the detected machine class
     autostep: bool = True                 # NVTX ranges from hooks in the profiled process (perfgate.autostep)
     pytorch_trace: str = "off"            # nsys --pytorch: off | auto | a mode list like functions-trace
+    cuda_memory_usage: bool = True        # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
@@ -267,6 +270,7 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
         tolerances=parse_tolerances(spec.get("tolerance", {}), f"{where} tolerance"),
         enabled=_coerce(spec.get("enabled", True), "bool", f"{where} enabled"),
         variants=variants,
+        gate_alone=_str_list(spec.get("gate_alone", []), f"{where} gate_alone"),
     )
 
 

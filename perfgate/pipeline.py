@@ -33,6 +33,7 @@ from perfgate.config import Settings
 from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
 
@@ -60,7 +61,8 @@ def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> Comp
     from perfgate.compare import ComparePolicy
 
     tolerances = {**settings.tolerances, **(spec.tolerances if spec else {})}
-    return ComparePolicy(tolerances=tolerances, alpha=settings.alpha, strict_new=settings.strict)
+    return ComparePolicy(tolerances=tolerances, alpha=settings.alpha, strict_new=settings.strict,
+                         gate_alone=spec.gate_alone if spec else ())
 
 
 def new_run_dir(artifacts_dir: Path, name: str) -> Path:
@@ -268,6 +270,7 @@ def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: 
     if capture.self_report is not None:
         extra["self_report"] = capture.self_report
     analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
+    analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
     return _diagnosed(analysis, trace)
 
 

@@ -61,6 +61,7 @@ class Trace:
     tables: frozenset[str] = field(default_factory=frozenset)
     columns: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
     capacity: dict[str, int] = field(default_factory=dict, repr=False)
+    session_start_utc_ns: int | None = None   # wall clock (Unix ns) of timestamp 0 (energy windows)
     _con: Any = field(default=None, repr=False)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
@@ -161,7 +162,7 @@ def load_trace(path: str | Path) -> Trace:
     return Trace(path=path, nsys_version=probe["meta"].get("EXPORT_PRODUCT_VERSION"),
                  schema_version=probe["meta"].get("EXPORT_SCHEMA_VERSION"), nvtx=nvtx,
                  strings=probe["strings"], tables=probe["tables"], columns=probe["columns"],
-                 capacity=probe["capacity"], _con=con)
+                 capacity=probe["capacity"], session_start_utc_ns=probe["session_start"], _con=con)
 
 
 def _guarded(path: Path, read: Any) -> Any:
@@ -206,8 +207,12 @@ def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
                 types[name] = int(ident)
     strings = ({int(i): str(v) for i, v in conn.execute("SELECT id, value FROM StringIds")}
                if "StringIds" in tables else {})
+    start = None
+    if "TARGET_INFO_SESSION_START_TIME" in tables:
+        row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        start = int(row[0]) if row and row[0] is not None else None
     return {"tables": tables, "columns": columns, "capacity": capacity, "meta": meta, "types": types,
-            "strings": strings}
+            "strings": strings, "session_start": start}
 
 
 NVTX_COLUMNS = ("row_id", "start", "end", "unterminated", "text", "name", "style", "global_tid",

@@ -32,6 +32,7 @@ class WorkloadSpec:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     variant: str | None = None
     enabled: bool = True
+    gate_alone: tuple[str, ...] = ()      # metrics that gate on their own (compare.ComparePolicy)
 
     @property
     def full_name(self) -> str:
@@ -107,6 +108,7 @@ def _specs_for(config: WorkloadConfig, default_module: str, settings: Settings, 
         timeout_s=config.timeout_s,
         tolerances=dict(config.tolerances),
         enabled=config.enabled,
+        gate_alone=config.gate_alone,
     )
     out = [base]
     for variant, extra in config.variants.items():

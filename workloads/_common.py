@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from perfgate import nvtx
+from workloads import _memory
 from workloads.ladder import MAX_RUNG, rung_knobs
 
 STEP_RANGE = "step"
@@ -134,6 +135,8 @@ class RunResult:
     world_size: int
     step_s: tuple[float, ...]
     last_loss: float
+    gpu_memory: dict[str, Any] | None = None      # workloads/_memory.py (cuda only)
+    window_unix_ns: tuple[int, int] | None = None  # wall clock of the measured steps (energy clock check)
 
     def self_report(self) -> dict[str, Any]:
         """The fields of the ``PERFGATE_SELF_REPORT`` line (docs/ARCHITECTURE.md), plus ``knobs``."""
@@ -151,6 +154,8 @@ class RunResult:
             "samples_per_s": samples / total_s if total_s > 0 else 0.0,
             "ladder_rung": self.knobs.ladder_rung,
             "knobs": self.knobs.as_dict(),
+            **({"gpu_memory": self.gpu_memory} if self.gpu_memory else {}),
+            **({"window_unix_ns": list(self.window_unix_ns)} if self.window_unix_ns else {}),
         }
 
 
@@ -217,6 +222,7 @@ def build_parser(workload: Workload) -> argparse.ArgumentParser:
     add("--threads", type=_positive_int, help="torch intra-op threads (cpu preset: 1; default: torch's)")
     add("--ladder-rung", type=int, choices=range(MAX_RUNG + 1), metavar="{0..7}",
         help="seed 003's optimization ladder (workloads/ladder.py); explicit flags override it")
+    _memory.add_arguments(parser)
     if workload.add_arguments is not None:
         workload.add_arguments(parser)
     return parser
@@ -366,6 +372,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     loader = make_loader(parts.dataset, knobs, samples, dist, parts.samples_with_replacement)
     batches: Iterator[Any] = iter(loader)
     on_cuda = device.type == "cuda"
+    extras = _memory.StepExtras(knobs.extra, device)     # --retain-outputs, --extra-matmuls
     copier = _OverlapCopier(device, knobs, parts.image_input) if knobs.overlap_copy and on_cuda else None
     autocast = torch.autocast(device_type=device.type, dtype=torch.float16 if on_cuda else torch.bfloat16,
                               enabled=knobs.amp)
@@ -382,11 +389,15 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
 
     step_s: list[float] = []
     loss_value = math.nan
+    window_start_ns = 0
     for index in range(total_steps):
         measured = index >= knobs.warmup_steps
         if index == knobs.warmup_steps and knobs.profile_range and on_cuda:
             torch.cuda.synchronize(device)
             torch.cuda.profiler.start()
+        if index == knobs.warmup_steps:
+            _memory.reset_peaks(device)                  # the self-report's peaks: measured steps
+            window_start_ns = time.time_ns()
         began = time.perf_counter()
         with nvtx.range(STEP_RANGE if measured else WARMUP_RANGE):
             with nvtx.range("data_load"):
@@ -405,6 +416,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
                 with autocast:
                     outputs = model(inputs)
                     loss = parts.loss_fn(outputs, targets)
+                extras.after_forward(outputs)
                 extra("forward")
             with nvtx.range("backward"):
                 loss.backward()
@@ -419,7 +431,9 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     if knobs.profile_range and on_cuda:
         torch.cuda.synchronize(device)
         torch.cuda.profiler.stop()
-    return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value)
+    window = (window_start_ns, time.time_ns()) if step_s else None
+    return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value,
+                     gpu_memory=_memory.gpu_memory_report(device), window_unix_ns=window)
 
 
 def print_self_report(result: RunResult) -> None:

@@ -17,9 +17,10 @@ from perfgate.report.digest import (
     fmt_value,
     fmt_worst_phase,
 )
+from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
 SUMMARY_HEADER = ("workload", "verdict", "step time median (base -> current)", "samples/s",
-                  "GPU idle", "worst phase")
+                  "GPU idle", "worst phase", *MEMORY_COLUMNS)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
@@ -46,6 +47,8 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
             fmt_number(d.samples_per_s),
             "-" if d.gpu_idle_fraction is None else f"{d.gpu_idle_fraction * 100:.1f} %",
             fmt_worst_phase(d),
+            memory_cell(r),
+            energy_cell(r),
         ))
     counts: dict[str, int] = {}
     for r in results:
