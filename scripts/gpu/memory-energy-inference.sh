@@ -19,6 +19,7 @@
 # reports.tgz (each run's perfgate-report.json, summary.md, charts and log). Estimated 6-7 minutes
 # on an H100 for `all` (15 launches under nsys; the first compiled launch compiles ResNet-50);
 # `memory energy` and `inference` can run as two calls.
+export PERFGATE_PROFILE=${PERFGATE_PROFILE:-always}   # kernels and traced memory need the CUDA profile launch
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIZE=gpu
