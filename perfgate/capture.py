@@ -179,7 +179,7 @@ def run_capture(
     from perfgate.nsys import export_sqlite, find_nsys
 
     try:
-        nsys = find_nsys(settings.nsys)
+        nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"))
     except NsysNotFoundError as exc:
         raise NsysNotFoundError(f"nsys not found: {exc}") from None
     pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)

@@ -18,6 +18,8 @@ from typing import Any
 from perfgate.errors import ConfigError, PerfgateError
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+# Settings key -> this command line's option (messages name the option the user typed)
+CLI_OPTIONS = {"timeout_s": "--timeout", "tolerance": "--tolerance"}
 PLUGGABLE = ("ab", "calibrate", "report")
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
@@ -58,6 +60,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                          help="tolerance override, e.g. step_time_ms=5%% (repeatable)")
     compare.add_argument("--alpha", type=float, default=0.01, help="false-alarm budget (default 0.01)")
     compare.add_argument("--nsys", default=None, metavar="PATH", help="nsys for exporting .nsys-rep files")
+    compare.add_argument("--force", action="store_true",
+                         help="compare even when the two inputs name different workloads or machine classes")
     add_analysis_options(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -197,9 +201,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
         if not path.exists():
             raise ConfigError(f"{what} {path}: no such file")
+    if not args.force:
+        from perfgate.compare_inputs import check_comparable
+
+        check_comparable(args.baseline, args.current)
+    from perfgate.metric_names import check_metric_name
+
     tolerances = {}
     for text in args.tolerance:
-        metric, spec = parse_tolerance_option(text)
+        metric, spec = parse_tolerance_option(text, "--tolerance")
+        check_metric_name(metric, "option --tolerance")
         tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
     policy = ComparePolicy(tolerances=tolerances, alpha=args.alpha)
     options = analysis_options_from(args)
@@ -244,13 +255,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     keys = ("launches", "baseline_dir", "artifacts_dir", "report_dir", "nsys", "trace", "timeout_s", "size", "strict")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
-    overrides["tolerance"] = dict(parse_tolerance_option(t) for t in getattr(args, "tolerance", []))
+    overrides["tolerance"] = dict(parse_tolerance_option(t, "--tolerance") for t in getattr(args, "tolerance", []))
     overrides["selected"] = getattr(args, "workloads", [])
     root = getattr(args, "root", None)
     pyproject = find_pyproject(root or Path.cwd())
     if root is None and pyproject is not None:
         root = pyproject.parent
-    return load_settings(root, overrides=overrides, pyproject=pyproject)
+    return load_settings(root, overrides=overrides, pyproject=pyproject, options=CLI_OPTIONS)
 
 
 def analysis_options_from(args: argparse.Namespace) -> Any:
