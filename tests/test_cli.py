@@ -303,3 +303,13 @@ def test_run_names_where_a_bad_value_came_from(tmp_path: Path, capsys, monkeypat
     (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.perfgate]\nworkloads_dir = 'wl'\n")
     assert main(["run"]) == 2
     assert f"[tool.perfgate] workloads_dir: {root / 'wl'} is not a folder" in capsys.readouterr().err
+
+
+def test_no_step_ranges_hint_names_the_setting_of_each_command(traces: Path, capsys) -> None:
+    trace = str(traces / "cpu-train-loop" / "trace.sqlite")
+    assert main(["analyze", trace, "--step-pattern", "no such range"]) == 2
+    err = capsys.readouterr().err
+    assert "no NVTX range matches step_pattern 'no such range'" in err
+    # `perfgate run` has no --step-pattern: the gate's setting is the workload's step_pattern
+    assert ("step_pattern in [tool.perfgate.workloads.<name>] for the gate (perfgate run, pytest --perfgate), "
+            "--step-pattern for perfgate analyze and compare") in err
