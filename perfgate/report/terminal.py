@@ -18,8 +18,11 @@ from perfgate.report.digest import (
     fmt_worst_phase,
 )
 
-SUMMARY_HEADER = ("workload", "verdict", "step time median (base -> current)", "samples/s",
+SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples/s",
                   "GPU idle", "worst phase")
+#: What the step time column holds: not the median of a baseline file's launches (its "summaries")
+#: but what the gate compares.
+STEP_TIME_LEGEND = "step time: each launch's median step, geometric mean over the launches (what the gate compares)"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
@@ -51,7 +54,7 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
     for r in results:
         counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows)]
+    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows), STEP_TIME_LEGEND]
 
 
 def failure_message(result: WorkloadResult) -> str:
@@ -72,7 +75,7 @@ def failure_message(result: WorkloadResult) -> str:
         lines += _table(("metric", "baseline", "current", "change", "tolerance", "statistics"),
                         rows, indent="  ")
     elif d.step_current_ms is not None:
-        lines.append(f"step time median: {fmt_step(d)}")
+        lines.append(f"step time (each launch's median step, geometric mean over launches): {fmt_step(d)}")
     if result.message:
         lines.append(result.message.strip())
     if result.baseline_path is not None:
