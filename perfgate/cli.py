@@ -20,13 +20,14 @@ from perfgate.errors import ConfigError, PerfgateError
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 # Settings key -> this command line's option (messages name the option the user typed)
 CLI_OPTIONS = {"timeout_s": "--timeout", "tolerance": "--tolerance"}
-PLUGGABLE = ("ab", "calibrate", "report")
+PLUGGABLE = ("ab", "calibrate", "report", "history")
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
 PLUGGABLE_HELP = {
     "ab": "A/B: measure two commits interleaved in this job and compare them",
     "calibrate": "measure false-alarm and detection rates of the gate on this machine",
     "report": "re-render a perfgate-report.json: summary, job summary, annotations, commit statuses",
+    "history": "the step-time trend of a workload's gated runs (history_dir)",
 }
 
 
@@ -153,6 +154,7 @@ def _error(message: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
+    from perfgate import history
     from perfgate.pipeline import result_fails, run_workload
 
     settings = settings_from_args(args)
@@ -163,6 +165,7 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
         print(f"perfgate: running {spec.full_name} ({settings.launches} launch{'es' if settings.launches != 1 else ''})",
               file=sys.stderr, flush=True)
         results.append(run_workload(spec, settings, update_baseline=update))
+        history.record(results[-1], settings, update_baseline=update)   # with history_dir set
     _print_results(results, settings.strict)
     reports_written = _write_reports(results, settings.report_dir)
     if not reports_written or any(r.verdict.value == "ERROR" for r in results):

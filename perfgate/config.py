@@ -46,6 +46,7 @@ GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
     "machine_class": ("str", None),
     "autostep": ("bool", True),
     "pytorch_trace": ("str", "off"),
+    "history_dir": ("path", None),
 }
 WORKLOAD_KEYS = frozenset({
     "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
@@ -95,6 +96,7 @@ class Settings:
     machine_class: str | None = None      # overrides the detected machine class
     autostep: bool = True                 # NVTX ranges from hooks in the profiled process (perfgate.autostep)
     pytorch_trace: str = "off"            # nsys --pytorch: off | auto | a mode list like functions-trace
+    history_dir: Path | None = None       # opt in: one JSON line per run and workload (perfgate.history)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
@@ -162,7 +164,7 @@ def load_settings(
         elif key in table:
             source, raw, typed = f"{where} {key}", table[key], True
         else:
-            values[key] = (root / default).resolve() if kind == "path" else default
+            values[key] = (root / default).resolve() if kind == "path" and default is not None else default
             sources[key] = "default"
             continue
         sources[key] = source

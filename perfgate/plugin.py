@@ -267,8 +267,12 @@ def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
-    result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"))
+    update = config.getoption("perfgate_update_baselines")
+    result = run_workload(spec, settings, update_baseline=update)
     config.stash[RESULTS_KEY].append(result)
+    from perfgate import history
+
+    history.record(result, settings, update_baseline=update)   # with history_dir set
     if result_fails(result, settings.strict):
         raise PerfgateFailure(failure_message(result))
     return result

@@ -59,7 +59,7 @@ def test_the_example_is_gated_from_the_installed_wheel(venv: Path, tmp_path: Pat
     project = tmp_path / "plain-loop"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("baselines", ".perfgate", "__pycache__"))
     assert not (project / "workloads" / "__init__.py").exists()   # a plain folder, as users have it
-    env = user_env(venv)
+    env = user_env(venv, PERFGATE_HISTORY_DIR=".perfgate/history")   # history opted in: one line per run
 
     where = run([str(venv / "bin" / "python"), "-c", "import perfgate, workloads; print(perfgate.__file__); "
                  "print(list(workloads.__path__))"], cwd=project, env=env)
@@ -96,3 +96,22 @@ def test_the_example_is_gated_from_the_installed_wheel(venv: Path, tmp_path: Pat
     (result,) = report["results"]
     row = next(c for c in result["comparisons"] if c["metric"] == "step_time_ms")
     assert row["verdict"] == "REGRESSED" and row["current"] - row["baseline"] > 0.8 * slow_ms
+
+    # the history of the three runs: their trend, a chart, and a baseline refreshed from the passing ones
+    (history_file,) = (project / ".perfgate" / "history" / "train_mlp").glob("*.jsonl")
+    assert history_file.stem == baseline.stem                   # one file per machine class, like baselines
+    trend = run(["perfgate", "history", "train_mlp", "--chart", "trend.png"], cwd=project, env=env)
+    assert trend.returncode == 0, trend.stderr
+    lines = trend.stdout.splitlines()
+    assert lines[0] == f"perfgate: train_mlp on {history_file.stem}: 3 of 3 run(s) ({history_file})"
+    runs = lines[3:6]
+    assert [line.split()[2:4] for line in runs] == [["baseline", "PASS"], ["gate", "PASS"], ["gate", "REGRESSED"]]
+    assert f" {base_ms:.3g}" in runs[0]                          # the recorded step time, as recorded
+    assert float(runs[2].split()[-2]) > 100                    # change from the previous run, in %
+    assert (project / "trend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    refresh = run(["perfgate", "history", "train_mlp", "--refresh-baseline"], cwd=project, env=env)
+    assert refresh.returncode == 0, refresh.stderr
+    refreshed = json.loads(baseline.read_text())
+    assert len(refreshed["launches"]) == 2                       # the recording run and the passing rerun
+    assert refreshed["provenance"]["source"] == "history" and refreshed["provenance"]["runs"] == 2
+    assert refreshed["launches"][0]["metrics"]["step_time_ms"] == base_ms
