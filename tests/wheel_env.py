@@ -17,8 +17,11 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: What a wheel needs from the checkout (pyproject's readme included).
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "perfgate")
+#: Left out of the copy a wheel is built from: version control, environments, build output, and the
+#: committed traces (58 MB; no package may include them). Everything else is copied, so that what
+#: pyproject.toml's package discovery picks up is what a build of the checkout picks up.
+NOT_COPIED = (".git", ".venv", "venv", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".perfgate",
+              ".pytest_cache", ".benchmarks", "node_modules", "traces")
 
 
 def run(command: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -27,16 +30,10 @@ def run(command: list[str], *, cwd: Path | None = None, env: dict[str, str] | No
 
 
 def build_wheel(work: Path) -> Path:
-    """perfgate's wheel, built from a copy of the checkout's sources (the checkout gets no build/ or
-    egg-info) with the setuptools already installed (no build isolation, no index)."""
+    """perfgate's wheel, built from a copy of the checkout (the checkout gets no build/ or egg-info)
+    with the setuptools already installed (no build isolation, no index)."""
     src = work / "src"
-    src.mkdir(parents=True)
-    for name in WHEEL_SOURCES:
-        path = REPO / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(path, src / name)
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
     done = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                 "-w", str(work / "dist"), str(src)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
