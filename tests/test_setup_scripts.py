@@ -61,8 +61,17 @@ def test_install_nsys_keeps_an_installed_nsys(tmp_path: Path, nsys_path: str) ->
     assert f"nsys already installed: {nsys_path}" in out and "NVIDIA Nsight Systems version" in out
 
 
-def _site_snapshot() -> dict[str, list[str]]:
-    return {p: sorted(os.listdir(p)) for p in site_packages_of_this_interpreter()}
+def _site_snapshot() -> dict[str, list[tuple[str, int, int]]]:
+    """Every entry of the test interpreter's site-packages with its size and modification time (a
+    re-pointed editable install rewrites its finder and .pth files under the same names)."""
+    out = {}
+    for folder in site_packages_of_this_interpreter():
+        entries = []
+        for entry in os.scandir(folder):
+            info = entry.stat(follow_symlinks=False)
+            entries.append((entry.name, info.st_size, info.st_mtime_ns))
+        out[folder] = sorted(entries)
+    return out
 
 
 def test_setup_installs_into_the_active_environment_with_pips_configuration(tmp_path: Path, nsys_path: str,
