@@ -205,7 +205,7 @@ def run_capture(
     from perfgate.nsys import export_sqlite, find_nsys
 
     try:
-        nsys = find_nsys(settings.nsys)
+        nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"))
     except NsysNotFoundError as exc:
         raise NsysNotFoundError(f"nsys not found: {exc}") from None
     pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)
@@ -263,6 +263,9 @@ def run_capture(
     if not sqlite.exists() and report.exists():
         sqlite = export_sqlite(report, nsys)
         clean_artifacts(launch_dir, known, nsys)
+    from perfgate.torch_build import check_ranges_recorded
+
+    check_ranges_recorded(sqlite, sys.executable, cwd or settings.root)   # a CPU-only torch, named
     return Capture(
         workload=spec.full_name, run_dir=launch_dir, command=tuple(cmd), report_path=report,
         sqlite_path=sqlite, log_path=log_path, returncode=returncode, wall_s=wall_s,

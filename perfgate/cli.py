@@ -18,13 +18,16 @@ from typing import Any
 from perfgate.errors import ConfigError, PerfgateError
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
-PLUGGABLE = ("ab", "calibrate", "report")
+# Settings key -> this command line's option (messages name the option the user typed)
+CLI_OPTIONS = {"timeout_s": "--timeout", "tolerance": "--tolerance"}
+PLUGGABLE = ("ab", "calibrate", "report", "history")
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
 PLUGGABLE_HELP = {
     "ab": "A/B: measure two commits interleaved in this job and compare them",
     "calibrate": "measure false-alarm and detection rates of the gate on this machine",
     "report": "re-render a perfgate-report.json: summary, job summary, annotations, commit statuses",
+    "history": "the step-time trend of a workload's gated runs (history_dir)",
 }
 
 
@@ -58,6 +61,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                          help="tolerance override, e.g. step_time_ms=5%% (repeatable)")
     compare.add_argument("--alpha", type=float, default=0.01, help="false-alarm budget (default 0.01)")
     compare.add_argument("--nsys", default=None, metavar="PATH", help="nsys for exporting .nsys-rep files")
+    compare.add_argument("--force", action="store_true",
+                         help="compare even when the two inputs name different workloads or machine classes")
     add_analysis_options(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -158,6 +163,7 @@ def _error(message: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
+    from perfgate import history
     from perfgate.pipeline import result_fails, run_workload
 
     settings = settings_from_args(args)
@@ -170,6 +176,7 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
         print(f"perfgate: running {spec.full_name} ({how})", file=sys.stderr, flush=True)
         results.append(run_workload(spec, settings, update_baseline=update,
                                     progress=lambda line: print(f"perfgate: {line}", file=sys.stderr, flush=True)))
+        history.record(results[-1], settings, update_baseline=update)   # with history_dir set
     _print_results(results, settings.strict)
     reports_written = _write_reports(results, settings.report_dir)
     if not reports_written or any(r.verdict.value == "ERROR" for r in results):
@@ -208,9 +215,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
         if not path.exists():
             raise ConfigError(f"{what} {path}: no such file")
+    if not args.force:
+        from perfgate.compare_inputs import check_comparable
+
+        check_comparable(args.baseline, args.current)
+    from perfgate.metric_names import check_metric_name
+
     tolerances = {}
     for text in args.tolerance:
-        metric, spec = parse_tolerance_option(text)
+        metric, spec = parse_tolerance_option(text, "--tolerance")
+        check_metric_name(metric, "option --tolerance")
         tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
     policy = ComparePolicy(tolerances=tolerances, alpha=args.alpha)
     options = analysis_options_from(args)
@@ -255,13 +269,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     keys = ("launches", "min_launches", "max_launches", "record_launches", "budget_s", "profile", "baseline_dir", "artifacts_dir", "report_dir", "nsys", "trace", "timeout_s", "size", "strict")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
-    overrides["tolerance"] = dict(parse_tolerance_option(t) for t in getattr(args, "tolerance", []))
+    overrides["tolerance"] = dict(parse_tolerance_option(t, "--tolerance") for t in getattr(args, "tolerance", []))
     overrides["selected"] = getattr(args, "workloads", [])
     root = getattr(args, "root", None)
     pyproject = find_pyproject(root or Path.cwd())
     if root is None and pyproject is not None:
         root = pyproject.parent
-    return load_settings(root, overrides=overrides, pyproject=pyproject)
+    return load_settings(root, overrides=overrides, pyproject=pyproject, options=CLI_OPTIONS)
 
 
 def analysis_options_from(args: argparse.Namespace) -> Any:

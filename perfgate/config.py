@@ -53,6 +53,7 @@ GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
     "autostep": ("bool", True),
     "pytorch_trace": ("str", "off"),
     "cuda_memory_usage": ("bool", True),
+    "history_dir": ("path", None),
 }
 WORKLOAD_KEYS = frozenset({
     "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
@@ -109,10 +110,12 @@ class Settings:
     autostep: bool = True                 # NVTX ranges from hooks in the profiled process (perfgate.autostep)
     pytorch_trace: str = "off"            # nsys --pytorch: off | auto | a mode list like functions-trace
     cuda_memory_usage: bool = True        # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
+    history_dir: Path | None = None       # opt in: one JSON line per run and workload (perfgate.history)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
     pyproject: Path | None = None
+    sources: dict[str, str] = field(default_factory=dict)   # key -> where its value came from (errors name it)
 
     @property
     def budget(self) -> LaunchBudget:
@@ -149,11 +152,14 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     pyproject: Path | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Settings:
     """Resolve Settings for the project at ``root`` (default: the current directory).
 
     ``overrides`` holds option values (``None`` means "not given"); keys are GLOBAL_KEYS plus
-    ``tolerance`` (mapping metric -> spec string) and ``selected`` (workload names)."""
+    ``tolerance`` (mapping metric -> spec string) and ``selected`` (workload names). ``options``
+    names the option of each key as the caller offers it (``{"launches": "--perfgate-launches"}``)
+    for messages; default ``--<key>``."""
     overrides = dict(overrides or {})
     env = os.environ if env is None else env
     pyproject = pyproject or find_pyproject(root or Path.cwd())
@@ -164,19 +170,24 @@ def load_settings(
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(TABLE_KEYS))})")
 
+    options = dict(options or {})
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for key, (kind, default) in GLOBAL_KEYS.items():
         env_name = ENV_PREFIX + key.upper()
+        typed = False                     # a pyproject value must be of its TOML type
         if overrides.get(key) is not None:
-            source, raw = f"option --{key.replace('_', '-')}", overrides[key]
+            source, raw = f"option {options.get(key, '--' + key.replace('_', '-'))}", overrides[key]
         elif env.get(env_name, "") != "":
             source, raw = f"environment variable {env_name}", env[env_name]
         elif key in table:
-            source, raw = f"{where} {key}", table[key]
+            source, raw, typed = f"{where} {key}", table[key], True
         else:
-            values[key] = (root / default).resolve() if kind == "path" else default
+            values[key] = (root / default).resolve() if kind == "path" and default is not None else default
+            sources[key] = "default"
             continue
-        value = _coerce(raw, kind, source)
+        sources[key] = source
+        value = _coerce(raw, kind, source, typed=typed)
         _check_global(key, value, source)
         if kind == "path" and value is not None:
             value = (root / value).resolve()
@@ -190,7 +201,8 @@ def load_settings(
                           "the launches it starts with")
 
     tolerances = parse_tolerances(table.get("tolerance", {}), f"{where.rstrip(']')}.tolerance]")
-    tolerances.update(parse_tolerances(overrides.get("tolerance") or {}, "option --perfgate-tolerance"))
+    tolerances.update(parse_tolerances(overrides.get("tolerance") or {},
+                                       f"option {options.get('tolerance', '--perfgate-tolerance')}"))
     workloads_table = table.get("workloads", {})
     if not isinstance(workloads_table, dict):
         raise ConfigError(f"{where} workloads: expected a table of workload tables")
@@ -200,7 +212,7 @@ def load_settings(
     }
     return Settings(
         root=root, tolerances=tolerances, workloads=workloads,
-        selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, **values,
+        selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, sources=sources, **values,
     )
 
 
@@ -211,20 +223,22 @@ def parse_tolerances(table: Any, where: str) -> dict[str, Tolerance]:
     if not table:
         return {}
     from perfgate.compare import parse_tolerance
+    from perfgate.metric_names import check_metric_name
 
     out: dict[str, Tolerance] = {}
     for metric, spec in table.items():
         if not isinstance(spec, str):
             raise ConfigError(f"{where} {metric}: expected a string like \"5%\" or \"5%+0.5\", got {spec!r}")
+        check_metric_name(str(metric), where)
         out[str(metric)] = parse_tolerance(spec, f"{where} {metric}")
     return out
 
 
-def parse_tolerance_option(text: str) -> tuple[str, str]:
-    """``METRIC=SPEC`` from ``--perfgate-tolerance`` / ``--tolerance``."""
+def parse_tolerance_option(text: str, option: str = "--perfgate-tolerance") -> tuple[str, str]:
+    """``METRIC=SPEC`` from ``--perfgate-tolerance`` / ``--tolerance`` (``option``: which one, for messages)."""
     metric, sep, spec = text.partition("=")
     if not sep or not metric.strip() or not spec.strip():
-        raise ConfigError(f"option --perfgate-tolerance: expected METRIC=SPEC (e.g. step_time_ms=5%), got {text!r}")
+        raise ConfigError(f"option {option}: expected METRIC=SPEC (e.g. step_time_ms=5%), got {text!r}")
     return metric.strip(), spec.strip()
 
 
@@ -268,7 +282,7 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
         warmup_steps=_optional(spec, "warmup_steps", "int", where, allow_zero=True),
         timeout_s=_optional(spec, "timeout_s", "float", where),
         tolerances=parse_tolerances(spec.get("tolerance", {}), f"{where} tolerance"),
-        enabled=_coerce(spec.get("enabled", True), "bool", f"{where} enabled"),
+        enabled=_coerce(spec.get("enabled", True), "bool", f"{where} enabled", typed=True),
         variants=variants,
         gate_alone=_str_list(spec.get("gate_alone", []), f"{where} gate_alone"),
     )
@@ -277,7 +291,7 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
 def _optional(spec: Mapping[str, Any], key: str, kind: str, where: str, *, allow_zero: bool = False) -> Any:
     if spec.get(key) is None:
         return None
-    value = _coerce(spec[key], kind, f"{where} {key}")
+    value = _coerce(spec[key], kind, f"{where} {key}", typed=True)
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{where} {key}: expected a positive number, got {spec[key]!r}")
     return value
@@ -289,8 +303,15 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _coerce(value: Any, kind: str, where: str) -> Any:
-    """Convert a TOML/env/option value to ``kind``; ConfigError names ``where``."""
+def _coerce(value: Any, kind: str, where: str, *, typed: bool = False) -> Any:
+    """Convert a TOML/env/option value to ``kind``; ConfigError names ``where``. ``typed``: a
+    pyproject value, which must already be of its TOML type (``strict = "yes"`` is an error, not
+    true: only an environment variable's or option's text is read as yes/no or a number)."""
+    if typed and kind == "bool" and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false (a TOML boolean, unquoted), got {value!r}")
+    if typed and kind in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        label = "a whole number" if kind == "int" else "a positive number"
+        raise ConfigError(f"{where}: expected {label}, got {value!r} (a TOML number, unquoted)")
     if kind in ("str", "path"):
         if not isinstance(value, (str, Path)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")

@@ -98,7 +98,10 @@ def pytest_configure(config: pytest.Config) -> None:
         overrides["tolerance"] = dict(parse_tolerance_option(t) for t in config.getoption("perfgate_tolerance"))
         start = config.invocation_params.dir
         pyproject = find_pyproject(start)
-        settings = load_settings(pyproject.parent if pyproject else start, overrides=overrides, pyproject=pyproject)
+        options = {key: "--" + dest.replace("_", "-") for dest, key in _OPTION_KEYS.items()}
+        options.update(strict="--perfgate-strict", tolerance="--perfgate-tolerance")
+        settings = load_settings(pyproject.parent if pyproject else start, overrides=overrides, pyproject=pyproject,
+                                 options=options)
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     config.stash[SETTINGS_KEY] = settings
@@ -147,8 +150,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         specs = _specs(settings, settings.selected)
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    for spec in specs:
-        items.append(PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec))
+    added = [PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec)
+             for spec in specs]
+    items.extend(added)
+    # reported as collected, so that pytest's count ("collected N items / M deselected / K selected")
+    # includes them: they may be deselected (-m, -k) like any other item
+    config.hook.pytest_collectreport(report=pytest.CollectReport("perfgate", "passed", None, list(added)))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -292,9 +299,12 @@ def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
-    result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"),
-                          progress=_progress(config))
+    update = config.getoption("perfgate_update_baselines")
+    result = run_workload(spec, settings, update_baseline=update, progress=_progress(config))
     config.stash[RESULTS_KEY].append(result)
+    from perfgate import history
+
+    history.record(result, settings, update_baseline=update)   # with history_dir set
     if result_fails(result, settings.strict):
         raise PerfgateFailure(failure_message(result))
     return result

@@ -2,6 +2,7 @@
 discovery from the workloads folder plus [tool.perfgate.workloads.*] tables."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,65 @@ def test_workload_file_and_variant_names_must_be_safe(tmp_path: Path) -> None:
     root = project(tmp_path / "v", "[tool.perfgate.workloads.fine.variants]\n'..' = ['--x']\n", workloads=("fine",))
     with pytest.raises(ConfigError, match=r"variants: variant name: '\.\.' is not a safe name"):
         load_settings(root, env={})
+
+
+# ----------------------------------------------------------------------------- issue 16: honest errors
+
+
+def test_a_pyproject_value_must_have_its_toml_type(tmp_path: Path) -> None:
+    root = project(tmp_path, '[tool.perfgate]\nstrict = "yes"\n')
+    with pytest.raises(ConfigError, match=r"pyproject.toml \[tool.perfgate\] strict: expected true or false "
+                                          r"\(a TOML boolean, unquoted\), got 'yes'"):
+        load_settings(root, env={})
+    assert load_settings(root, env={"PERFGATE_STRICT": "yes"}).strict is True    # an environment variable is text
+    root = project(tmp_path, '[tool.perfgate]\nlaunches = "3"\n')
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] launches: expected a whole number, got '3'"):
+        load_settings(root, env={})
+    root = project(tmp_path, "[tool.perfgate.workloads.w]\nmodule = 'm'\nenabled = 'no'\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate.workloads.w\] enabled: expected true or false"):
+        load_settings(root, env={})
+
+
+def test_errors_name_the_option_as_the_caller_offers_it(tmp_path: Path) -> None:
+    root = project(tmp_path, "")
+    with pytest.raises(ConfigError, match=r"^option --timeout: expected a positive number, got -1"):
+        load_settings(root, env={}, overrides={"timeout_s": -1}, options={"timeout_s": "--timeout"})
+    with pytest.raises(ConfigError, match=r"^option --tolerance: no metric is named 'stepp_time_ms'"):
+        load_settings(root, env={}, overrides={"tolerance": {"stepp_time_ms": "5%"}}, options={"tolerance": "--tolerance"})
+    settings = load_settings(root, env={"PERFGATE_NSYS": "/nonexistent/nsys"})
+    assert settings.sources["nsys"] == "environment variable PERFGATE_NSYS"
+    assert settings.sources["launches"] == "default"
+
+
+def test_a_tolerance_must_name_a_metric_of_the_gate(tmp_path: Path) -> None:
+    root = project(tmp_path, '[tool.perfgate.tolerance]\n"step_time_ms" = "5%"\n"phase.*.cpu_ms" = "20%"\n'
+                             '"phase.data_load.gpu_ms" = "1%"\n"step_time*" = "4%"\n"phase.Forward Pass.cpu_ms" = "9%"\n')
+    assert set(load_settings(root, env={}).tolerances) == {
+        "step_time_ms", "phase.*.cpu_ms", "phase.data_load.gpu_ms", "step_time*", "phase.Forward Pass.cpu_ms"}
+    for bad in ("no_such_metric", "step_time", "phase.forward.cpu", "phase.*.cpu_s"):
+        root = project(tmp_path, f'[tool.perfgate.tolerance]\n"{bad}" = "5%"\n')
+        with pytest.raises(ConfigError, match=rf"pyproject.toml \[tool.perfgate.tolerance\]: no metric is named '{re.escape(bad)}'"):
+            load_settings(root, env={})
+    root = project(tmp_path, "[tool.perfgate.workloads.w]\nmodule = 'm'\ntolerance = { gpu_idle = '+0.05' }\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate.workloads.w\] tolerance: no metric is named 'gpu_idle'"):
+        load_settings(root, env={})
+
+
+def test_workloads_dir_that_was_set_must_exist(tmp_path: Path) -> None:
+    from perfgate.workloads import discover_workloads
+
+    root = project(tmp_path, "[tool.perfgate]\nworkloads_dir = 'perf'\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] workloads_dir: .*/perf is not a folder"):
+        discover_workloads(load_settings(root, env={}))
+    root = project(tmp_path, "")                                  # an empty workloads/ folder
+    with pytest.raises(ConfigError, match=r"no workloads: .*/workloads \(default workloads_dir\) holds no <name>.py file"):
+        discover_workloads(load_settings(root, env={}))
+    (root / "workloads").rmdir()
+    with pytest.raises(ConfigError, match=r"no workloads: .*/workloads \(default workloads_dir\) does not exist, and "
+                                          r".*pyproject.toml has no \[tool.perfgate.workloads.<name>\] tables"):
+        discover_workloads(load_settings(root, env={}))
+    with pytest.raises(ConfigError, match=r"environment variable PERFGATE_WORKLOADS_DIR: .*/elsewhere is not a folder"):
+        discover_workloads(load_settings(root, env={"PERFGATE_WORKLOADS_DIR": "elsewhere"}))
+    root = project(tmp_path, "[tool.perfgate.workloads.train]\nmodule = 'train'\n")   # no folder needed
+    (root / "workloads").rmdir()
+    assert [s.module for s in discover_workloads(load_settings(root, env={}))] == ["train"]

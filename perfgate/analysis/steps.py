@@ -338,4 +338,5 @@ def _no_steps_message(nvtx: pd.DataFrame, pattern: str | None, source: str) -> s
     else:
         which = f"step_pattern {pattern!r}"
     return (f"{source}: no NVTX range matches {which}. Most frequent ranges: {listing}. "
-            "Set the step pattern (--step-pattern / step_pattern) to the range that marks one iteration")
+            "Name the range that marks one iteration: step_pattern in [tool.perfgate.workloads.<name>] for the "
+            "gate (perfgate run, pytest --perfgate), --step-pattern for perfgate analyze and compare")

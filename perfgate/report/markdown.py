@@ -93,7 +93,9 @@ def overview_rows(results: Sequence[WorkloadResult]) -> list[str]:
 
 
 OVERVIEW_HEADER = _table(
-    ("workload", "verdict", "step time (median)", "samples/s", "GPU idle", "worst phase", *MEMORY_COLUMNS), [])
+    ("workload", "verdict", "step time", "samples/s", "GPU idle", "worst phase", *MEMORY_COLUMNS), [])
+#: Under the overview: what its step time is (perfgate.report.terminal.STEP_TIME_LEGEND).
+OVERVIEW_LEGEND = "_Step time: each launch's median step, geometric mean over the launches (what the gate compares)._"
 
 
 def _phase_table(result: WorkloadResult) -> list[str]:
@@ -186,7 +188,7 @@ def _assemble(results: Sequence[WorkloadResult], chart_links: Mapping[str, str] 
     rows = overview_rows(results)
 
     def build(n_rows: int, sections: Sequence[str], left_out: int) -> str:
-        parts = [*head, *OVERVIEW_HEADER, *rows[:n_rows], ""]
+        parts = [*head, *OVERVIEW_HEADER, *rows[:n_rows], "", OVERVIEW_LEGEND, ""]
         if n_rows < len(rows):
             parts += [f"_{len(rows) - n_rows} more workload(s) not listed; {FULL_REPORT_HINT}._", ""]
         parts += list(sections)
