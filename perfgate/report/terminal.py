@@ -57,11 +57,21 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
     for r in results:
         counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples/s",
-                  "GPU idle", "worst phase", *MEMORY_COLUMNS)
-#: What the step time column holds: not the median of a baseline file's launches (its "summaries")
-#: but what the gate compares.
-STEP_TIME_LEGEND = "step time: each launch's median step, geometric mean over the launches (what the gate compares)"
+    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows), STEP_TIME_LEGEND,
+            *summary_notes(results)]
+
+
+def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
+    """What a reader of the summary must see besides failures: what a recording recorded (and what
+    the workload's noise lets the gate catch), why an INCONCLUSIVE verdict could not decide and what
+    to do, and warnings (e.g. a workload too noisy for its tolerance)."""
+    lines: list[str] = []
+    for r in results:
+        if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
+            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.strip()]
+        elif not r.failed:
+            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.startswith("warning:")]
+    return lines
 
 
 def failure_message(result: WorkloadResult) -> str:
