@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from perfgate.analysis.gpu_work import gpu_work
-from perfgate.analysis.idle import device_label, gpu_idle
+from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
@@ -75,7 +75,9 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         work = gpu_work(ops, api, trace.strings, trace.memory_events, lo, hi, steps.count,
                         options.top_kernels)
     phases = phase_stats(instances, steps.count, total_step_ns, busy, projected)
-    idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps)
+    # the devices' busy intervals in the window, shared with the diagnosis
+    device_busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(ops, lo, hi)) if len(ops) else None
+    idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps, device_busy)
     devices = tuple(device_label(d) for d in np.unique(ops.device_id))
     return Analysis(
         source=str(trace.path),

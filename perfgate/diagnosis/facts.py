@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 from perfgate.analysis import intervals
+from perfgate.analysis.idle import busy_intervals
+from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.phases import phase_instances
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
@@ -122,37 +124,46 @@ def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream
     return overlap_ns, on_compute_ns
 
 
-def _window_idle(launched: GpuOps, phases: pd.DataFrame, lo: int, hi: int) -> tuple[int, float, dict[str, float], int] | None:
+def _window_idle(trace: Trace, launched: GpuOps, phases: pd.DataFrame, lo: int,
+                 hi: int) -> tuple[int, float, dict[str, float], int] | None:
     """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
-    None when no op overlaps the window. Only the columns needed, cut to the window (never a copy
-    of every column of every op), freed on return."""
-    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
-    if sel.size == 0:
+    None when no op overlaps the window. The devices' busy intervals are the analysis's
+    (``Trace.memo``); the ops are read a block at a time for their (device, process) pairs."""
+    count = 0
+    pairs: set[tuple[int, int]] = set()
+    for at in range(0, len(launched), BLOCK):
+        part = slice(at, at + BLOCK)
+        over = (launched.start[part] < hi) & (launched.end[part] > lo)
+        count += int(np.count_nonzero(over))
+        key = (launched.device_id[part][over].astype(np.int64) << 32) | launched.pid[part][over]
+        pairs.update((int(k) >> 32, int(k) & 0xFFFFFFFF) for k in pd.unique(key))
+    if count == 0:
         return None
-    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
-    device, pid = launched.device_id[sel], launched.pid[sel]
-    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
-    return int(sel.size), idle_ns, idle_phase_ns, max(np.unique(device).size, 1)
+    busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(launched, lo, hi))
+    devices = sorted({d for d, _ in pairs})
+    idle_ns, idle_phase_ns = _idle_by_phase(
+        {d: busy[d] for d in devices}, {d: np.array(sorted(p for dd, p in pairs if dd == d)) for d in devices},
+        phases, lo, hi)
+    return count, idle_ns, idle_phase_ns, max(len(devices), 1)
 
 
-def _idle_by_phase(device: np.ndarray, start: np.ndarray, end: np.ndarray, pid: np.ndarray,
+def _idle_by_phase(busy: dict[int, tuple[np.ndarray, np.ndarray]], pids: dict[int, np.ndarray],
                    phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
     total = 0
     by_phase: dict[str, float] = {}
     phase_pid = _pids(phases)
-    for dev in np.unique(device):                            # devices, not ops
-        on_dev = device == dev
-        gs, ge = intervals.gaps(start[on_dev], end[on_dev], lo, hi)
+    for dev, (us, ue) in busy.items():                       # devices, not ops
+        gs, ge = intervals.complement(us, ue, lo, hi)
         idle = int((ge - gs).sum())
         total += idle
         inside = 0
         # only the phases of the processes that use this GPU: in a multi-process (DDP) trace every
         # rank's phases are open at once, and each GPU's idle time belongs to its own rank's phase
-        mine = phases[np.isin(phase_pid, np.unique(pid[on_dev]))] if len(phases) else phases
+        mine = phases[np.isin(phase_pid, pids[dev])] if len(phases) else phases
         for name, rows in mine.groupby("phase", sort=True):
-            us, ue = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy())
-            ns = _overlap_ns(us, ue, gs, ge)     # both disjoint: look up the fewer in the more
+            us_, ue_ = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy())
+            ns = _overlap_ns(us_, ue_, gs, ge)     # both disjoint: look up the fewer in the more
             by_phase[name] = by_phase.get(name, 0.0) + ns
             inside += ns
         by_phase[OUTSIDE_PHASES] = by_phase.get(OUTSIDE_PHASES, 0.0) + max(0, idle - inside)
@@ -233,7 +244,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     steps = measured_iterations(trace.nvtx, analysis.steps)
     phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
     # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
-    window = _window_idle(launched, phases, lo, hi)
+    window = _window_idle(trace, launched, phases, lo, hi)
     if window is None:
         return TraceFacts(steps=n)
     gpu_ops, idle_ns, idle_phase_ns, ndev = window
