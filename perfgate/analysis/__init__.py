@@ -11,7 +11,7 @@ import numpy as np
 
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
-from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
+from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
 from perfgate.analysis.steps import iteration_periods, select_steps, step_stats
@@ -67,7 +67,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     period_ns = iteration_periods(sel, ops if len(ops) else None)
     steps = step_stats(sel, options.batch_size, period_ns)
     total_step_ns = int(period_ns.sum())
-    instances = phase_instances(trace.nvtx, measured)
+    instances = trace.memo(("phases", steps_key(measured)), lambda: phase_instances(trace.nvtx, measured))
     if len(ops):
         busy = attribute_gpu_time(instances, ops)
         # only the phase instances' own ranges are looked up in the projection

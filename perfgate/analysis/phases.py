@@ -58,6 +58,14 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
+def steps_key(steps: pd.DataFrame) -> tuple[bytes, ...]:
+    """What ``phase_instances(nvtx, steps)`` depends on in ``steps``, as a hashable key: equal
+    keys, equal instances (``Trace.memo`` shares them between the analysis and the diagnosis)."""
+    ends = steps["period_end"] if "period_end" in steps.columns else steps["end"]
+    return tuple(np.ascontiguousarray(c.to_numpy(np.int64)).tobytes()
+                 for c in (steps["row_id"], steps["start"], steps["end"], ends, steps["global_tid"]))
+
+
 def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFrame:
     """Per iteration, the stretches of [step range end, period end) that no phase instance of
     that iteration covers, as rows of phase ``between_steps`` on the step's thread."""

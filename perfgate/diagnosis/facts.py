@@ -14,7 +14,7 @@ import pandas as pd
 from perfgate.analysis import intervals
 from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
-from perfgate.analysis.phases import phase_instances
+from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
@@ -203,12 +203,12 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
     del at, kpid, kt, kname
     # each step's set: its distinct names, sorted; a set is identified by (size, hash) and
     # confirmed element by element against the most common one
-    codes, code_idx = np.unique(names, return_inverse=True)
+    codes, code_idx = _dense_codes(names)
     del names
     step_of = np.repeat(np.arange(sizes.size), sizes)
     step_of *= max(codes.size, 1)
     step_of += code_idx
-    flat = np.unique(step_of)                    # distinct (step, name) pairs
+    flat = _distinct(step_of, sizes.size * max(codes.size, 1))   # distinct (step, name) pairs, sorted
     del step_of
     pairs = np.stack([flat // max(codes.size, 1), codes[flat % max(codes.size, 1)]], axis=1) \
         if flat.size else np.zeros((0, 2), dtype=np.int64)
@@ -216,7 +216,9 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
     set_size = np.bincount(pairs[:, 0], minlength=sizes.size)
     weights = np.random.default_rng(0x9E3779B9).integers(1, 2**62, size=(codes.size, 2), dtype=np.int64)
     h = np.zeros((sizes.size, 2), dtype=np.int64)
-    np.add.at(h, pairs[:, 0], weights[code_idx])
+    if flat.size:                                # pairs are sorted by step: one sum per step's run
+        first = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+        h[pairs[first, 0]] = np.add.reduceat(weights[code_idx], first, axis=0)
     keys = np.stack([set_size, h[:, 0], h[:, 1]], axis=1)
     uniq, first_seen, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True,
                                                   return_counts=True)
@@ -233,6 +235,26 @@ def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, step
     return int((~same).sum()), int((set_size == 0).sum())
 
 
+def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of small non-negative-or--1 integer ids (string
+    ids) in one pass, without sorting."""
+    if values.size == 0 or values.min() < -1 or values.max() >= 1 << 24:
+        return np.unique(values, return_inverse=True)
+    present = np.zeros(int(values.max()) + 2, dtype=bool)
+    present[values + 1] = True
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present) - 1, rank[values + 1]
+
+
+def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.unique(keys)`` of integers in [0, bound): through a bitmap when that is small."""
+    if bound > 1 << 27:
+        return np.unique(keys)
+    seen = np.zeros(bound, dtype=bool)
+    seen[keys] = True
+    return np.flatnonzero(seen)
+
+
 def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     """TraceFacts of the measured window of ``analysis``, read from the raw events of ``trace``
     (the GPU ops and API calls of that window are the ones the analysis read: ``Trace.gpu``)."""
@@ -242,7 +264,8 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         return TraceFacts(steps=n)
     launched, api = trace.gpu((lo, hi))
     steps = measured_iterations(trace.nvtx, analysis.steps)
-    phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
+    phases = (trace.memo(("phases", steps_key(steps)), lambda: phase_instances(trace.nvtx, steps)) if len(steps)
+              else steps.assign(phase=[]))
     # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
     window = _window_idle(trace, launched, phases, lo, hi)
     if window is None:
@@ -353,7 +376,10 @@ def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: 
     in_step = open_instance(iters.reset_index(drop=True), pid, t) >= 0
     inst = open_instance(phases.reset_index(drop=True), pid, t) if len(phases) else np.full(t.size, -1)
     phase_names = phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object)
-    labels, rank = np.unique(np.append(phase_names, STEP_CODE).astype(object), return_inverse=True)
+    # the labels sorted, each phase instance's rank among them (np.unique's, without sorting every row)
+    first, distinct = pd.factorize(np.append(phase_names, STEP_CODE).astype(object))
+    labels = np.array(sorted(distinct), dtype=object)
+    rank = np.searchsorted(labels, np.asarray(distinct, dtype=object))[first]
     codes = np.append(rank[:-1], -1).astype(np.int64)      # position -1: no phase
     code = codes[inst]
     code[(inst < 0) & in_step] = rank[-1]
