@@ -39,15 +39,38 @@ def gpu_idle(ops: GpuOps, nvtx: pd.DataFrame, window_start_ns: int, window_end_n
     if busy is None:
         busy = busy_intervals(ops, window_start_ns, window_end_ns)
     per_device: dict[str, float] = {}
-    gap_parts: list[tuple[np.ndarray, np.ndarray, int]] = []
     for dev, (us, ue) in busy.items():
         covered = int((ue - us).sum())
         per_device[device_label(dev)] = 1.0 - covered / window if window > 0 else 0.0
-        gs, ge = intervals.complement(us, ue, window_start_ns, window_end_ns)
-        gap_parts.append((gs, ge, dev))
     fraction = float(np.mean(list(per_device.values())))  # = sum idle / (window * devices)
-    gaps = _longest(gap_parts, ops, nvtx, longest_gaps)
+    gaps = _longest(busy, window_start_ns, window_end_ns, ops, nvtx, longest_gaps)
     return GpuIdle(fraction=fraction, per_device=per_device, window_ms=window / 1e6, longest_gaps=gaps)
+
+
+def _top_gaps(us: np.ndarray, ue: np.ndarray, lo: int, hi: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps of [lo, hi] outside the busy intervals [us, ue) that can be among the ``n`` longest
+    (ties at the n-th length included), as (starts, ends) in time order, without making every gap:
+    gap k runs from ``ue[k - 1]`` (``lo`` for the first) to ``us[k]`` (``hi`` for the last)."""
+    length = np.empty(us.size + 1, dtype=np.int64)
+    if us.size:
+        length[0] = us[0] - lo
+        np.subtract(us[1:], ue[:-1], out=length[1:-1])
+        length[-1] = hi - ue[-1]
+    else:
+        length[0] = hi - lo
+    if length.size > n:
+        cut = np.partition(length, length.size - n)[length.size - n]
+        k = np.flatnonzero((length >= cut) & (length > 0))
+    else:
+        k = np.flatnonzero(length > 0)
+    del length
+    starts = np.full(k.size, lo, dtype=np.int64)
+    after = k > 0
+    starts[after] = ue[k[after] - 1]
+    ends = np.full(k.size, hi, dtype=np.int64)
+    before = k < us.size
+    ends[before] = us[k[before]]
+    return starts, ends
 
 
 def _device_processes(ops: GpuOps) -> np.ndarray:
@@ -58,10 +81,13 @@ def _device_processes(ops: GpuOps) -> np.ndarray:
     return pd.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _longest(parts: list[tuple[np.ndarray, np.ndarray, int]], ops: GpuOps,
+def _longest(busy: dict[int, tuple[np.ndarray, np.ndarray]], lo: int, hi: int, ops: GpuOps,
              nvtx: pd.DataFrame, n: int) -> tuple[IdleGap, ...]:
-    if n <= 0 or not parts:
+    """The ``n`` longest idle gaps over all devices (device order, then time order on ties), with
+    the NVTX ranges open on the CPU at each gap's middle in the processes using that device."""
+    if n <= 0 or not busy:
         return ()
+    parts = [(*_top_gaps(us, ue, lo, hi, n), dev) for dev, (us, ue) in busy.items()]
     starts = np.concatenate([p[0] for p in parts])
     ends = np.concatenate([p[1] for p in parts])
     devs = np.concatenate([np.full(p[0].size, p[2]) for p in parts])
