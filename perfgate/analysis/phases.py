@@ -21,10 +21,15 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     steps = measured.reset_index(drop=True)
     if "period_end" not in steps.columns:
         steps = steps.assign(period_end=steps["end"])
-    parts: list[pd.DataFrame] = []
+    # candidate rows as positions into ``nvtx``; the frame is copied once, for the instances kept
+    n_tid, n_start, n_end = (nvtx[c].to_numpy() for c in ("global_tid", "start", "end"))
+    n_row = nvtx["row_id"].to_numpy()
+    found_pos: list[np.ndarray] = []
+    found_step: list[np.ndarray] = []
     for tid, st in steps.groupby("global_tid", sort=False):
-        rows = nvtx[nvtx["global_tid"] == tid].sort_values("start", kind="stable")
-        starts = rows["start"].to_numpy()
+        pos = np.flatnonzero(n_tid == tid)
+        pos = pos[np.argsort(n_start[pos], kind="stable")]          # the thread's ranges by start
+        starts = n_start[pos]
         i = np.searchsorted(starts, st["start"].to_numpy(), side="left")
         j = np.searchsorted(starts, st["period_end"].to_numpy(), side="right")
         lengths = j - i
@@ -32,25 +37,24 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
             continue
         step_pos = np.repeat(st.index.to_numpy(), lengths)
         offsets = np.repeat(i - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
-        idx = np.arange(lengths.sum()) + offsets
-        cand = rows.iloc[idx].assign(step_index=step_pos)
+        cand = pos[np.arange(lengths.sum()) + offsets]
         limit = steps["period_end"].to_numpy()[step_pos]
         step_row = steps["row_id"].to_numpy()[step_pos]
-        keep = (cand["end"].to_numpy() <= limit) & (cand["row_id"].to_numpy() != step_row)
+        keep = (n_end[cand] <= limit) & (n_row[cand] != step_row)
         # a range that straddles the step range's end is not a phase of the step
         range_end = steps["end"].to_numpy()[step_pos]
-        keep &= (cand["end"].to_numpy() <= range_end) | (cand["start"].to_numpy() >= range_end)
-        parts.append(cand[keep])
-    empty = nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
-    if parts:
-        cand = pd.concat(parts, ignore_index=True)
-        direct = top_level_mask(cand["start"].to_numpy(), cand["end"].to_numpy(), cand["step_index"].to_numpy())
-        inst = cand[direct].reset_index(drop=True)
+        keep &= (n_end[cand] <= range_end) | (n_start[cand] >= range_end)
+        found_pos.append(cand[keep])
+        found_step.append(step_pos[keep])
+    if found_pos:
+        cand, step_index = np.concatenate(found_pos), np.concatenate(found_step)
+        direct = top_level_mask(n_start[cand], n_end[cand], step_index)
+        inst = nvtx.iloc[cand[direct]].reset_index(drop=True).assign(step_index=step_index[direct])
         names = pd.unique(inst["name"])
         folded = {n: phase_name(n) for n in names}
         inst = inst.assign(phase=inst["name"].map(folded))
     else:
-        inst = empty
+        inst = nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
     between = between_steps_pieces(steps, inst)
     if between.empty:
         return inst
