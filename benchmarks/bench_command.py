@@ -49,10 +49,11 @@ def gpu_ops(path: Path) -> int:
         return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in GPU_TABLES if t in tables)
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one run of ``cmd``, its output discarded."""
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one run of ``cmd`` in ``cwd``, its output discarded (a
+    checkout's perfgate runs in that checkout: ``python -m`` puts the working folder first)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -61,8 +62,9 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
     return wall, usage.ru_maxrss / 1024
 
 
-def best_of(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
-    results = [timed(cmd, env) for _ in range(runs)]
+def best_of(cmd: list[str], runs: int, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> tuple[float, float]:
+    results = [timed(cmd, env, cwd) for _ in range(runs)]
     return statistics.median(r[0] for r in results), max(r[1] for r in results)
 
 
@@ -94,14 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     exports = list(args.exports) if args.exports is not None else \
         [ROOT / "tests" / "fixtures" / "traces" / c / "trace.sqlite" for c in CAPTURES]
     for n in args.sizes:
-        path = args.work / f"scaled-{n}.sqlite"
+        path = args.work.resolve() / f"scaled-{n}.sqlite"
         if not path.is_file():
             build_scaled_export(H100, path, n)
         exports.append(path)
     checkouts = [ROOT] if args.before is None else [args.before.resolve(), ROOT]
     envs = [{**os.environ, "PYTHONPATH": str(c)} for c in checkouts]
     prefix = [sys.executable, "-c", NO_DUCKDB] if args.no_duckdb else [sys.executable, "-m", "perfgate"]
-    help_s, help_mb = best_of([sys.executable, "-m", "perfgate", "--help"], 5, envs[-1])
+    help_s, help_mb = best_of([sys.executable, "-m", "perfgate", "--help"], 5, envs[-1], ROOT)
     print(f"nsys: {version} ({nsys}); nsys stats -r {','.join(reports)} {'-f csv -o' if args.csv else '(printed)'}")
     print(f"`perfgate --help`: {help_s:.2f} s, {help_mb:.0f} MiB; reader: {'sqlite3' if args.no_duckdb else 'duckdb'}\n")
     heads = ["before", "after"] if args.before is not None else ["`perfgate analyze --format json`"]
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in exports:
         ops = gpu_ops(path)
         runs = args.runs if ops < 1_000_000 else 1
-        ours = [best_of([*prefix, "analyze", str(path), "--format", "json"], runs, env) for env in envs]
+        ours = [best_of([*prefix, "analyze", str(path.resolve()), "--format", "json"], runs, env, checkout)
+                for env, checkout in zip(envs, checkouts)]
         theirs = best_of(nsys_command(nsys, reports, path, args.csv, args.work), runs)
         label = path.parent.name if path.name == "trace.sqlite" else path.name
         cells = " | ".join(f"{s:.2f} s, {mb:,.0f} MiB" for s, mb in ours)
