@@ -10,6 +10,7 @@ in the frames are snake_case; timestamps are integer ns relative to session star
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,13 @@ class Trace:
             self._cache["ops"] = (read_gpu_ops(self._con, self.tables, self._columns, self.capacity.__getitem__)
                                   if self._con is not None else empty_ops())
         return self._cache["ops"]
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, made once per ``key`` for this trace: what the analysis and the diagnosis
+        both need (``("busy", window)``: ``analysis.idle.busy_intervals`` of a window)."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
 
     @property
     def has_gpu(self) -> bool:
