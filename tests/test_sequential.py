@@ -120,3 +120,25 @@ def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -
     assert noisy.too_noisy and noisy.detectable > 0.1
     assert "w is too noisy for its step-time tolerance of 3%" in noisy.warning("w")
     assert "record 2 or more" in noise_report(launches(rng, 1, 0.01), LaunchBudget(), POLICY).describe()
+
+
+def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
+    from perfgate.config import load_settings
+    from perfgate.model import WorkloadResult
+    from perfgate.pipeline import _undecided
+    from perfgate.report.terminal import render_summary
+
+    noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]
+    budget = LaunchBudget(1, 5)
+    _, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
+                                 POLICY, budget)
+    outcome = looks[-1].outcome
+    assert outcome.verdict == Verdict.INCONCLUSIVE
+    settings = load_settings(env={})
+    text = _undecided(outcome, noise_report(noisy, budget, POLICY), settings, reason)
+    assert "not significant after 5 launches (max_launches (5) reached)" in text
+    assert "launch-to-launch noise 8." in text and "raise max_launches (now 5)" in text
+    result = WorkloadResult(workload="w", verdict=Verdict.INCONCLUSIVE, message=outcome.summary + "\n" + text)
+    lines = render_summary([result])
+    assert any(line.startswith("w: why: the change is beyond tolerance") for line in lines)
+    assert any(line.startswith("w: to decide: raise max_launches") for line in lines)
