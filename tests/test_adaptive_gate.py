@@ -11,34 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from test_plugin import PYPROJECT as FIXED_DESIGN
 from test_plugin import TINY
 
-PYPROJECT = '''
-[project]
-name = "demo"
-
-[tool.perfgate]
-baseline_dir = "{baselines}"
-warmup_steps = 1
-timeout_s = 300
-min_launches = 1
-max_launches = 3
-record_launches = 3
-
-[tool.perfgate.tolerance]
-"step_time*" = "40%+5"
-"phase.*.cpu_ms" = "40%+5"
-
-[tool.perfgate.workloads.tiny]
-args = {tiny_args}
-'''
+# the plugin tests' project with the adaptive launch counts instead of a fixed design
+PYPROJECT = FIXED_DESIGN.replace("launches = 1\n", "min_launches = 1\nmax_launches = 3\nrecord_launches = 3\n")
 
 
 def write_project(root: Path, baselines: Path, tiny_args: tuple[str, ...] = ()) -> None:
     (root / "workloads").mkdir(exist_ok=True)
     (root / "workloads" / "tiny.py").write_text(TINY)
     (root / "pyproject.toml").write_text(PYPROJECT.format(baselines=baselines.as_posix(),
-                                                          tiny_args=json.dumps(list(tiny_args))))
+                                                          tiny_args=json.dumps(list(tiny_args)),
+                                                          crashy_enabled="false"))
 
 
 @pytest.fixture(scope="module")
