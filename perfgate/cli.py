@@ -214,7 +214,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(outcome.summary)
         if attribution is not None:
-            print(attribution.to_text())
+            from perfgate.diagnosis import render_attribution_text
+
+            print(render_attribution_text(attribution))
         for c in outcome.comparisons:
             print(f"  {str(c.verdict):<12} {describe(c)}{'' if c.gating else ' (not gating)'}")
     return EXIT_REGRESSION if outcome.failed else EXIT_PASS

@@ -221,8 +221,10 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
     if outcome.verdict == Verdict.REGRESSED:
         attribution = _explain(baseline.launch_details, analyses, outcome)
         if attribution is not None:
+            from perfgate.diagnosis import render_attribution_text
+
             result.extra["attribution"] = attribution.to_dict()
-            result.message += "\n" + attribution.to_text()
+            result.message += "\n" + render_attribution_text(attribution)
 
 
 def result_fails(result: WorkloadResult, strict: bool = False) -> bool:

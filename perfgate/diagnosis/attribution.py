@@ -265,7 +265,7 @@ def explain_regression(
     ``to_dict()`` (a baseline launch detail) or a sequence of launches (the median launch by mean
     step time is used). ``comparisons``: MetricComparison rows or an object with
     ``.comparisons`` (compare.Outcome). Traces, when given, sharpen the rules (see TraceFacts)."""
-    from perfgate.diagnosis import diagnose
+    from perfgate.diagnosis.one_run import diagnose
 
     base, base_facts, base_diag = _one(baseline)
     cur, cur_facts, cur_diag = _one(current)
