@@ -255,7 +255,7 @@ def _patch_autograd(inst: _Installation, module: ModuleType) -> None:
     graph_task_id = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None) or (lambda: -1)
     backward = _in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1)
     inst.own(backward)
-    module.backward = backward
+    setattr(module, "backward", backward)
     inst.undo.append(lambda: setattr(module, "backward", original))
 
 

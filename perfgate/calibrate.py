@@ -64,7 +64,7 @@ def disjoint_splits(n_base: int, n_head: int, k: int, *, same_pool: bool, max_co
     if total <= max_comparisons:
         from itertools import combinations
 
-        out = []
+        out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         for b in combinations(range(n_base), k):
             rest = [i for i in range(n_head) if not (same_pool and i in b)]
             out.extend((b, h) for h in combinations(rest, k))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +20,10 @@ from perfgate.errors import ConfigError
 from perfgate.model import Tolerance
 from perfgate.names import check_name
 
-try:  # Python 3.11+
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 ENV_PREFIX = "PERFGATE_"
 SIZES = ("auto", "cpu", "gpu")

@@ -75,7 +75,7 @@ class GpuMonitor:
 
     def __init__(self, interval_s: float = 0.25, nvml: Any | None = None) -> None:
         self.interval_s = interval_s
-        self._nvml = nvml
+        self._nvml: Any = nvml         # pynvml (untyped) or a stand-in; None until NVML answers
         self._samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,9 +85,10 @@ class GpuMonitor:
         nvml = self._nvml
         if nvml is None:
             try:
-                import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+                import pynvml
             except ImportError:
                 return self
+            nvml = pynvml
         try:
             nvml.nvmlInit()
             self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]

@@ -285,7 +285,8 @@ def explain_regression(
     if partial:
         notes.append("the baseline keeps no GPU detail (gpu, gpu_idle): rules, kernels and idle "
                      "by phase are not compared")
-        new, resolved = (), ()
+        new: tuple[Finding, ...] = ()
+        resolved: tuple[Finding, ...] = ()
     else:
         new = tuple(f for f in cur_diag.findings if f.rule not in before)
         resolved = tuple(f for f in base_diag.findings if f.rule not in after)

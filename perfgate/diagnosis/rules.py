@@ -260,10 +260,10 @@ def copy_not_overlapped(analysis: Analysis, facts: TraceFacts | None = None) -> 
         if copy_ms / step < COPY_SHARE_MIN or overlap is None or overlap > COPY_OVERLAP_MAX:
             return None
         on_compute = facts.h2d_on_compute_stream_fraction
-        evidence = (f"H2D copies {copy_ms:.2f} ms/step = {copy_ms / step:.0%} of the step "
-                    f"(threshold {COPY_SHARE_MIN:.0%})",
-                    f"{overlap:.0%} of copy time overlaps kernels (threshold {COPY_OVERLAP_MAX:.0%})",
-                    f"{(on_compute or 0.0):.0%} of copy time on a stream that also runs kernels")
+        evidence: tuple[str, ...] = (f"H2D copies {copy_ms:.2f} ms/step = {copy_ms / step:.0%} of the step "
+                                     f"(threshold {COPY_SHARE_MIN:.0%})",
+                                     f"{overlap:.0%} of copy time overlaps kernels (threshold {COPY_OVERLAP_MAX:.0%})",
+                                     f"{(on_compute or 0.0):.0%} of copy time on a stream that also runs kernels")
     else:
         copy_ms = analysis.gpu.h2d_ms_per_step
         frac = analysis.gpu_idle.fraction if analysis.gpu_idle is not None else 0.0

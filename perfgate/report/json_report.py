@@ -182,14 +182,14 @@ def _result_from(f: _Fields) -> WorkloadResult:
     machine = f.get("machine", (dict,))
     comparisons = f.get("comparisons", (list,), [])
     steps = f.get("baseline_step_times_ms", (list,), [])
-    step_fields = _Fields(dict(enumerate(steps)), f.where, f"{f.path}.baseline_step_times_ms")
+    step_fields = _Fields({str(k): v for k, v in enumerate(steps)}, f.where, f"{f.path}.baseline_step_times_ms")
     return WorkloadResult(
         workload=f.name("workload", required=True) or "", verdict=f.enum("verdict", Verdict),
         comparisons=[_comparison_from(_Fields(c, f.where, f"{f.path}.comparisons[{k}]"))
                      for k, c in enumerate(comparisons)],
         machine=_machine_from(_Fields(machine, f.where, f"{f.path}.machine")) if machine else None,
         baseline_path=Path(p) if (p := f.get("baseline_path", (str,))) else None,
-        baseline_step_times_ms=[step_fields.number(k, non_negative=True) or 0.0 for k in range(len(steps))],
+        baseline_step_times_ms=[step_fields.number(str(k), non_negative=True) or 0.0 for k in range(len(steps))],
         run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
         error=f.get("error", (str,)), message=f.get("message", (str,), ""), variant=f.name("variant"),
         wall_s=f.number("wall_s", non_negative=True),
