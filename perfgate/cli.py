@@ -149,7 +149,7 @@ def _error(message: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
-    from perfgate.pipeline import result_fails, run_workload
+    from perfgate.pipeline import run_workload
 
     settings = settings_from_args(args)
     specs = selected_specs(settings)
@@ -159,11 +159,11 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
         print(f"perfgate: running {spec.full_name} ({settings.launches} launch{'es' if settings.launches != 1 else ''})",
               file=sys.stderr, flush=True)
         results.append(run_workload(spec, settings, update_baseline=update))
-    _print_results(results, settings.strict)
+    _print_results(results)
     reports_written = _write_reports(results, settings.report_dir)
     if not reports_written or any(r.verdict.value == "ERROR" for r in results):
         return EXIT_ERROR
-    return EXIT_REGRESSION if any(result_fails(r, settings.strict) for r in results) else EXIT_PASS
+    return EXIT_REGRESSION if any(r.failed for r in results) else EXIT_PASS
 
 
 def cmd_baseline_update(args: argparse.Namespace) -> int:
@@ -279,12 +279,11 @@ def selected_specs(settings: Any) -> list[Any]:
 _selected_specs = selected_specs  # the name perfgate.ab / perfgate.calibrate import
 
 
-def _print_results(results: list[Any], strict: bool) -> None:
-    from perfgate.pipeline import result_fails
+def _print_results(results: list[Any]) -> None:
     from perfgate.report.terminal import failure_message, render_summary
 
     for result in results:
-        if result_fails(result, strict):
+        if result.failed:
             print(failure_message(result) + "\n")
     for line in render_summary(results):
         print(line)

@@ -18,7 +18,7 @@ from typing import Any
 
 from perfgate import stats
 from perfgate.errors import ConfigError
-from perfgate.model import Direction, MetricComparison, Tolerance, Verdict
+from perfgate.model import Direction, MetricComparison, Tolerance, Verdict, fails
 
 __all__ = [
     "OFF",
@@ -206,14 +206,19 @@ def _lookup(table: Mapping[str, Any], metric: str) -> Any:
 @dataclass(frozen=True)
 class Outcome:
     """Overall verdict, the per-metric rows (primary metrics first) and a one-line summary.
-    ``failed``: the verdict fails the build (REGRESSED, or NEW under strict_new)."""
+    ``strict``: judged with ``ComparePolicy.strict_new`` (a missing baseline fails)."""
 
     verdict: Verdict
     comparisons: list[MetricComparison]
     summary: str
-    failed: bool = False
+    strict: bool = False
     n_baseline: int = 0
     n_current: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """The verdict fails the build (model.fails: REGRESSED, or NEW under strict_new)."""
+        return fails(self.verdict, self.strict)
 
     def row(self, metric: str) -> MetricComparison | None:
         return next((c for c in self.comparisons if c.metric == metric), None)
@@ -321,7 +326,7 @@ def compare_launches(
     verdict = _overall(comparisons)
     n_b, n_c = len(baseline), len(current)
     return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c),
-                   failed=verdict == Verdict.REGRESSED, n_baseline=n_b, n_current=n_c)
+                   strict=policy.strict_new, n_baseline=n_b, n_current=n_c)
 
 
 def _gatekeep(rows: list[MetricComparison], policy: ComparePolicy) -> list[MetricComparison]:
@@ -441,7 +446,7 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
     summary = f"NEW: no baseline{what} ({len(current)} launch{'es' if len(current) != 1 else ''})"
     if policy.strict_new:
         summary += "; strict mode: a missing baseline fails"
-    return Outcome(verdict=Verdict.NEW, comparisons=rows, summary=summary, failed=policy.strict_new,
+    return Outcome(verdict=Verdict.NEW, comparisons=rows, summary=summary, strict=policy.strict_new,
                    n_baseline=0, n_current=len(current))
 
 

@@ -95,7 +95,7 @@ def run_workload(
 
     Never raises for a problem of this workload: it comes back as verdict ERROR with ``error``."""
     started = time.monotonic()
-    result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR)
+    result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR, strict=settings.strict)
     try:
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
         result.machine = this_machine(settings)
@@ -203,10 +203,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
     baseline = load_baseline(path) if path.exists() else None
     outcome = compare_launches(baseline.launch_metrics if baseline else None,
                                [a.metrics() for a in analyses], compare_policy(settings, spec))
-    result.verdict = outcome.verdict
+    result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
     result.message = outcome.summary
-    result.extra["failed"] = outcome.failed
     notes = [w for a in analyses for w in a.warnings if w.startswith("launch ")]
     if notes:
         result.message += "\nnote: " + "\nnote: ".join(notes)
@@ -225,11 +224,6 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
 
             result.extra["attribution"] = attribution.to_dict()
             result.message += "\n" + render_attribution_text(attribution)
-
-
-def result_fails(result: WorkloadResult, strict: bool = False) -> bool:
-    """Whether ``result`` fails the gate: REGRESSED or ERROR, and NEW under ``strict``."""
-    return result.failed or (strict and result.verdict == Verdict.NEW)
 
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:

@@ -256,12 +256,12 @@ def _specs(settings: Settings, names: Sequence[str]) -> list[WorkloadSpec]:
 
 def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
-    from perfgate.pipeline import result_fails, run_workload
+    from perfgate.pipeline import run_workload
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
     result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"))
     config.stash[RESULTS_KEY].append(result)
-    if result_fails(result, settings.strict):
+    if result.failed:
         raise PerfgateFailure(failure_message(result))
     return result
