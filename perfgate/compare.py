@@ -19,6 +19,7 @@ from typing import Any
 from perfgate import stats
 from perfgate.errors import ConfigError
 from perfgate.model import Direction, MetricComparison, Tolerance, Verdict, fails
+from perfgate.wording import describe, fmt_metric_change, fmt_value
 
 __all__ = [
     "OFF",
@@ -442,7 +443,7 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
             current=_center(c, spec.log_scale) if c else None, change=None, delta=None,
             tolerance=policy.tolerance_for(metric), verdict=Verdict.NEW, gating=False, note="no baseline"))
     step = next((r for r in rows if r.metric == "step_time_ms" and r.current is not None), None)
-    what = f"; step_time_ms {_fmt_value(step.current, 'ms')}" if step else ""
+    what = f"; step_time_ms {fmt_value(step.current, 'ms')}" if step else ""
     summary = f"NEW: no baseline{what} ({len(current)} launch{'es' if len(current) != 1 else ''})"
     if policy.strict_new:
         summary += "; strict mode: a missing baseline fails"
@@ -451,28 +452,6 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
 
 
 # --------------------------------------------------------------------------- words
-
-
-def _fmt_value(v: float | None, unit: str) -> str:
-    if v is None:
-        return "-"
-    a = abs(v)
-    s = f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3g}"
-    return f"{s} {unit}" if unit and unit != "fraction" else s
-
-
-def _fmt_change(c: MetricComparison) -> str:
-    if c.change is not None and not (c.unit == "fraction" or c.tolerance.rel is None):
-        return f"{c.change * 100:+.1f}%"
-    return f"{c.delta:+.3g}" + (f" {c.unit}" if c.unit and c.unit != "fraction" else "") if c.delta is not None else "?"
-
-
-def describe(c: MetricComparison) -> str:
-    """'phase.forward.cpu_ms +42.1% (12.0 -> 17.1 ms, tolerance 10% + 0.5 ms, p=0.0012)'."""
-    base = _fmt_value(c.baseline, "")
-    cur = _fmt_value(c.current, c.unit)
-    p = f", p={c.p_value:.2g}" if c.p_value is not None else ""
-    return f"{c.metric} {_fmt_change(c)} ({base} -> {cur}, tolerance {format_tolerance(c.tolerance, c.unit)}{p})"
 
 
 def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int) -> str:
@@ -491,5 +470,5 @@ def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int)
     warned = [r for r in rows if r.gating and r.verdict == Verdict.PASS and "within tolerance" in r.note
               and r.note.startswith("significant")]
     if warned:
-        text += "; significant but within tolerance: " + ", ".join(f"{r.metric} {_fmt_change(r)}" for r in warned)
+        text += "; significant but within tolerance: " + ", ".join(f"{r.metric} {fmt_metric_change(r)}" for r in warned)
     return text
