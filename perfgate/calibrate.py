@@ -266,7 +266,7 @@ def _csv_numbers(text: str, what: str, kind: Callable[[str], float] = float) -> 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``perfgate calibrate WORKLOAD --launches N --inject 2,3,5 --phase forward --k 3,5``."""
-    from perfgate.cli import add_gate_options
+    from perfgate.config import add_command_options
 
     p = subparsers.add_parser(
         "calibrate", help="measure false-alarm and detection rates of the gate on this machine",
@@ -284,7 +284,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder (default: the run folder)")
     p.add_argument("--from-json", type=Path, default=None, metavar="FILE",
                    help="re-evaluate the pools of an earlier calibration.json instead of launching")
-    add_gate_options(p)
+    add_command_options(p)
     p.set_defaults(func=cmd_calibrate)
     return p
 
@@ -292,14 +292,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from perfgate.cli import _selected_specs, settings_from_args
+    from perfgate.config import settings_from_args
+    from perfgate.workloads import selected_specs
     from perfgate.pipeline import compare_policy, new_run_dir
 
     try:
         ks = _csv_numbers(args.k_values, "--k", int)
         pcts = _csv_numbers(args.inject, "--inject")
         settings = settings_from_args(args)
-        spec = _selected_specs(settings)[0]
+        spec = selected_specs(settings)[0]
         policy = compare_policy(settings, spec)
         if args.alpha is not None:
             policy = replace(policy, alpha=args.alpha)

@@ -1,6 +1,6 @@
-"""The gate's vocabulary and verdict: metric specs (unit, direction, default tolerance, gating),
-tolerance parsing, and ``compare_launches`` which turns per-launch metric mappings of a baseline and
-a current side into per-metric comparisons and one overall verdict.
+"""The gate's verdict: ``compare_launches`` turns per-launch metric mappings of a baseline and a
+current side into per-metric comparisons and one overall verdict, under a ComparePolicy. What the
+metrics mean and the tolerance grammar are perfgate.metrics (re-exported here).
 
 Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
 tolerance (relative AND absolute floor) AND the launch-level one-sided Welch test on logs is
@@ -11,14 +11,25 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfgate import stats
 from perfgate.errors import ConfigError
-from perfgate.model import Direction, MetricComparison, Tolerance, Verdict, fails
+from perfgate.metrics import (
+    FALLBACK_SPEC,
+    LOWER,
+    METRIC_SPECS,
+    OFF,
+    MetricSpec,
+    alpha_problem,
+    format_tolerance,
+    parse_tolerance,
+    parse_tolerances,
+    spec_for,
+)
+from perfgate.model import MetricComparison, Tolerance, Verdict, fails
 from perfgate.wording import describe, fmt_metric_change, fmt_value
 
 __all__ = [
@@ -37,128 +48,6 @@ __all__ = [
     "describe",
 ]
 
-LOWER = Direction.LOWER_IS_BETTER
-HIGHER = Direction.HIGHER_IS_BETTER
-
-#: The tolerance "off": never regressed (the metric is reported only).
-OFF = Tolerance(rel=math.inf, abs=None)
-
-
-# --------------------------------------------------------------------------- metric specs
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """What a metric means to the gate. ``name_pattern`` is an fnmatch pattern (``phase.*.cpu_ms``).
-
-    ``gating``: a regression of it can fail the build. ``primary``: one of the step-time metrics the
-    overall verdict rests on (tested at alpha each); gating non-primary metrics form the secondary
-    family (Holm-adjusted). ``log_scale``: compare ratios (log values); False for bounded/absolute
-    metrics such as the idle fraction, compared as differences.
-    """
-
-    name_pattern: str
-    unit: str
-    direction: Direction
-    default_tolerance: Tolerance
-    gating: bool
-    primary: bool = False
-    log_scale: bool = True
-    description: str = ""
-
-
-METRIC_SPECS: tuple[MetricSpec, ...] = (
-    MetricSpec("step_time_ms", "ms", LOWER, Tolerance(rel=0.03), gating=True, primary=True,
-               description="median iteration period of measured steps (step start to next step start, and its GPU work done; per launch)"),
-    MetricSpec("step_time_mean_ms", "ms", LOWER, Tolerance(rel=0.03), gating=True, primary=True,
-               description="mean of measured steps: catches a slowdown in one step of ten that the median hides"),
-    MetricSpec("step_range_ms", "ms", LOWER, Tolerance(rel=0.03), gating=False,
-               description="median duration of the step NVTX ranges themselves (reported only: the "
-                           "iteration period is what is gated)"),
-    MetricSpec("step_time_p90_ms", "ms", LOWER, Tolerance(rel=0.10), gating=False,
-               description="90th percentile of steps (diagnostic for periodic stalls)"),
-    MetricSpec("samples_per_s", "samples/s", HIGHER, Tolerance(rel=0.05), gating=False,
-               description="throughput; redundant with step time, reported only"),
-    MetricSpec("gpu_idle_fraction", "fraction", LOWER, Tolerance(abs=0.03), gating=True, log_scale=False,
-               description="share of the window in which a GPU ran nothing; absolute tolerance"),
-    MetricSpec("phase.*.cpu_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=True,
-               description="CPU time of a phase per step; the floor keeps sub-ms phases from failing on noise"),
-    MetricSpec("phase.*.gpu_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=True,
-               description="GPU time attributed to a phase per step"),
-    MetricSpec("kernels_per_step", "kernels", LOWER, Tolerance(rel=0.10, abs=1.0), gating=False, log_scale=False,
-               description="kernel launches per step (diagnostic)"),
-    MetricSpec("h2d_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
-               description="host-to-device copy time per step (diagnostic; its cost shows in step time)"),
-    MetricSpec("sync_calls_per_step", "calls", LOWER, Tolerance(abs=0.5), gating=False, log_scale=False,
-               description="synchronize calls per step (diagnostic: a new sync shows here)"),
-    MetricSpec("cuda_api_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
-               description="CUDA API time per step (diagnostic)"),
-)
-
-FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,
-                           description="a metric perfgate does not know: reported only")
-
-
-def spec_for(metric: str) -> MetricSpec:
-    """The first spec of METRIC_SPECS whose pattern matches ``metric`` (fnmatch), else FALLBACK_SPEC."""
-    for spec in METRIC_SPECS:
-        if fnmatch.fnmatchcase(metric, spec.name_pattern):
-            return spec
-    return FALLBACK_SPEC
-
-
-# --------------------------------------------------------------------------- tolerances
-
-_NUM = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUM})\s*%)?\s*(?:\+\s*(?P<abs>{_NUM}))?$")
-_GRAMMAR = "write e.g. '5%', '5% + 0.5' (relative and absolute floor in the metric's unit), '+0.02' or 'off'"
-
-
-def parse_tolerance(text: str | float | int, where: str = "tolerance") -> Tolerance:
-    """Parse "5%", "5%+0.5", "5% + 0.5", "+0.02", "0" (any significant worsening fails) or "off"."""
-    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise ConfigError(f"{where}: expected a string like '5%', got {text!r}")
-    if not isinstance(text, str):
-        if text == 0:
-            return Tolerance(rel=0.0)
-        raise ConfigError(f"{where}: bare number {text!r} is ambiguous; {_GRAMMAR}")
-    s = text.strip().lower()
-    if s in ("off", "none"):
-        return OFF
-    if s in ("0", "0%", "0.0"):
-        return Tolerance(rel=0.0)
-    m = _TOL_RE.match(s)
-    if not s or m is None or (m.group("rel") is None and m.group("abs") is None):
-        raise ConfigError(f"{where}: cannot parse tolerance {text!r}; {_GRAMMAR}")
-    rel = float(m.group("rel")) / 100.0 if m.group("rel") is not None else None
-    abs_ = float(m.group("abs")) if m.group("abs") is not None else None
-    if rel is not None and rel >= 10.0:
-        raise ConfigError(f"{where}: tolerance {text!r} is over 1000%; {_GRAMMAR}")
-    return Tolerance(rel=rel, abs=abs_)
-
-
-def parse_tolerances(values: Mapping[str, str | float | int], where: str = "tolerances") -> dict[str, Tolerance]:
-    """Parse a {metric name or fnmatch pattern: tolerance text} table (e.g. from pyproject.toml)."""
-    return {name: parse_tolerance(text, f"{where}.{name}") for name, text in values.items()}
-
-
-def _fmt_abs(value: float, unit: str) -> str:
-    s = f"{value:g}"
-    return f"{s} {unit}" if unit and unit != "fraction" else s
-
-
-def format_tolerance(tolerance: Tolerance, unit: str = "") -> str:
-    """'10% + 0.5 ms', '5%', '+0.03', 'off' or '0'."""
-    if tolerance.rel is not None and math.isinf(tolerance.rel):
-        return "off"
-    parts = []
-    if tolerance.rel is not None:
-        parts.append(f"{tolerance.rel * 100:g}%")
-    if tolerance.abs is not None:
-        parts.append(("+ " if parts else "+") + _fmt_abs(tolerance.abs, unit))
-    return " ".join(parts) if parts else "0"
-
-
 # --------------------------------------------------------------------------- policy and outcome
 
 
@@ -167,25 +56,32 @@ class ComparePolicy:
     """How strict the gate is.
 
     ``tolerances``: metric name or fnmatch pattern -> Tolerance, overriding the spec defaults (an exact
-    name beats a pattern; among patterns the longest wins). ``alpha``: one-sided false-alarm budget per
+    name beats a pattern; among patterns the longest wins). ``tolerance_overrides``: tables that beat
+    ``tolerances``, highest first: a metric takes its tolerance from the first table with an entry
+    for it (perfgate.config's precedence: option > workload table > global table). ``alpha``: one-sided false-alarm budget per
     primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
     ``gate_secondary``: False makes every non-primary metric report-only. ``gating``: metric name or
     pattern -> True/False overriding a spec's gating flag (e.g. {"sync_calls_per_step": True}).
     """
 
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    tolerance_overrides: tuple[Mapping[str, Tolerance], ...] = ()
     alpha: float = 0.01
     strict_new: bool = False
     gate_secondary: bool = True
     gating: Mapping[str, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.alpha < 0.5:
-            raise ConfigError(f"alpha: must be between 0 and 0.5 (got {self.alpha!r})")
+        problem = alpha_problem(self.alpha)
+        if problem:
+            raise ConfigError(f"alpha: {problem}, got {self.alpha!r}")
 
     def tolerance_for(self, metric: str) -> Tolerance:
-        found = _lookup(self.tolerances, metric)
-        return found if found is not None else spec_for(metric).default_tolerance
+        for table in (*self.tolerance_overrides, self.tolerances):
+            found = _lookup(table, metric)
+            if found is not None:
+                return found
+        return spec_for(metric).default_tolerance
 
     def is_gating(self, metric: str) -> bool:
         spec = spec_for(metric)

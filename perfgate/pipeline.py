@@ -45,21 +45,23 @@ RESULT_FILE = "result.json"
 
 
 def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
-    """AnalysisOptions for ``spec`` (its step pattern, warm-up steps and batch size)."""
+    """AnalysisOptions for ``spec`` (its step pattern, skipped steps and batch size)."""
     from perfgate.analysis import AnalysisOptions
 
     kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
-    if spec.warmup_steps is not None:
-        kwargs["warmup_steps"] = spec.warmup_steps
+    if spec.skip_steps is not None:
+        kwargs["warmup_steps"] = spec.skip_steps
     return AnalysisOptions(**kwargs)
 
 
 def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> ComparePolicy:
-    """The ComparePolicy of a workload: global tolerances, the workload's on top."""
+    """The ComparePolicy of a workload. Tolerances, first match wins: the command line's, the
+    workload table's, the ``[tool.perfgate.tolerance]`` table's, the metric's default."""
     from perfgate.compare import ComparePolicy
 
-    tolerances = {**settings.tolerances, **(spec.tolerances if spec else {})}
-    return ComparePolicy(tolerances=tolerances, alpha=settings.alpha, strict_new=settings.strict)
+    overrides = (settings.option_tolerances, *([spec.tolerances] if spec else []))
+    return ComparePolicy(tolerances=settings.tolerances, tolerance_overrides=overrides, alpha=settings.alpha,
+                         strict_new=settings.strict)
 
 
 def new_run_dir(artifacts_dir: Path, name: str) -> Path:
