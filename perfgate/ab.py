@@ -202,7 +202,7 @@ def run_ab_refs(
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``perfgate ab --base REF [--head REF] [WORKLOAD...] --launches K``."""
-    from perfgate.config import add_command_options
+    from perfgate.options import add_command_options
 
     p = subparsers.add_parser(
         "ab", help="A/B: measure two commits interleaved in this job and compare them",
@@ -226,7 +226,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     """``perfgate ab``: 0 pass (or improved / inconclusive at the cap), 1 regression, 2 error."""
     from dataclasses import replace
 
-    from perfgate.config import settings_from_args
+    from perfgate.options import settings_from_args
     from perfgate.workloads import selected_specs
     from perfgate.pipeline import compare_policy
 

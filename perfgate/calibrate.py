@@ -266,7 +266,7 @@ def _csv_numbers(text: str, what: str, kind: Callable[[str], float] = float) -> 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``perfgate calibrate WORKLOAD --launches N --inject 2,3,5 --phase forward --k 3,5``."""
-    from perfgate.config import add_command_options
+    from perfgate.options import add_command_options
 
     p = subparsers.add_parser(
         "calibrate", help="measure false-alarm and detection rates of the gate on this machine",
@@ -292,7 +292,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from perfgate.config import settings_from_args
+    from perfgate.options import settings_from_args
     from perfgate.workloads import selected_specs
     from perfgate.pipeline import compare_policy, new_run_dir
 

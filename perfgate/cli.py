@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfgate.config import add_command_options, settings_from_args
+from perfgate.options import add_command_options, settings_from_args
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.workloads import selected_specs
 

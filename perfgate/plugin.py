@@ -27,7 +27,8 @@ NOT_ACTIVE = "perfgate: performance gate runs only with --perfgate"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from perfgate.config import PYTEST_PREFIX, add_setting_options
+    from perfgate.config import PYTEST_PREFIX
+    from perfgate.options import add_setting_options
 
     group = parser.getgroup("perfgate", "perfgate: performance regression gate under Nsight Systems")
     add = group.addoption
@@ -46,7 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "through the `perfgate` fixture; skipped without --perfgate")
     if not config.getoption("perfgate"):
         return
-    from perfgate.config import PYTEST_PREFIX, settings_from_options
+    from perfgate.config import PYTEST_PREFIX
+    from perfgate.options import settings_from_options
 
     try:
         settings = settings_from_options(config.getoption, PYTEST_PREFIX, start=config.invocation_params.dir,

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from perfgate import cli, plugin
-from perfgate.config import SETTINGS, Settings, add_setting_options, load_settings, parse_tolerance_option, settings_from_args
+from perfgate.config import SETTINGS, Settings, load_settings, parse_tolerance_option
+from perfgate.options import add_setting_options, settings_from_args
 from perfgate.errors import ConfigError
 from perfgate.model import Tolerance
 from perfgate.pipeline import compare_policy
