@@ -5,11 +5,16 @@
     python3 benchmarks/bench_command.py --sizes 10000 1000000 10000000
     python3 benchmarks/bench_command.py --exports run.sqlite --nsys /path/to/nsys \\
         --reports nvtx_sum,nvtx_gpu_proj_sum,cuda_gpu_kern_sum  # a capture on the GPU machine
+    git archive COMMIT | tar -x -C /tmp/before
+    python3 benchmarks/bench_command.py --before /tmp/before   # that commit's command beside this one
+    python3 benchmarks/bench_command.py --no-duckdb            # the sqlite3 reader (no duckdb installed)
 
 Generated exports (``--sizes``) are the toy H100 capture's rows replicated with shifted timestamps
 (``bench_analyze.build_scaled_export``), kept in ``--work`` between runs. ``nsys stats`` prints its
 reports to stdout as it does by default (``--csv``: CSV files instead, as ``-f csv -o``); report
-names are given in either naming scheme and mapped to the nsys found. Prints a Markdown table.
+names are given in either naming scheme and mapped to the nsys found. ``--before DIR`` times the
+command of another checkout (e.g. ``git archive``) in the same run, export by export, beside this
+one; ``--no-duckdb`` runs both as if duckdb were not installed. Prints a Markdown table.
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ from bench_analyze import H100, build_scaled_export  # noqa: E402
 from perfgate.nsys import find_nsys, resolve_report_name  # noqa: E402
 
 CAPTURES = ("toy-h100", "gpu-transformer", "gpu-ddp-2proc", "reverse-ladder-full")
+# perfgate's command with duckdb hidden: its sqlite3 reader, as on a machine without duckdb
+NO_DUCKDB = ("import runpy, sys; sys.modules['duckdb'] = None; sys.argv = ['perfgate'] + sys.argv[1:]; "
+             "runpy.run_module('perfgate', run_name='__main__')")
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 
 
@@ -41,10 +49,11 @@ def gpu_ops(path: Path) -> int:
         return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in GPU_TABLES if t in tables)
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one run of ``cmd``, its output discarded."""
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one run of ``cmd`` in ``cwd``, its output discarded (a
+    checkout's perfgate runs in that checkout: ``python -m`` puts the working folder first)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -53,8 +62,9 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
     return wall, usage.ru_maxrss / 1024
 
 
-def best_of(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
-    results = [timed(cmd, env) for _ in range(runs)]
+def best_of(cmd: list[str], runs: int, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> tuple[float, float]:
+    results = [timed(cmd, env, cwd) for _ in range(runs)]
     return statistics.median(r[0] for r in results), max(r[1] for r in results)
 
 
@@ -75,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", default="nvtx_sum,cuda_gpu_kern_sum", help="nsys stats reports (either naming scheme)")
     parser.add_argument("--csv", action="store_true", help="nsys stats writes CSV files instead of printing")
     parser.add_argument("--runs", type=int, default=3, help="runs per command below 10^6 GPU ops (median; one above)")
+    parser.add_argument("--before", type=Path, default=None, help="another checkout whose command is timed too")
+    parser.add_argument("--no-duckdb", action="store_true", help="read through sqlite3, as without duckdb")
     args = parser.parse_args(argv)
 
     nsys = find_nsys(args.nsys)
@@ -84,24 +96,29 @@ def main(argv: list[str] | None = None) -> int:
     exports = list(args.exports) if args.exports is not None else \
         [ROOT / "tests" / "fixtures" / "traces" / c / "trace.sqlite" for c in CAPTURES]
     for n in args.sizes:
-        path = args.work / f"scaled-{n}.sqlite"
+        path = args.work.resolve() / f"scaled-{n}.sqlite"
         if not path.is_file():
             build_scaled_export(H100, path, n)
         exports.append(path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    help_s, help_mb = best_of([sys.executable, "-m", "perfgate", "--help"], 5, env)
+    checkouts = [ROOT] if args.before is None else [args.before.resolve(), ROOT]
+    envs = [{**os.environ, "PYTHONPATH": str(c)} for c in checkouts]
+    prefix = [sys.executable, "-c", NO_DUCKDB] if args.no_duckdb else [sys.executable, "-m", "perfgate"]
+    help_s, help_mb = best_of([sys.executable, "-m", "perfgate", "--help"], 5, envs[-1], ROOT)
     print(f"nsys: {version} ({nsys}); nsys stats -r {','.join(reports)} {'-f csv -o' if args.csv else '(printed)'}")
-    print(f"`perfgate --help`: {help_s:.2f} s, {help_mb:.0f} MiB\n")
-    print("| export | GPU ops | `perfgate analyze --format json` | `nsys stats` | ratio |")
-    print("|---|---|---|---|---|")
+    print(f"`perfgate --help`: {help_s:.2f} s, {help_mb:.0f} MiB; reader: {'sqlite3' if args.no_duckdb else 'duckdb'}\n")
+    heads = ["before", "after"] if args.before is not None else ["`perfgate analyze --format json`"]
+    print(f"| export | GPU ops | {' | '.join(heads)} | `nsys stats` | ratio |")
+    print("|---|---|" + "---|" * len(heads) + "---|---|")
     for path in exports:
         ops = gpu_ops(path)
         runs = args.runs if ops < 1_000_000 else 1
-        ours = best_of([sys.executable, "-m", "perfgate", "analyze", str(path), "--format", "json"], runs, env)
+        ours = [best_of([*prefix, "analyze", str(path.resolve()), "--format", "json"], runs, env, checkout)
+                for env, checkout in zip(envs, checkouts)]
         theirs = best_of(nsys_command(nsys, reports, path, args.csv, args.work), runs)
         label = path.parent.name if path.name == "trace.sqlite" else path.name
-        print(f"| {label} | {ops:,} | {ours[0]:.2f} s, {ours[1]:.0f} MiB | {theirs[0]:.2f} s, {theirs[1]:.0f} MiB "
-              f"| {ours[0] / theirs[0]:.1f}x |", flush=True)
+        cells = " | ".join(f"{s:.2f} s, {mb:,.0f} MiB" for s, mb in ours)
+        print(f"| {label} | {ops:,} | {cells} | {theirs[0]:.2f} s, {theirs[1]:.0f} MiB "
+              f"| {ours[-1][0] / theirs[0]:.1f}x |", flush=True)
     return 0
 
 

@@ -213,11 +213,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--base", required=True, metavar="REF", help="git ref of the baseline side (e.g. origin/main)")
     p.add_argument("--head", default=None, metavar="REF",
                    help=f"git ref of the candidate side (default: the current checkout, {WORKTREE})")
-    p.add_argument("--max-launches", type=int, default=None, metavar="N",
-                   help="add launches while the verdict is INCONCLUSIVE, up to N per side (default: 3 x --launches)")
     p.add_argument("--alpha", type=float, default=None, help="false-alarm budget per primary metric (default 0.01)")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    add_command_options(p)
+    add_command_options(p)   # --max-launches N: add launches while INCONCLUSIVE, up to N per side (default 3 x K)
     p.set_defaults(func=cmd_ab)
     return p
 

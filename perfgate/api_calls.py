@@ -62,12 +62,14 @@ class _Join:
     def __init__(self, ops: GpuOps) -> None:
         self.ops = ops
         keys = op_keys(ops.global_pid, ops.correlation_id)
-        self.order = np.argsort(keys, kind="stable")
+        index = np.int32 if keys.size < 2**31 else np.int64       # peak memory: 4 B per op less
+        self.order = np.argsort(keys, kind="stable").astype(index)
         self.keys = keys[self.order]
+        del keys
         # ops sharing a key (a graph launch, ...): how many follow each first one
-        first = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]]) if keys.size else keys
-        self.run = np.zeros(keys.size, dtype=np.int64)
-        self.run[first] = np.diff(np.r_[first, keys.size])
+        first = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]]) if self.keys.size else self.keys
+        self.run = np.zeros(self.keys.size, dtype=index)
+        self.run[first] = np.diff(np.r_[first, self.keys.size])
         n = len(ops)
         self.decided = np.zeros(n, dtype=bool)
         self.api = [np.full(n, -1, dtype=np.int64) for _ in range(3)]
@@ -201,13 +203,27 @@ def _add_counts(acc: dict[int, int], names: np.ndarray, weights: np.ndarray | No
     """acc[name] += number of rows (or their summed integer weights) per name."""
     if names.size == 0:
         return
-    import pandas as pd
-
-    codes, ids = pd.factorize(names, sort=False)
-    if weights is None:
-        sums = np.bincount(codes, minlength=ids.size)
-    else:
-        sums = np.zeros(ids.size, dtype=np.int64)
-        np.add.at(sums, codes, weights.astype(np.int64))
-    for i, v in zip(ids.tolist(), sums.tolist()):
+    lo, hi = int(names.min()), int(names.max())
+    if hi - lo < 1 << 20:                        # name ids are string ids: one bincount
+        offset = names - lo
+        sums = (np.bincount(offset, minlength=hi - lo + 1) if weights is None
+                else _exact_bincount(offset, weights.astype(np.int64), hi - lo + 1))
+        ids = np.flatnonzero(np.bincount(offset, minlength=hi - lo + 1))
+        for i, v in zip((ids + lo).tolist(), sums[ids].tolist()):
+            acc[i] = acc.get(i, 0) + int(v)
+        return
+    uniq, codes = np.unique(names, return_inverse=True)
+    sums = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(sums, codes, np.ones(names.size, dtype=np.int64) if weights is None else weights.astype(np.int64))
+    for i, v in zip(uniq.tolist(), sums.tolist()):
         acc[i] = acc.get(i, 0) + int(v)
+
+
+def _exact_bincount(codes: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """Integer sums of ``weights`` per code: a float bincount where every partial sum is exact
+    (below 2**53), else np.add.at."""
+    if weights.size == 0 or int(np.abs(weights).max()) * weights.size < 1 << 53:
+        return np.bincount(codes, weights=weights, minlength=n).astype(np.int64)
+    sums = np.zeros(n, dtype=np.int64)
+    np.add.at(sums, codes, weights)
+    return sums

@@ -15,12 +15,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from perfgate.errors import BaselineError
+from perfgate.sequential import NOISE_METRIC, launch_noise
 from perfgate.model import Analysis, MachineInfo
 from perfgate.names import RULE, check_name, is_safe_name
 
@@ -105,29 +106,40 @@ def baseline_from_analyses(
     machine: MachineInfo,
     provenance: Mapping[str, Any],
     variant: str | None = None,
+    *,
+    profile: Analysis | None = None,
 ) -> Baseline:
-    """A Baseline recording ``analyses`` (one per launch) taken on ``machine``."""
-    launches = tuple(
-        BaselineLaunch(
-            metrics={m: v for m, v in a.metrics().items() if math.isfinite(v)},
-            step_durations_ms=tuple(a.steps.durations_ms),
-            detail={
-                "steps": {"range": a.steps.range_name, "source": a.steps.source, "basis": a.steps.basis,
-                          "count": a.steps.count,
-                          "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
-                "phases": {name: asdict(p) for name, p in a.phases.items()},
-                "nsys_version": a.nsys_version,
-                # what diagnosis.explain_regression diffs against: GPU work, idle gaps, rules fired
-                "gpu": asdict(a.gpu) if a.gpu is not None else None,
-                "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
-                "diagnosis": a.extra.get("diagnosis"),
-            },
-        )
-        for a in analyses
-    )
+    """A Baseline recording ``analyses`` (one per timing launch) taken on ``machine``, and the
+    ``profile`` launch with only the metrics the timing launches do not measure (its steps are
+    those of a CUDA-traced process: not recorded as step times)."""
+    timing = [{m: v for m, v in a.metrics().items() if math.isfinite(v)} for a in analyses]
+    launches = [_launch(a, metrics) for a, metrics in zip(analyses, timing)]
+    if profile is not None:
+        measured = {name for m in timing for name in m}
+        gpu_only = {m: v for m, v in profile.metrics().items() if m not in measured and math.isfinite(v)}
+        launches.append(replace(_launch(profile, gpu_only), step_durations_ms=()))
     machine_dict = {k: v for k, v in asdict(machine).items() if k != "hostname"}
     return Baseline(workload=workload, variant=variant, machine_class=machine.machine_class,
-                    launches=launches, machine=machine_dict, provenance=dict(provenance))
+                    launches=tuple(launches), machine=machine_dict, provenance=dict(provenance))
+
+
+def _launch(a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
+    return BaselineLaunch(
+        metrics=metrics,
+        step_durations_ms=tuple(a.steps.durations_ms),
+        detail={
+            "capture": a.extra.get("capture", "timing"),
+            "steps": {"range": a.steps.range_name, "source": a.steps.source, "basis": a.steps.basis,
+                      "count": a.steps.count,
+                      "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
+            "phases": {name: asdict(p) for name, p in a.phases.items()},
+            "nsys_version": a.nsys_version,
+            # what diagnosis.explain_regression diffs against: GPU work, idle gaps, rules fired
+            "gpu": asdict(a.gpu) if a.gpu is not None else None,
+            "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
+            "diagnosis": a.extra.get("diagnosis"),
+        },
+    )
 
 
 def baseline_document(baseline: Baseline) -> dict[str, Any]:
@@ -145,6 +157,9 @@ def baseline_document(baseline: Baseline) -> dict[str, Any]:
             for launch in baseline.launches
         ],
         "summary": baseline.summaries(),
+        # the launch-to-launch noise of step time (sd of log values), which sizes the gate's test
+        # (perfgate.sequential; recomputed from the launches when read)
+        "noise": {"metric": NOISE_METRIC, "launch_log_sd": launch_noise(baseline.launch_metrics)},
     }
 
 
@@ -196,7 +211,9 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     launches = []
     for k, raw in enumerate(raw_launches):
         where = f"{path}: launches[{k}]"
-        checked = checked_metrics(raw.get("metrics") if isinstance(raw, dict) else None, f"{where}.metrics")
+        is_profile = isinstance(raw, dict) and raw.get("capture") == "profile"
+        checked = checked_metrics(raw.get("metrics") if isinstance(raw, dict) else None, f"{where}.metrics",
+                                  profile=is_profile)
         durations = raw.get("step_durations_ms", [])
         if not isinstance(durations, list):
             raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
@@ -225,13 +242,14 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     )
 
 
-def checked_metrics(metrics: Any, where: str) -> dict[str, float]:
+def checked_metrics(metrics: Any, where: str, *, profile: bool = False) -> dict[str, float]:
     """One launch's metrics as read back from a baseline or result file: an object of finite,
-    non-negative numbers that has PRIMARY_METRIC, else BaselineError naming ``where``."""
-    if not isinstance(metrics, dict) or not metrics:
+    non-negative numbers that has PRIMARY_METRIC (a ``profile`` launch holds only GPU metrics:
+    its step time is not recorded), else BaselineError naming ``where``."""
+    if not isinstance(metrics, dict) or (not metrics and not profile):
         raise BaselineError(f"{where} must map metric names to numbers")
     checked = {str(m): measured_number(v, f"{where}.{m}") for m, v in metrics.items()}
-    if PRIMARY_METRIC not in checked:
+    if PRIMARY_METRIC not in checked and not profile:
         raise BaselineError(f"{where} has no {PRIMARY_METRIC} (the metric the gate rests on)")
     return checked
 

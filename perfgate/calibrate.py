@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from scipy import stats as _sps
 
 from perfgate.compare import ComparePolicy, compare_launches
+from perfgate.sequential import LaunchBudget
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.model import Verdict
 
@@ -204,7 +206,7 @@ def evaluate_pools(
 Launch = Callable[[str, Sequence[str]], tuple[Mapping[str, float], float]]
 
 
-def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], phase: str,
+def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], phase: str, knob: str = "--slow-ms",
               log: Callable[[str], None] = lambda s: None) -> tuple[dict[str, list[dict[str, float]]], dict[str, float], list[float]]:
     """Run the A/A pool and one pool per injected percentage, interleaved round by round so slow
     drift hits every pool alike. The first A/A launch sizes the injections (MS = pct/100 × its median
@@ -217,7 +219,7 @@ def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], ph
     walls.append(wall)
     step_ms = float(metrics["step_time_ms"])
     labels = {f"+{pct:g}%": pct / 100.0 for pct in inject_pcts}
-    args = {label: ("--slow-phase", phase, "--slow-ms", f"{frac * step_ms:.3f}") for label, frac in labels.items()}
+    args = {label: ("--slow-phase", phase, knob, f"{frac * step_ms:.3f}") for label, frac in labels.items()}
     for label in labels:
         pools[label] = []
     log(f"A/A median step {step_ms:.2f} ms; injecting " + ", ".join(f"{a[3]} ms ({lab})" for lab, a in args.items()))
@@ -233,7 +235,7 @@ def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], ph
     return pools, labels, walls
 
 
-def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path) -> Launch:
+def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path, base_args: Sequence[str] = ()) -> Launch:
     """The real launcher: run_capture + analyze_trace; artifacts in ``run_dir/<label>/``."""
 
     def launch(label: str, extra_args: Sequence[str]) -> tuple[Mapping[str, float], float]:
@@ -243,7 +245,7 @@ def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path) -> Lau
         from perfgate.pipeline import analysis_options
 
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
-        capture = run_capture(spec, settings, run_dir / safe, extra_args=extra_args)
+        capture = run_capture(spec, settings, run_dir / safe, extra_args=(*base_args, *extra_args))
         if capture.sqlite_path is None or not capture.sqlite_path.exists():
             raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
         return analyze_trace(capture.sqlite_path, analysis_options(spec)).metrics(), capture.wall_s
@@ -264,6 +266,74 @@ def _csv_numbers(text: str, what: str, kind: Callable[[str], float] = float) -> 
     return values
 
 
+@dataclass(frozen=True)
+class SequentialTable:
+    """Accuracy of the gate as it runs: a baseline of ``record_launches`` A/A launches, then current
+    launches drawn one at a time (perfgate.sequential.run_looks) within ``budget``."""
+
+    record_launches: int
+    budget: LaunchBudget
+    alpha: float
+    rows: list[RateRow]
+    mean_launches: dict[str, float]         # pool -> current launches a run took, on average
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_markdown(self) -> str:
+        b = self.budget
+        lines = [f"#### As the gate runs: {self.record_launches} baseline launches, then {b.min_launches} to "
+                 f"{b.max_launches} launches, alpha {self.alpha:g} over {b.looks} look{'s' if b.looks != 1 else ''}",
+                 "", "| pool | injected | realized | runs | REGRESSED | rate | 95% upper | INCONCLUSIVE | launches per run |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        for row in self.rows:
+            inj = "-" if row.injected_fraction is None else f"+{row.injected_fraction:.1%}"
+            real = "-" if row.realized_change is None else f"{row.realized_change:+.1%}"
+            lines.append(f"| {row.pool} | {inj} | {real} | {row.comparisons} | {row.regressed} | {row.rate:.1%} "
+                         f"| {row.upper_95:.1%} | {row.inconclusive} | {self.mean_launches[row.pool]:.2f} |")
+        return "\n".join(lines) + "\n"
+
+
+def evaluate_sequential(
+    pools: Mapping[str, Sequence[Mapping[str, float]]], record_launches: int, budget: LaunchBudget,
+    policy: ComparePolicy = ComparePolicy(), runs: int = 200, *,
+    injected: Mapping[str, float] | None = None, seed: int = 0,
+) -> SequentialTable:
+    """``runs`` gate runs per pool: a random ``record_launches`` of the A/A pool as the baseline, the
+    current launches drawn in random order from the rest of the A/A pool (false alarms) or from an
+    injected pool (detections), with the gate's adaptive looks."""
+    from perfgate.sequential import run_looks
+
+    if AA not in pools:
+        raise ConfigError(f"evaluate_sequential: no {AA!r} pool (got {', '.join(pools) or 'none'})")
+    rng = np.random.default_rng(seed)
+    aa = list(pools[AA])
+    if len(aa) < record_launches + budget.max_launches:
+        raise ConfigError(f"the A/A pool has {len(aa)} launches: a baseline of {record_launches} and up to "
+                          f"{budget.max_launches} current launches need {record_launches + budget.max_launches}")
+    base_step = _geomean(aa, "step_time_ms")
+    rows, mean_launches = [], {}
+    for name, pool in pools.items():
+        pool = list(pool)
+        if name != AA and len(pool) < budget.max_launches:
+            continue
+        outcomes, used = [], []
+        for _ in range(runs):
+            order = rng.permutation(len(aa))
+            baseline = [aa[i] for i in order[:record_launches]]
+            stream = ([aa[i] for i in order[record_launches:]] if name == AA
+                      else [pool[i] for i in rng.permutation(len(pool))])
+            current, looks, _ = run_looks(baseline, lambda k: stream[k], policy, budget, clock=lambda: 0.0)
+            outcomes.append(looks[-1].outcome)
+            used.append(len(current))
+        step = _geomean(pool, "step_time_ms")
+        realized = step / base_step - 1.0 if step and base_step and name != AA else (0.0 if name == AA else None)
+        rows.append(_rate_row(name, None if name == AA else (injected or {}).get(name), realized, outcomes, None))
+        mean_launches[name] = float(np.mean(used))
+    return SequentialTable(record_launches=record_launches, budget=budget, alpha=policy.alpha, rows=rows,
+                           mean_launches=mean_launches)
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``perfgate calibrate WORKLOAD --launches N --inject 2,3,5 --phase forward --k 3,5``."""
     from perfgate.options import add_command_options
@@ -279,7 +349,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="phase that gets the slowdown (workload --slow-phase; default forward, or the phase "
                         "recorded in --from-json)")
     p.add_argument("--k", dest="k_values", default="3,5", metavar="KS", help="launches per side to evaluate")
-    p.add_argument("--max-comparisons", type=int, default=500, metavar="N", help="comparisons per pool and k")
+    p.add_argument("--max-comparisons", type=int, default=500, metavar="N",
+                   help="comparisons per pool and k, and simulated gate runs per pool (default 500)")
+    p.add_argument("--inject-on", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu: a sleep in the phase (--slow-ms); gpu: a spinning GPU kernel launched in it "
+                        "(--slow-gpu-ms), which slows a GPU-bound step where a sleep hides (default cpu)")
+    p.add_argument("--workload-args", default="", metavar="ARGS",
+                   help="extra arguments for every launch of the workload (one string, split like a shell)")
+    p.add_argument("--pool", type=int, default=None, metavar="N",
+                   help="launches per pool (default 20; --launches is taken as this too)")
     p.add_argument("--alpha", type=float, default=None, help="false-alarm budget (default 0.01)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder (default: the run folder)")
     p.add_argument("--from-json", type=Path, default=None, metavar="FILE",
@@ -299,6 +377,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         ks = _csv_numbers(args.k_values, "--k", int)
         pcts = _csv_numbers(args.inject, "--inject")
+        pool_size = args.pool if args.pool is not None else args.launches
+        args.launches = None   # the pool size, not the gate's fixed design
         settings = settings_from_args(args)
         spec = selected_specs(settings)[0]
         policy = compare_policy(settings, spec)
@@ -310,14 +390,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             phase = args.phase or data.get("phase") or "forward"
             out = args.out or args.from_json.parent
         else:
-            n = args.launches if args.launches is not None else 20
+            n = pool_size if pool_size is not None else 20
             if n < 2 * min(ks):
                 raise ConfigError(f"option --launches: {n} is too few for k = {min(ks)} (need >= {2 * min(ks)})")
             phase = args.phase or "forward"
             run_dir = new_run_dir(settings.artifacts_dir, f"calibrate-{spec.full_name}")
             out = args.out or run_dir
             pools, injected, walls = run_pools(
-                capture_launch(spec, settings, run_dir), launches=n, inject_pcts=pcts, phase=phase,
+                capture_launch(spec, settings, run_dir, shlex.split(args.workload_args)), launches=n, inject_pcts=pcts, phase=phase,
+                knob="--slow-gpu-ms" if args.inject_on == "gpu" else "--slow-ms",
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     except PerfgateError as exc:
         print(f"perfgate: error: {exc}", file=sys.stderr)
@@ -325,11 +406,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     mean_wall = float(np.mean(walls)) if walls else None
     tables = [evaluate_pools(pools, k, policy, args.max_comparisons, injected=injected, phase=phase,
                              launch_wall_s=mean_wall) for k in ks]
+    try:
+        gate = [evaluate_sequential(pools, settings.record_launches, settings.budget, policy, args.max_comparisons,
+                                    injected=injected)]
+    except ConfigError as exc:
+        print(f"perfgate: note: no evaluation of the adaptive gate: {exc}", file=sys.stderr)
+        gate = []
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.json").write_text(json.dumps(
         {"workload": spec.full_name, "phase": phase, "injected": injected, "pools": pools,
-         "launch_wall_s": walls, "tables": [t.to_dict() for t in tables]}, indent=2, sort_keys=True))
-    md = f"### Calibration of {spec.full_name}\n\n" + "\n".join(t.to_markdown() for t in tables)
+         "launch_wall_s": walls, "tables": [t.to_dict() for t in tables],
+         "gate": [g.to_dict() for g in gate]}, indent=2, sort_keys=True, default=str))
+    md = f"### Calibration of {spec.full_name}\n\n" + "\n".join([*(g.to_markdown() for g in gate), *(t.to_markdown() for t in tables)])
     (out / "calibration.md").write_text(md)
     print(md)
     print(f"perfgate: calibration written to {out}", file=sys.stderr)

@@ -44,11 +44,30 @@ KILL_GRACE_S = 10.0
 AUTO_PYTORCH_TRACE: str | None = "functions-trace"
 
 
-def resolve_trace(trace: str, gpu_count: int) -> str:
-    """The nsys ``--trace`` set: ``auto`` is ``cuda,nvtx,osrt`` with a GPU, ``nvtx,osrt`` without."""
+#: The two kinds of launch: ``timing`` launches measure step and CPU phase times with tracing that
+#: costs (nearly) nothing; a ``profile`` launch traces CUDA for GPU idle, GPU time per phase,
+#: kernels, copies and the diagnosis. Measured on the H100 (benchmarks/capture_overhead.py, README):
+#: ``nvtx`` changed a launch-bound HF Trainer iteration by +0.4 %, ``cuda,nvtx`` by +5.3 % and
+#: ``cuda,nvtx,osrt`` by +21 %. Nothing perfgate reports needs ``osrt``.
+TIMING, PROFILE = "timing", "profile"
+AUTO_TRACE = {TIMING: "nvtx", PROFILE: "cuda,nvtx"}
+
+
+def resolve_trace(trace: str, gpu_count: int, kind: str = TIMING) -> str:
+    """The nsys ``--trace`` set of a launch of ``kind``: ``auto`` is ``nvtx`` for timing launches
+    and ``cuda,nvtx`` for the profile launch (which only a machine with a GPU takes); any other
+    setting is used as given for every launch."""
     if trace != "auto":
         return trace
-    return "cuda,nvtx,osrt" if gpu_count > 0 else "nvtx,osrt"
+    return AUTO_TRACE[kind] if gpu_count > 0 else AUTO_TRACE[TIMING]
+
+
+def profile_launch_wanted(settings: Settings, gpu_count: int) -> bool:
+    """Whether a gate run may take a CUDA-traced profile launch besides its timing launches: with a
+    GPU, ``trace = "auto"`` and ``profile`` auto or always (auto takes it when recording and when the
+    timing launches did not PASS: perfgate.pipeline). A trace set given by the user is used for every
+    launch instead (they all measure the same way, as before)."""
+    return gpu_count > 0 and settings.trace == "auto" and settings.profile in ("auto", "always")
 
 
 def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = ()) -> list[str]:
@@ -70,10 +89,15 @@ def nsys_command(
     pytorch: str | None = None,
     python: str = sys.executable,
     extra_args: Sequence[str] = (),
+    cuda_memory_usage: bool = False,
 ) -> list[str]:
     """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``;
-    ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``."""
+    ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``;
+    ``cuda_memory_usage`` adds ``--cuda-memory-usage=true`` when ``trace`` has ``cuda`` (the
+    trace's peak GPU memory: perfgate.resources)."""
     cmd = [str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none"]
+    if cuda_memory_usage and "cuda" in trace.split(","):
+        cmd.append("--cuda-memory-usage=true")
     if pytorch:
         cmd.append(f"--pytorch={pytorch}")
     if capture_range == "cudaProfilerApi":
@@ -167,8 +191,10 @@ def run_capture(
     *,
     cwd: Path | None = None,
     extra_args: Sequence[str] = (),
+    kind: str = TIMING,
 ) -> Capture:
-    """Run ``spec`` once under nsys; artifacts go to ``launch_dir`` (created).
+    """Run ``spec`` once under nsys as a launch of ``kind`` (its trace set: :func:`resolve_trace`);
+    artifacts go to ``launch_dir`` (created).
 
     nsys runs under perfgate's supervisor (perfgate.process_tree): on success, failure, timeout,
     Ctrl-C or SIGTERM its whole process tree ends. Whatever happened, the launch folder is then
@@ -179,7 +205,7 @@ def run_capture(
     from perfgate.nsys import export_sqlite, find_nsys
 
     try:
-        nsys = find_nsys(settings.nsys)
+        nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"))
     except NsysNotFoundError as exc:
         raise NsysNotFoundError(f"nsys not found: {exc}") from None
     pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)
@@ -187,8 +213,9 @@ def run_capture(
     launch_dir.mkdir(parents=True, exist_ok=True)
     output = launch_dir / REPORT_STEM
     cmd = nsys_command(
-        nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count),
+        nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count, kind),
         capture_range=settings.capture_range, pytorch=pytorch, extra_args=extra_args,
+        cuda_memory_usage=settings.cuda_memory_usage,
     )
     log_path = launch_dir / "workload.log"
     timeout_s = spec.timeout_s or settings.timeout_s
@@ -236,6 +263,9 @@ def run_capture(
     if not sqlite.exists() and report.exists():
         sqlite = export_sqlite(report, nsys)
         clean_artifacts(launch_dir, known, nsys)
+    from perfgate.torch_build import check_ranges_recorded
+
+    check_ranges_recorded(sqlite, sys.executable, cwd or settings.root)   # a CPU-only torch, named
     return Capture(
         workload=spec.full_name, run_dir=launch_dir, command=tuple(cmd), report_path=report,
         sqlite_path=sqlite, log_path=log_path, returncode=returncode, wall_s=wall_s,

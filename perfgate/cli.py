@@ -20,13 +20,14 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.workloads import selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
-PLUGGABLE = ("ab", "calibrate", "report")
+PLUGGABLE = ("ab", "calibrate", "report", "history")
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
 PLUGGABLE_HELP = {
     "ab": "A/B: measure two commits interleaved in this job and compare them",
     "calibrate": "measure false-alarm and detection rates of the gate on this machine",
     "report": "re-render a perfgate-report.json: summary, job summary, annotations, commit statuses",
+    "history": "the step-time trend of a workload's gated runs (history_dir)",
 }
 
 
@@ -60,6 +61,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                          help="tolerance override, e.g. step_time_ms=5%% (repeatable)")
     compare.add_argument("--alpha", type=float, default=0.01, help="false-alarm budget (default 0.01)")
     compare.add_argument("--nsys", default=None, metavar="PATH", help="nsys for exporting .nsys-rep files")
+    compare.add_argument("--force", action="store_true",
+                         help="compare even when the two inputs name different workloads or machine classes")
     add_analysis_options(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -142,6 +145,7 @@ def _error(message: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
+    from perfgate import history
     from perfgate.pipeline import run_workload
 
     settings = settings_from_args(args)
@@ -149,9 +153,12 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     update = args.update_baseline if update is None else update
     results = []
     for spec in specs:
-        print(f"perfgate: running {spec.full_name} ({settings.launches} launch{'es' if settings.launches != 1 else ''})",
-              file=sys.stderr, flush=True)
-        results.append(run_workload(spec, settings, update_baseline=update))
+        most = settings.record_launches if update else settings.max_launches
+        how = f"{most} launches, recording" if update else f"{settings.min_launches} to {most} launches"
+        print(f"perfgate: running {spec.full_name} ({how})", file=sys.stderr, flush=True)
+        results.append(run_workload(spec, settings, update_baseline=update,
+                                    progress=lambda line: print(f"perfgate: {line}", file=sys.stderr, flush=True)))
+        history.record(results[-1], settings, update_baseline=update)   # with history_dir set
     _print_results(results)
     reports_written = _write_reports(results, settings.report_dir)
     if not reports_written or any(r.verdict.value == "ERROR" for r in results):
@@ -191,9 +198,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
         if not path.exists():
             raise ConfigError(f"{what} {path}: no such file")
+    if not args.force:
+        from perfgate.compare_inputs import check_comparable
+
+        check_comparable(args.baseline, args.current)
+    from perfgate.metric_names import check_metric_name
+
     tolerances = {}
     for text in args.tolerance:
         metric, spec = parse_tolerance_option(text, "--tolerance")
+        check_metric_name(metric, "option --tolerance")
         tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
     if (problem := alpha_problem(args.alpha)) is not None:
         raise ConfigError(f"option --alpha: {problem}, got {args.alpha!r}")

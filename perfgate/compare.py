@@ -62,6 +62,9 @@ class ComparePolicy:
     primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
     ``gate_secondary``: False makes every non-primary metric report-only. ``gating``: metric name or
     pattern -> True/False overriding a spec's gating flag (e.g. {"sync_calls_per_step": True}).
+    ``gate_alone``: metric names or patterns that gate on their own for this workload, as memory and
+    energy do (e.g. ("kernels_per_step",) for an inference workload: a lost compilation fails even
+    when latency holds).
     """
 
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
@@ -70,6 +73,7 @@ class ComparePolicy:
     strict_new: bool = False
     gate_secondary: bool = True
     gating: Mapping[str, bool] = field(default_factory=dict)
+    gate_alone: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problem = alpha_problem(self.alpha)
@@ -87,9 +91,16 @@ class ComparePolicy:
         spec = spec_for(metric)
         override = _lookup(self.gating, metric)
         gating = spec.gating if override is None else bool(override)
-        if not spec.primary and not self.gate_secondary:
+        if self.alone(metric) and override is None:
+            gating = True
+        elif not spec.primary and not self.gate_secondary:
             gating = False
         return gating and self.tolerance_for(metric) != OFF
+
+    def alone(self, metric: str) -> bool:
+        """Whether ``metric`` gates on its own (its spec's ``alone``, or ``gate_alone``), not
+        behind a worse step time."""
+        return spec_for(metric).alone or any(fnmatch.fnmatchcase(metric, p) for p in self.gate_alone)
 
 
 def _lookup(table: Mapping[str, Any], metric: str) -> Any:
@@ -209,16 +220,18 @@ def compare_launches(
         log_scale = spec.log_scale and min(b + c) > 0
         rows.append(_Row(metric, b, c, stats.shift_test(b, c, log_scale=log_scale, alpha=policy.alpha), log_scale))
 
-    # Holm across the gating secondary family, separately for the two directions.
-    family = [r for r in rows if r.test is not None and not spec_for(r.metric).primary and policy.is_gating(r.metric)]
+    # Holm across each gating non-primary family, separately for the two directions: the
+    # secondary family (behind step time) and the metrics that gate alone (memory, energy, ...).
     p_adj: dict[str, tuple[float, float]] = {}
-    if family:
+    sizes: dict[str, int] = {}
+    gated = [r for r in rows if r.test is not None and not spec_for(r.metric).primary and policy.is_gating(r.metric)]
+    for family in ([r for r in gated if not policy.alone(r.metric)], [r for r in gated if policy.alone(r.metric)]):
         worse = [_p_worse(r) for r in family]
         better = [_p_better(r) for r in family]
         for r, pw, pb in zip(family, stats.holm(worse), stats.holm(better)):
-            p_adj[r.metric] = (pw, pb)
+            p_adj[r.metric], sizes[r.metric] = (pw, pb), len(family)
 
-    compared = _gatekeep([_compare_row(r, policy, p_adj.get(r.metric), len(family)) for r in rows], policy)
+    compared = _gatekeep([_compare_row(r, policy, p_adj.get(r.metric), sizes.get(r.metric, 0)) for r in rows], policy)
     comparisons = _order_rows(compared + no_data)
     verdict = _overall(comparisons)
     n_b, n_c = len(baseline), len(current)
@@ -231,7 +244,8 @@ def _gatekeep(rows: list[MetricComparison], policy: ComparePolicy) -> list[Metri
     primary step-time metric got worse: significantly (p < alpha), or beyond its tolerance when no
     test is possible (one launch per side). Otherwise a secondary regression is reported, never
     gating: where the CPU waits moves between phases of a GPU-bound step without slowing training
-    (A/A runs on an H100 showed phase.backward.cpu_ms moving 24 % while step time moved 0.1 %)."""
+    (A/A runs on an H100 showed phase.backward.cpu_ms moving 24 % while step time moved 0.1 %).
+    Metrics that gate alone (``policy.alone``: memory, energy) are not behind this gate."""
     def primary_worse(r: MetricComparison) -> bool:
         if r.verdict == Verdict.REGRESSED:
             return True
@@ -243,7 +257,8 @@ def _gatekeep(rows: list[MetricComparison], policy: ComparePolicy) -> list[Metri
         return rows
     closed = "not gating: step time did not get worse (secondary metrics gate only behind it)"
     return [replace(r, gating=False, note="; ".join(filter(None, (r.note, closed))))
-            if r.gating and not spec_for(r.metric).primary and r.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
+            if r.gating and not spec_for(r.metric).primary and not policy.alone(r.metric)
+            and r.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
             else r for r in rows]
 
 
@@ -290,7 +305,8 @@ def _compare_row(r: _Row, policy: ComparePolicy, adjusted: tuple[float, float] |
         p_worse, p_better = _p_worse(r), _p_better(r)
         if adjusted is not None:
             p_worse, p_better = adjusted
-            notes.append(f"p Holm-adjusted over {family_size} secondary metrics")
+            which = "metrics gating alone" if policy.alone(r.metric) else "secondary metrics"
+            notes.append(f"p Holm-adjusted over {family_size} {which}")
     decision = stats.decide(
         worse_change=worse_change, worse_delta=sign * delta,
         rel_tolerance=tol.rel, abs_tolerance=tol.abs,

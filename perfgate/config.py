@@ -15,6 +15,7 @@ first of these with an entry for it (its exact name, else the longest matching p
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from perfgate.errors import ConfigError
 from perfgate.metrics import alpha_problem
 from perfgate.model import Tolerance
 from perfgate.names import MAX_LENGTH, RULE, is_safe_name
+from perfgate.sequential import LaunchBudget
 from perfgate.pyproject import (  # noqa: F401 - also importable from here
     LAUNCHERS,
     WORKLOAD_KEYS,
@@ -49,6 +51,10 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 
 def _at_least(low: float, what: str) -> Callable[[Any], str | None]:
     return lambda v: None if v >= low else f"expected {what}"
+
+
+def _budget(v: float) -> str | None:
+    return None if v >= 0 and math.isfinite(v) else "expected a number of seconds >= 0 (0: no limit)"
 
 
 def _capture_range(v: str) -> str | None:
@@ -96,10 +102,11 @@ class Setting:
     def dest(self, prefix: str = "") -> str:
         return (prefix + self.key).replace("-", "_")
 
-    def value(self, raw: Any, where: str) -> Any:
+    def value(self, raw: Any, where: str, *, typed: bool = False) -> Any:
         """``raw`` (from an option, the environment or the table) converted and checked;
-        ConfigError naming ``where``."""
-        value = coerce(raw, self.kind, where)
+        ConfigError naming ``where``. ``typed``: a pyproject value, which must already be of its
+        TOML type (perfgate.pyproject.coerce)."""
+        value = coerce(raw, self.kind, where, typed=typed)
         problem = self.check(value) if self.check is not None and value is not None else None
         if problem:
             raise ConfigError(f"{where}: {problem}, got {value!r}")
@@ -123,13 +130,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("artifacts_dir", "path", ".perfgate/runs", "where nsys reports and logs go", "artifacts-dir", "DIR"),
     Setting("report_dir", "path", ".perfgate/report", "where junit/markdown/json reports go", "report-dir", "DIR"),
     Setting("nsys", "str", None, "the nsys executable", "nsys", "PATH"),
-    Setting("trace", "str", "auto", "nsys --trace set (auto: cuda,nvtx,osrt with a GPU, nvtx,osrt without)",
+    Setting("trace", "str", "auto", "nsys --trace set of every launch (auto: nvtx for timing launches, "
+            "cuda,nvtx for the profile launch)",
             "trace", "LIST", _trace),
     Setting("capture_range", "str", "none", "none, cudaProfilerApi or nvtx:<range name>", check=_capture_range),
     Setting("timeout_s", "float", 900.0, "timeout per launch, in seconds", "timeout", "SECONDS",
             lambda v: None if v > 0 else "expected a positive number"),
-    Setting("launches", "int", 3, "launches (separate processes) per workload: the unit of replication",
+    Setting("launches", "int", None, "a fixed design: exactly N timing launches per workload, recording "
+            "included (sets min_launches, max_launches and record_launches)",
             "launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.sequential)",
+            "min-launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("max_launches", "int", 5, "most timing launches per workload: one more per look while the verdict "
+            "is unclear", "max-launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("record_launches", "int", 5, "timing launches recorded into a new baseline",
+            "record-launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("budget_s", "float", 0.0, "no new launch of a workload after this many seconds (0: no limit)",
+            "budget", "SECONDS", _budget),
+    Setting("profile", "str", "auto", "the CUDA-traced profile launch for GPU metrics and the diagnosis, with a "
+            "GPU: auto (when recording and when the timing launches did not PASS), always or off",
+            "profile", "{auto,always,off}",
+            lambda v: None if v in ("auto", "always", "off") else "expected auto, always or off"),
     Setting("skip_steps", "int", None, "step ranges of each process the analysis skips before measuring "
             "(also read as warmup_steps)", check=_at_least(0, "a whole number >= 0")),
     Setting("size", "str", "auto", "workload size preset passed as --size", "size", "{auto,cpu,gpu}",
@@ -144,6 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the profiled process", "autostep"),
     Setting("pytorch_trace", "str", "off", "nsys --pytorch: off, auto or a mode list like functions-trace",
             check=_pytorch_trace),
+    Setting("cuda_memory_usage", "bool", True, "nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)"),
+    Setting("history_dir", "path", None, "opt in: one JSON line per run and workload (perfgate.history)"),
 )
 SETTING = {s.key: s for s in SETTINGS}
 #: Keys a table may still use for a setting that was renamed: old -> new.
@@ -163,10 +186,15 @@ class Settings:
     artifacts_dir: Path
     report_dir: Path
     nsys: str | None
-    trace: str                            # "auto": cuda,nvtx,osrt with a GPU, nvtx,osrt without
+    trace: str                            # "auto": timing launches nvtx, a CUDA profile launch on a GPU
     capture_range: str                    # none | cudaProfilerApi | nvtx:<range name>
     timeout_s: float
-    launches: int
+    launches: int | None                  # a fixed design of N launches: min = max = record = N
+    min_launches: int                     # timing launches before the first look (perfgate.sequential)
+    max_launches: int                     # timing launches at most, one more per look while INCONCLUSIVE
+    record_launches: int                  # timing launches recorded into a new baseline
+    budget_s: float                       # no new launch after this many seconds (0: no limit)
+    profile: str                          # the CUDA profile launch: auto (record; gate runs that did not PASS) | always | off
     skip_steps: int | None                # step ranges skipped per process (None: the analysis default)
     size: str
     strict: bool
@@ -174,11 +202,19 @@ class Settings:
     machine_class: str | None             # overrides the detected machine class
     autostep: bool                        # NVTX ranges from hooks in the profiled process (perfgate.autostep)
     pytorch_trace: str                    # nsys --pytorch: off | auto | a mode list like functions-trace
+    cuda_memory_usage: bool               # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
+    history_dir: Path | None              # opt in: one JSON line per run and workload (perfgate.history)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)         # [tool.perfgate.tolerance]
     option_tolerances: dict[str, Tolerance] = field(default_factory=dict)  # --perfgate-tolerance / --tolerance
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
     pyproject: Path | None = None
+    sources: dict[str, str] = field(default_factory=dict)   # key -> where its value came from (errors name it)
+
+    @property
+    def budget(self) -> LaunchBudget:
+        """The launches a gate run may take (perfgate.sequential)."""
+        return LaunchBudget(self.min_launches, self.max_launches, self.budget_s)
 
 
 # --------------------------------------------------------------------------- resolving
@@ -202,13 +238,16 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     pyproject: Path | None = None,
     option_prefix: str = PYTEST_PREFIX,
+    options: Mapping[str, str] | None = None,
 ) -> Settings:
     """Resolve and check Settings for the project at ``root`` (default: the current directory).
 
     ``overrides`` holds option values (``None`` means "not given"); keys are :data:`SETTINGS`
     keys plus ``tolerance`` (``METRIC=SPEC`` strings, or a mapping metric -> spec) and
     ``selected`` (workload names). ``option_prefix`` spells the options in errors
-    (``option --perfgate-launches``; ``""`` for the ``perfgate`` command's ``--launches``)."""
+    (``option --perfgate-launches``; ``""`` for the ``perfgate`` command's ``--launches``);
+    ``options`` names a key's option as the caller offers it where it differs
+    (``{"timeout_s": "--timeout"}``). ``Settings.sources`` says where each value came from."""
     overrides = dict(overrides or {})
     env = os.environ if env is None else env
     pyproject = pyproject or find_pyproject(root or Path.cwd())
@@ -220,27 +259,40 @@ def load_settings(
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(TABLE_KEYS))})")
     table = _renamed(raw_table, where)
 
+    options = dict(options or {})
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for s in SETTINGS:
         old = next((o for o, n in RENAMED.items() if n == s.key), None)
         env_names = [s.env, *([ENV_PREFIX + old.upper()] if old else [])]
         env_name = next((n for n in env_names if env.get(n, "") != ""), None)
+        typed = False                     # a pyproject value must be of its TOML type
         if overrides.get(s.key) is not None:
-            flag = s.flag(option_prefix) if s.option else f"--{s.key}"
+            flag = options.get(s.key) or (s.flag(option_prefix) if s.option else f"--{s.key}")
             source, raw = f"option {flag}", overrides[s.key]
         elif env_name is not None:
             source, raw = f"environment variable {env_name}", env[env_name]
         elif s.key in table:
             key = old if old in raw_table else s.key
-            source, raw = f"{where} {key}", table[s.key]
+            source, raw, typed = f"{where} {key}", table[s.key], True
         else:
-            values[s.key] = (root / s.default).resolve() if s.kind == "path" else s.default
+            values[s.key] = (root / s.default).resolve() if s.kind == "path" and s.default is not None else s.default
+            sources[s.key] = "default"
             continue
-        value = s.value(raw, source)
+        sources[s.key] = source
+        value = s.value(raw, source, typed=typed)
         values[s.key] = (root / value).resolve() if s.kind == "path" and value is not None else value
 
+    if values["launches"] is not None:   # a fixed design: exactly this many launches, no looks between
+        n = values["launches"]
+        values.update(min_launches=n, max_launches=n, record_launches=n)
+    if values["max_launches"] < values["min_launches"]:
+        raise ConfigError(f"max_launches ({values['max_launches']}) is below min_launches "
+                          f"({values['min_launches']}): the most launches a run may take must be at least "
+                          "the launches it starts with")
+
     tolerances = parse_tolerances(table.get("tolerance", {}), f"{where.rstrip(']')}.tolerance]")
-    flag = f"--{option_prefix}{TOLERANCE_OPTION}"
+    flag = options.get(TOLERANCE_OPTION) or f"--{option_prefix}{TOLERANCE_OPTION}"
     given = overrides.get(TOLERANCE_OPTION) or {}
     if not isinstance(given, Mapping):
         given = dict(parse_tolerance_option(text, flag) for text in given)
@@ -254,7 +306,8 @@ def load_settings(
     }
     return Settings(
         root=root, tolerances=tolerances, option_tolerances=option_tolerances, workloads=workloads,
-        selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, **values,
+        selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, sources=sources,
+        **values,
     )
 
 

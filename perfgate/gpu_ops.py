@@ -105,9 +105,10 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
     at = 0
     for kind, table, cols in present:
         name = next((c for c in ("shortName", "demangledName") if c in cols), None)
-        exprs = [f"coalesce({src}, -1) AS {dst}" if src.strip('"') in cols else f"-1 AS {dst}"
-                 for dst, src in _SOURCES]
-        exprs.append(f"coalesce({name}, -1) AS name_id" if name else "-1 AS name_id")
+        # only the columns the table has: the others stay -1 as allocated (a kernel has no copy kind)
+        exprs = [f"coalesce({src}, -1) AS {dst}" for dst, src in _SOURCES if src.strip('"') in cols]
+        if name:
+            exprs.append(f"coalesce({name}, -1) AS name_id")
         sql = f"SELECT {', '.join(exprs)} FROM {CATALOG}.{table}"
         for chunk in stream(con, sql):
             k = chunk["start"].size

@@ -36,7 +36,9 @@ class MetricSpec:
     ``gating``: a regression of it can fail the build. ``primary``: one of the step-time metrics the
     overall verdict rests on (tested at alpha each); gating non-primary metrics form the secondary
     family (Holm-adjusted). ``log_scale``: compare ratios (log values); False for bounded/absolute
-    metrics such as the idle fraction, compared as differences.
+    metrics such as the idle fraction, compared as differences. ``alone``: gates on its own, not
+    behind a worse step time (memory, energy: a change can cost them while training is as fast);
+    these form their own Holm family (docs/statistics.md).
     """
 
     name_pattern: str
@@ -47,6 +49,7 @@ class MetricSpec:
     primary: bool = False
     log_scale: bool = True
     description: str = ""
+    alone: bool = False
 
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
@@ -75,6 +78,17 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
                description="synchronize calls per step (diagnostic: a new sync shows here)"),
     MetricSpec("cuda_api_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
                description="CUDA API time per step (diagnostic)"),
+    # issue 18: memory and energy gate on their own (perfgate/resources.py says where each comes from)
+    MetricSpec("gpu_memory.*_mib", "MiB", LOWER, Tolerance(rel=0.10, abs=64.0), gating=True, alone=True,
+               description="peak GPU memory of a launch: allocated/reserved (the workload's torch allocator) or traced (nsys)"),
+    MetricSpec("energy.per_sample_j", "J", LOWER, Tolerance(rel=0.05), gating=True, alone=True,
+               description="GPU energy per sample over the measured steps (NVML)"),
+    MetricSpec("energy.per_step_j", "J", LOWER, Tolerance(rel=0.05), gating=False,
+               description="GPU energy per step over the measured steps (NVML; reported only)"),
+    MetricSpec("energy.power_*_w", "W", LOWER, Tolerance(rel=0.10), gating=False,
+               description="mean and peak GPU power over the measured steps (NVML; reported only)"),
+    MetricSpec("step_time_p99_ms", "ms", LOWER, Tolerance(rel=0.10), gating=False,
+               description="99th percentile of steps (an inference workload's p99 batch latency)"),
 )
 
 FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,

@@ -134,7 +134,8 @@ class GpuWork:
     h2d_ms_per_step: float
     pageable_copies: int              # memcpys from/to pageable host memory in the window
     sync_calls_per_step: float        # cudaStreamSynchronize/cudaDeviceSynchronize (and driver twins)
-    peak_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = None   # CUDA_GPU_MEMORY_USAGE_EVENTS (nsys --cuda-memory-usage=true)
+    graph_launches_per_step: float = 0.0   # CUDA graph launches (their kernels are not in kernels_per_step)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,12 @@ class Analysis:
             out["h2d_ms_per_step"] = self.gpu.h2d_ms_per_step
             out["sync_calls_per_step"] = self.gpu.sync_calls_per_step
             out["cuda_api_ms_per_step"] = self.gpu.cuda_api_ms_per_step
+            if self.gpu.peak_memory_bytes is not None:
+                out["gpu_memory.peak_traced_mib"] = self.gpu.peak_memory_bytes / 2**20
+        if len(self.steps.durations_ms) >= 2:
+            out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
+        # memory from the workload's allocator, energy and power from NVML (perfgate.resources)
+        out.update(self.extra.get("resource_metrics") or {})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,6 +226,15 @@ class Analysis:
         }
         d.update(self.extra)
         return d
+
+
+def _percentile(values: tuple[float, ...], q: float) -> float:
+    """The ``q`` quantile with linear interpolation between order statistics (numpy's default)."""
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
 # --------------------------------------------------------------------------- machine
@@ -304,7 +320,7 @@ class WorkloadResult:
     workload: str
     verdict: Verdict
     comparisons: list[MetricComparison] = field(default_factory=list)
-    analyses: list[Analysis] = field(default_factory=list)
+    analyses: list[Analysis] = field(default_factory=list)   # the timing launches
     machine: MachineInfo | None = None
     baseline_path: Path | None = None
     baseline_step_times_ms: list[float] = field(default_factory=list)  # for per-step charts
@@ -315,6 +331,7 @@ class WorkloadResult:
     wall_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     strict: bool = False              # judged in strict mode: a missing baseline (NEW) fails
+    profile: Analysis | None = None   # the CUDA-traced profile launch (GPU metrics, diagnosis), if taken
 
     @property
     def name(self) -> str:

@@ -52,11 +52,12 @@ def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_nsys(explicit: str | None = None) -> Path:
-    """The nsys to use: ``explicit`` (an option value), then ``$PERFGATE_NSYS``, then ``$PATH``,
-    then the CUDA toolkit and Nsight Systems/Compute install folders."""
+def find_nsys(explicit: str | None = None, source: str = "option") -> Path:
+    """The nsys to use: ``explicit`` (a setting's value; ``source`` says where it came from, e.g.
+    ``environment variable PERFGATE_NSYS``), then ``$PERFGATE_NSYS``, then ``$PATH``, then the
+    CUDA toolkit and Nsight Systems/Compute install folders."""
     looked: list[str] = []
-    for source, value in (("option", explicit), (ENV_VAR, os.environ.get(ENV_VAR))):
+    for source, value in ((source, explicit), (f"environment variable {ENV_VAR}", os.environ.get(ENV_VAR))):
         if not value:
             continue
         path = Path(value).expanduser()

@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +33,7 @@ from perfgate.config import Settings
 from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
 
@@ -61,7 +63,7 @@ def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> Comp
 
     overrides = (settings.option_tolerances, *([spec.tolerances] if spec else []))
     return ComparePolicy(tolerances=settings.tolerances, tolerance_overrides=overrides, alpha=settings.alpha,
-                         strict_new=settings.strict)
+                         strict_new=settings.strict, gate_alone=spec.gate_alone if spec else ())
 
 
 def new_run_dir(artifacts_dir: Path, name: str) -> Path:
@@ -85,6 +87,13 @@ def this_machine(settings: Settings) -> MachineInfo:
     return machine_info(nsys, settings.machine_class)
 
 
+Progress = Callable[[str], None]
+#: With ``profile = "auto"`` a gate run takes the CUDA profile launch only when there is something to
+#: explain or nothing to compare with: a PASS costs its timing launches alone (GPU metrics gate only
+#: behind step time, so they cannot fail a run whose step time passed).
+PROFILED_VERDICTS = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NEW)
+
+
 def run_workload(
     spec: WorkloadSpec,
     settings: Settings,
@@ -92,29 +101,35 @@ def run_workload(
     update_baseline: bool = False,
     cwd: Path | None = None,
     extra_args: Sequence[str] = (),
+    progress: Progress | None = None,
 ) -> WorkloadResult:
-    """Run ``spec`` ``settings.launches`` times under nsys and judge it against its baseline.
+    """Measure ``spec`` under nsys and judge it against its baseline (or record one).
 
-    Never raises for a problem of this workload: it comes back as verdict ERROR with ``error``."""
+    Timing launches (``nvtx`` only: they measure what the bare run does) are taken one at a time while
+    the verdict is not clear, within ``settings.budget`` (perfgate.sequential); then, on a machine with
+    a GPU, one CUDA-traced profile launch gives GPU idle, GPU time per phase, kernels and the
+    diagnosis. ``progress`` receives a line per launch and per look. Never raises for a problem of
+    this workload: it comes back as verdict ERROR with ``error``."""
     started = time.monotonic()
+    say = progress or (lambda line: None)
     result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR, strict=settings.strict)
     try:
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
         result.machine = this_machine(settings)
-        analyses = capture_and_analyze(spec, settings, result.run_dir, cwd=cwd, extra_args=extra_args)
-        result.analyses = analyses
         path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
         result.baseline_path = path
+        policy = compare_policy(settings, spec)
         if update_baseline:
-            record = baseline_from_analyses(spec.name, analyses, result.machine,
-                                            provenance(settings.root, command_line()), spec.variant)
-            write_baseline(path, record)
-            result.verdict = Verdict.PASS
-            result.message = f"baseline recorded: {path} ({len(analyses)} launch{'es' if len(analyses) != 1 else ''})"
-            result.baseline_step_times_ms = record.step_durations_ms
-            result.extra["baseline_updated"] = True
+            record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
         else:
-            judge(result, spec, settings, analyses, path)
+            baseline = load_baseline(path) if path.exists() else None
+            launcher = _Launcher(spec, settings, result.run_dir, cwd, extra_args, say, started)
+            looks, reason = _measure(launcher, baseline, policy, settings)
+            result.analyses, result.profile = launcher.timing, launcher.take_profile()
+            result.extra["looks"] = [{"launches": lk.launches, "verdict": str(lk.outcome.verdict),
+                                      "elapsed_s": round(lk.elapsed_s, 3)} for lk in looks]
+            result.extra["stopped"] = reason
+            judge(result, spec, settings, baseline, path, policy)
     except PerfgateError as exc:
         result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
@@ -139,33 +154,136 @@ def run_workload(
     return result
 
 
-def capture_and_analyze(
-    spec: WorkloadSpec, settings: Settings, run_dir: Path, *, cwd: Path | None = None,
-    extra_args: Sequence[str] = (),
-) -> list[Analysis]:
-    """Capture ``settings.launches`` launches into ``run_dir/launch-<k>/`` and analyze each."""
+def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path, policy: ComparePolicy,
+           *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
+    """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
+    ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
+    from perfgate.sequential import noise_report
+
+    launcher = _Launcher(spec, settings, result.run_dir, cwd, extra_args, say, time.monotonic(), recording=True)
+    for k in range(settings.record_launches):
+        launcher.timing_launch(k)
+    launcher.profile_launch()
+    result.analyses, result.profile = launcher.timing, launcher.take_profile()
+    assert result.machine is not None
+    baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
+                                      provenance(settings.root, command_line()), spec.variant,
+                                      profile=result.profile)
+    write_baseline(path, baseline)
+    noise = noise_report(baseline.launch_metrics, settings.budget, policy)
+    result.verdict = Verdict.PASS
+    n = len(result.analyses)
+    step = [a.steps.summary_ms.median for a in result.analyses]
+    profiled = " + a CUDA profile launch" if result.profile is not None else ""
+    result.message = (f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
+                      f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}")
+    warning = noise.warning(spec.full_name)
+    if warning:
+        result.message += f"\nwarning: {warning}"
+    result.extra["baseline_updated"] = True
+    result.extra["noise"] = noise.to_dict()
+
+
+class _Launcher:
+    """Takes the launches of one gate run into ``run_dir`` (``launch-<k>/`` timing, ``profile/``) and
+    reports each as it ends."""
+
+    def __init__(self, spec: WorkloadSpec, settings: Settings, run_dir: Path | None, cwd: Path | None,
+                 extra_args: Sequence[str], say: Progress, started: float, *, recording: bool = False) -> None:
+        from perfgate.capture import profile_launch_wanted
+
+        assert run_dir is not None
+        self.spec, self.settings, self.run_dir, self.cwd, self.extra_args = spec, settings, run_dir, cwd, extra_args
+        self.say, self.started, self.recording = say, started, recording
+        self.timing: list[Analysis] = []
+        self.profile: Analysis | None = None
+        self.wants_profile = profile_launch_wanted(settings, this_machine(settings).gpu_count)
+
+    def timing_launch(self, k: int) -> Analysis:
+        from perfgate.capture import TIMING
+
+        analysis = capture_launch(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
+                                  cwd=self.cwd, extra_args=self.extra_args)
+        self.timing.append(analysis)
+        medians = [a.steps.summary_ms.median for a in self.timing]
+        most = self.settings.record_launches if self.recording else self.settings.max_launches
+        self.say(f"{self.spec.full_name}: launch {k + 1} of {'' if self.recording else 'up to '}{most}"
+                 f"{' (recording)' if self.recording else ''}: step {medians[-1]:.4g} ms"
+                 + (f", median of launches {statistics.median(medians):.4g} ms" if len(medians) > 1 else "")
+                 + f"; {time.monotonic() - self.started:.0f} s")
+        return analysis
+
+    def profile_launch(self) -> None:
+        """The CUDA-traced launch, when this machine and the settings want one."""
+        from perfgate.capture import PROFILE
+
+        if not self.wants_profile:
+            return
+        self.profile = capture_launch(self.spec, self.settings, self.run_dir / "profile", 0, PROFILE,
+                                      cwd=self.cwd, extra_args=self.extra_args)
+        idle = self.profile.gpu_idle
+        self.say(f"{self.spec.full_name}: profile launch (CUDA traced): "
+                 + (f"GPU idle {idle.fraction * 100:.1f} %" if idle is not None else "no GPU activity")
+                 + f"; {time.monotonic() - self.started:.0f} s")
+
+    def take_profile(self) -> Analysis | None:
+        return self.profile
+
+
+def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
+             settings: Settings) -> tuple[list[Any], str]:
+    """Timing launches one at a time, a look after each (perfgate.sequential.run_looks), then the
+    profile launch when ``settings.profile`` asks for it (PROFILED_VERDICTS under auto). Returns the
+    looks and why the launches stopped."""
+    from perfgate.sequential import Look, run_looks
+
+    def on_look(look: Look) -> None:
+        if look.outcome.verdict != Verdict.NEW:
+            launcher.say(f"{launcher.spec.full_name}: after {look.launches} launch"
+                         f"{'es' if look.launches != 1 else ''}: {look.outcome.summary.splitlines()[0]}")
+
+    _, looks, reason = run_looks(baseline.launch_metrics if baseline else [],
+                                 lambda k: launcher.timing_launch(k).metrics(), policy, settings.budget,
+                                 on_look=on_look)
+    if settings.profile == "always" or looks[-1].outcome.verdict in PROFILED_VERDICTS:
+        launcher.profile_launch()
+    return looks, reason
+
+
+def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
+                   cwd: Path | None = None, extra_args: Sequence[str] = ()) -> Analysis:
+    """One launch of ``kind`` (perfgate.capture.TIMING or PROFILE) into ``launch_dir``, analyzed,
+    checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number."""
     from perfgate.analysis import analyze
     from perfgate.capture import run_capture
     from perfgate.trace import load_trace
 
-    options = analysis_options(spec)
-    analyses = []
-    for k in range(settings.launches):
-        with GpuMonitor() as monitor:
-            capture = run_capture(spec, settings, run_dir / f"launch-{k}", cwd=cwd, extra_args=extra_args)
-        withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
-        if capture.sqlite_path is None or not capture.sqlite_path.exists():
-            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
-        trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
-        analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
-        extra = {**analysis.extra, "launch": k}
-        notes = (f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld)
-        analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
-        if capture.self_report is not None:
-            extra["self_report"] = capture.self_report
-        analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
-        analyses.append(_diagnosed(analysis, trace))
-    return analyses
+    with GpuMonitor() as monitor:
+        capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind)
+    withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
+    if capture.sqlite_path is None or not capture.sqlite_path.exists():
+        raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
+    trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
+    analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
+    extra = {**analysis.extra, "launch": k, "capture": kind}
+    notes = (f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld)
+    analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
+    if capture.self_report is not None:
+        extra["self_report"] = capture.self_report
+    analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
+    analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
+    return _diagnosed(analysis, trace)
+
+
+def capture_and_analyze(
+    spec: WorkloadSpec, settings: Settings, run_dir: Path, *, cwd: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[Analysis]:
+    """``settings.record_launches`` timing launches into ``run_dir/launch-<k>/``, each analyzed."""
+    from perfgate.capture import TIMING
+
+    return [capture_launch(spec, settings, run_dir / f"launch-{k}", k, TIMING, cwd=cwd, extra_args=extra_args)
+            for k in range(settings.record_launches)]
 
 
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
@@ -197,18 +315,38 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
     return options
 
 
-def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
-          analyses: Sequence[Analysis], path: Path) -> None:
-    """Compare ``analyses`` with the baseline at ``path`` (NEW without one); fills ``result``."""
-    from perfgate.compare import compare_launches
+def gate_metrics(timing: Sequence[Analysis], profile: Analysis | None) -> list[dict[str, float]]:
+    """Per-launch metrics of one side as the gate compares them: each timing launch's, then the
+    profile launch's for what timing launches do not measure (GPU idle, GPU time per phase, kernels,
+    copies: its step and CPU times are those of a CUDA-traced process, never mixed with them)."""
+    metrics = [a.metrics() for a in timing]
+    if profile is None:
+        return metrics
+    return [*metrics, profile_metrics(profile, metrics)]
 
-    baseline = load_baseline(path) if path.exists() else None
+
+def profile_metrics(profile: Analysis, timing: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The metrics of a profile launch that the timing launches ``timing`` do not have."""
+    measured = {name for m in timing for name in m}
+    return {name: v for name, v in profile.metrics().items() if name not in measured}
+
+
+def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Any, path: Path,
+          policy: ComparePolicy) -> None:
+    """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
+    launch budget; fills ``result`` (verdict, comparisons, message, attribution)."""
+    from perfgate.compare import compare_launches
+    from perfgate.sequential import noise_report
+
+    analyses = result.analyses
+    look_policy = replace(policy, alpha=settings.budget.look_alpha(policy.alpha))
     outcome = compare_launches(baseline.launch_metrics if baseline else None,
-                               [a.metrics() for a in analyses], compare_policy(settings, spec))
+                               gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
     result.message = outcome.summary
-    notes = [w for a in analyses for w in a.warnings if w.startswith("launch ")]
+    notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
+             if w.startswith("launch ")]
     if notes:
         result.message += "\nnote: " + "\nnote: ".join(notes)
     if baseline is None:
@@ -218,14 +356,44 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings,
             result.message += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
                                f"this machine is {path.stem}")
         return
+    noise = noise_report(baseline.launch_metrics, settings.budget, policy)
+    result.extra["noise"] = noise.to_dict()
+    if outcome.verdict == Verdict.INCONCLUSIVE:
+        result.message += "\n" + _undecided(outcome, noise, settings, result.extra.get("stopped"))
+    warning = noise.warning(spec.full_name)
+    if warning:
+        result.message += f"\nwarning: {warning}"
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict == Verdict.REGRESSED:
-        attribution = _explain(baseline.launch_details, analyses, outcome)
+        base, cur = _explained_launches(baseline.launch_details, analyses, result.profile)
+        attribution = _explain(base, cur, outcome)
         if attribution is not None:
             from perfgate.diagnosis import render_attribution_text
 
             result.extra["attribution"] = attribution.to_dict()
             result.message += "\n" + render_attribution_text(attribution)
+
+
+def _undecided(outcome: Outcome, noise: Any, settings: Settings, stopped: str | None) -> str:
+    """Why an INCONCLUSIVE run could not decide, and what to do (printed under the verdict)."""
+    n = outcome.n_current
+    why = (f"why: the change is beyond tolerance but not significant after {n} launch{'es' if n != 1 else ''}"
+           f" ({stopped or 'budget spent'}); {noise.describe()}.")
+    todo = ("to decide: raise max_launches (now " f"{settings.max_launches}) or budget_s, rerun on a quieter "
+            "machine, or compare in the same job with `perfgate ab` (drift since the baseline was recorded "
+            "cannot show there)")
+    return f"{why}\n{todo}"
+
+
+def _explained_launches(base_details: Sequence[Mapping[str, Any]], timing: Sequence[Analysis],
+                        profile: Analysis | None) -> tuple[list[Any], list[Any]]:
+    """The launches the diagnosis compares: the profile launches of both sides when both have one
+    (CUDA-traced, with GPU facts), else the timing launches (like with like, never mixed)."""
+    base_profiles = [d for d in base_details if d.get("capture") == "profile"]
+    if profile is not None and base_profiles:
+        return base_profiles, [profile]
+    return [d for d in base_details if d.get("capture") != "profile"], list(timing)
+
 
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
@@ -277,7 +445,13 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     if not launches:
         raise TraceError(f"{path}: contains no measured launches (an errored run?)")
     field = "analyses[{k}].metrics" if isinstance(doc.get("analyses"), list) else "metrics"
-    return [checked_metrics(m, f"{path}: {field.format(k=k)}") for k, m in enumerate(launches)]
+    timing = [checked_metrics(m, f"{path}: {field.format(k=k)}") for k, m in enumerate(launches)]
+    profile = doc.get("profile")
+    if isinstance(profile, dict) and isinstance(profile.get("metrics"), dict):   # the CUDA profile launch
+        measured = {name for m in timing for name in m}
+        gpu = checked_metrics(profile["metrics"], f"{path}: profile.metrics", profile=True)
+        timing.append({name: v for name, v in gpu.items() if name not in measured})
+    return timing
 
 
 def _single_result(doc: Any, path: Path) -> Any:

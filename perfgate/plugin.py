@@ -101,8 +101,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         specs = _specs(settings, settings.selected)
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    for spec in specs:
-        items.append(PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec))
+    added = [PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec)
+             for spec in specs]
+    items.extend(added)
+    # reported as collected, so that pytest's count ("collected N items / M deselected / K selected")
+    # includes them: they may be deselected (-m, -k) like any other item
+    config.hook.pytest_collectreport(report=pytest.CollectReport("perfgate", "passed", None, list(added)))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -223,14 +227,35 @@ def _specs(settings: Settings, names: Sequence[str]) -> list[WorkloadSpec]:
     return select_workloads(discover_workloads(settings, gpus), list(names))
 
 
+def _progress(config: pytest.Config) -> Any:
+    """A progress line printer that reaches the terminal while pytest captures the test's output
+    (quiet under -qq)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if reporter is None or config.get_verbosity() < -1:
+        return None
+
+    def say(line: str) -> None:
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(f"perfgate: {line}")
+        else:
+            reporter.write_line(f"perfgate: {line}")
+    return say
+
+
 def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
     from perfgate.pipeline import run_workload
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
-    result = run_workload(spec, settings, update_baseline=config.getoption("perfgate_update_baselines"))
+    update = config.getoption("perfgate_update_baselines")
+    result = run_workload(spec, settings, update_baseline=update, progress=_progress(config))
     config.stash[RESULTS_KEY].append(result)
+    from perfgate import history
+
+    history.record(result, settings, update_baseline=update)   # with history_dir set
     if result.failed:
         raise PerfgateFailure(failure_message(result))
     return result

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ConfigError
+from perfgate.metric_names import check_metric_name
 from perfgate.metrics import parse_tolerance
 from perfgate.model import Tolerance
 from perfgate.names import check_name
@@ -26,7 +27,7 @@ else:  # pragma: no cover - Python 3.10
 LAUNCHERS = ("python", "torchrun")
 WORKLOAD_KEYS = frozenset({
     "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
-    "skip_steps", "warmup_steps", "timeout_s", "tolerance", "enabled", "variants",
+    "skip_steps", "warmup_steps", "timeout_s", "tolerance", "enabled", "variants", "gate_alone",
 })
 
 
@@ -48,6 +49,7 @@ class WorkloadConfig:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     enabled: bool = True
     variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    gate_alone: tuple[str, ...] = ()      # metrics (or patterns) that gate on their own, as memory does
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -81,6 +83,7 @@ def parse_tolerances(table: Any, where: str) -> dict[str, Tolerance]:
     for metric, spec in table.items():
         if not isinstance(spec, str):
             raise ConfigError(f"{where} {metric}: expected a string like \"5%\" or \"5%+0.5\", got {spec!r}")
+        check_metric_name(str(metric), where)
         out[str(metric)] = parse_tolerance(spec, f"{where} {metric}")
     return out
 
@@ -125,8 +128,9 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
         skip_steps=_skip_steps(spec, where),
         timeout_s=_optional(spec, "timeout_s", "float", where),
         tolerances=parse_tolerances(spec.get("tolerance", {}), f"{where} tolerance"),
-        enabled=coerce(spec.get("enabled", True), "bool", f"{where} enabled"),
+        enabled=coerce(spec.get("enabled", True), "bool", f"{where} enabled", typed=True),
         variants=variants,
+        gate_alone=_str_list(spec.get("gate_alone", []), f"{where} gate_alone"),
     )
 
 
@@ -142,7 +146,7 @@ def _skip_steps(spec: Mapping[str, Any], where: str) -> int | None:
 def _optional(spec: Mapping[str, Any], key: str, kind: str, where: str, *, allow_zero: bool = False) -> Any:
     if spec.get(key) is None:
         return None
-    value = coerce(spec[key], kind, f"{where} {key}")
+    value = coerce(spec[key], kind, f"{where} {key}", typed=True)
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{where} {key}: expected a positive number, got {spec[key]!r}")
     return value
@@ -154,8 +158,15 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def coerce(value: Any, kind: str, where: str) -> Any:
-    """Convert a TOML/env/option value to ``kind``; ConfigError names ``where``."""
+def coerce(value: Any, kind: str, where: str, *, typed: bool = False) -> Any:
+    """Convert a TOML/env/option value to ``kind``; ConfigError names ``where``. ``typed``: a
+    pyproject value, which must already be of its TOML type (``strict = "yes"`` is an error, not
+    true: only an environment variable's or option's text is read as yes/no or a number)."""
+    if typed and kind == "bool" and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false (a TOML boolean, unquoted), got {value!r}")
+    if typed and kind in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        label = "a whole number" if kind == "int" else "a positive number"
+        raise ConfigError(f"{where}: expected {label}, got {value!r} (a TOML number, unquoted)")
     if kind in ("str", "path"):
         if not isinstance(value, (str, Path)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")

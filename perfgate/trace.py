@@ -10,6 +10,7 @@ in the frames are snake_case; timestamps are integer ns relative to session star
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ class Trace:
     tables: frozenset[str] = field(default_factory=frozenset)
     columns: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
     capacity: dict[str, int] = field(default_factory=dict, repr=False)
+    session_start_utc_ns: int | None = None   # wall clock (Unix ns) of timestamp 0 (energy windows)
     _con: Any = field(default=None, repr=False)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
@@ -77,6 +79,13 @@ class Trace:
             self._cache["ops"] = (read_gpu_ops(self._con, self.tables, self._columns, self.capacity.__getitem__)
                                   if self._con is not None else empty_ops())
         return self._cache["ops"]
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, made once per ``key`` for this trace: what the analysis and the diagnosis
+        both need (``("busy", window)``: ``analysis.idle.busy_intervals`` of a window)."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
 
     @property
     def has_gpu(self) -> bool:
@@ -161,7 +170,7 @@ def load_trace(path: str | Path) -> Trace:
     return Trace(path=path, nsys_version=probe["meta"].get("EXPORT_PRODUCT_VERSION"),
                  schema_version=probe["meta"].get("EXPORT_SCHEMA_VERSION"), nvtx=nvtx,
                  strings=probe["strings"], tables=probe["tables"], columns=probe["columns"],
-                 capacity=probe["capacity"], _con=con)
+                 capacity=probe["capacity"], session_start_utc_ns=probe["session_start"], _con=con)
 
 
 def _guarded(path: Path, read: Any) -> Any:
@@ -206,8 +215,12 @@ def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
                 types[name] = int(ident)
     strings = ({int(i): str(v) for i, v in conn.execute("SELECT id, value FROM StringIds")}
                if "StringIds" in tables else {})
+    start = None
+    if "TARGET_INFO_SESSION_START_TIME" in tables:
+        row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        start = int(row[0]) if row and row[0] is not None else None
     return {"tables": tables, "columns": columns, "capacity": capacity, "meta": meta, "types": types,
-            "strings": strings}
+            "strings": strings, "session_start": start}
 
 
 NVTX_COLUMNS = ("row_id", "start", "end", "unterminated", "text", "name", "style", "global_tid",

@@ -32,6 +32,7 @@ class WorkloadSpec:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     variant: str | None = None
     enabled: bool = True
+    gate_alone: tuple[str, ...] = ()      # metrics that gate on their own (compare.ComparePolicy)
 
     @property
     def full_name(self) -> str:
@@ -60,8 +61,19 @@ def module_prefix(settings: Settings) -> str:
 
 
 def discover_workloads(settings: Settings, gpu_count: int = 0) -> list[WorkloadSpec]:
-    """Every workload and variant known to ``settings`` (disabled ones included, flagged)."""
+    """Every workload and variant known to ``settings`` (disabled ones included, flagged).
+
+    ConfigError when a workloads_dir that was set (pyproject, option or environment) does not
+    exist, and when there is no workload at all: a gate that runs nothing must not pass."""
+    source = settings.sources.get("workloads_dir", "default")
+    if source != "default" and not settings.workloads_dir.is_dir():
+        raise ConfigError(f"{source}: {settings.workloads_dir} is not a folder")
     files = workload_files(settings.workloads_dir)
+    if not files and not settings.workloads:
+        tables = f"{settings.pyproject} has no" if settings.pyproject else "no pyproject.toml with"
+        state = "holds no <name>.py file" if settings.workloads_dir.is_dir() else "does not exist"
+        raise ConfigError(f"no workloads: {settings.workloads_dir} ({source} workloads_dir) {state}, and "
+                          f"{tables} [tool.perfgate.workloads.<name>] tables")
     prefix = module_prefix(settings)
     names = sorted(set(files) | set(settings.workloads))
     specs: list[WorkloadSpec] = []
@@ -119,6 +131,7 @@ def _specs_for(config: WorkloadConfig, default_module: str, settings: Settings, 
         timeout_s=config.timeout_s,
         tolerances=dict(config.tolerances),
         enabled=config.enabled,
+        gate_alone=config.gate_alone,
     )
     out = [base]
     for variant, extra in config.variants.items():

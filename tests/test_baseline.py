@@ -47,8 +47,10 @@ def test_written_baseline_round_trips_launches_and_step_samples(tmp_path: Path) 
     path = write_baseline(tmp_path / "b" / "resnet_cifar" / "cpu-x86_64.json", record)
     loaded = load_baseline(path)
     assert loaded.launch_metrics == [
-        {"step_time_ms": 11.0, "step_time_mean_ms": 11.0, "step_time_p90_ms": 12.0, "phase.forward.cpu_ms": 5.0},
-        {"step_time_ms": 21.0, "step_time_mean_ms": 21.0, "step_time_p90_ms": 22.0, "phase.forward.cpu_ms": 7.0},
+        {"step_time_ms": 11.0, "step_time_mean_ms": 11.0, "step_time_p90_ms": 12.0, "phase.forward.cpu_ms": 5.0,
+         "step_time_p99_ms": 11.98},    # interpolated between order statistics (11 and 12), as numpy
+        {"step_time_ms": 21.0, "step_time_mean_ms": 21.0, "step_time_p90_ms": 22.0, "phase.forward.cpu_ms": 7.0,
+         "step_time_p99_ms": 21.98},
     ]
     assert loaded.step_durations_ms == [10, 12, 11, 20, 22, 21]
     assert loaded.machine_class == "cpu-x86_64" and loaded.path == path

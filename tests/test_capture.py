@@ -6,6 +6,7 @@ import os
 import sqlite3
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from perfgate.capture import (
     nsys_command,
     parse_self_report,
     pytorch_trace_mode,
+    PROFILE,
+    profile_launch_wanted,
     resolve_trace,
     run_capture,
     workload_command,
@@ -131,10 +134,20 @@ def test_torchrun_workloads_run_through_torch_distributed() -> None:
         "-m", "workloads.ddp", "--steps", "3", "--x"]
 
 
-def test_trace_set_is_auto_by_gpu_presence_unless_configured() -> None:
-    assert resolve_trace("auto", 0) == "nvtx,osrt"
-    assert resolve_trace("auto", 2) == "cuda,nvtx,osrt"
-    assert resolve_trace("nvtx", 2) == "nvtx"
+def test_timing_launches_trace_nvtx_only_and_the_profile_launch_cuda() -> None:
+    # timing launches measure what the bare run does: nvtx only, with or without a GPU
+    assert resolve_trace("auto", 0) == "nvtx" and resolve_trace("auto", 2) == "nvtx"
+    assert resolve_trace("auto", 2, PROFILE) == "cuda,nvtx"
+    assert resolve_trace("auto", 0, PROFILE) == "nvtx"             # no GPU: nothing to trace
+    assert resolve_trace("cuda,nvtx,osrt", 2) == "cuda,nvtx,osrt"  # a set the user gives: every launch
+    assert resolve_trace("cuda,nvtx,osrt", 2, PROFILE) == "cuda,nvtx,osrt"
+
+
+def test_the_profile_launch_is_taken_only_with_a_gpu_and_trace_auto(tmp_path: Path) -> None:
+    settings = load_settings(tmp_path, env={})
+    assert profile_launch_wanted(settings, 1) and not profile_launch_wanted(settings, 0)
+    assert not profile_launch_wanted(replace(settings, trace="cuda,nvtx"), 1)
+    assert not profile_launch_wanted(replace(settings, profile="off"), 1)
 
 
 def test_environment_loses_secrets_and_their_copies() -> None:
@@ -154,7 +167,7 @@ def test_capture_keeps_report_export_command_and_log(captured) -> None:
     assert captured.returncode == 0
     assert captured.report_path == launch / "trace.nsys-rep" and captured.report_path.stat().st_size > 0
     assert captured.sqlite_path == launch / "trace.sqlite"
-    assert (launch / "command.txt").read_text().split()[1:3] == ["profile", "--trace=nvtx,osrt"]
+    assert (launch / "command.txt").read_text().split()[1:3] == ["profile", "--trace=nvtx"]
     assert "PERFGATE_SELF_REPORT" in captured.log_path.read_text()
     with sqlite3.connect(captured.sqlite_path) as db:
         names = {row[0] for row in db.execute("SELECT text FROM NVTX_EVENTS WHERE text IS NOT NULL")}

@@ -241,3 +241,77 @@ def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits
     (out / "junit.xml.tmp").symlink_to("/dev/full")
     assert _write_reports([make_result("w", Verdict.PASS)], out) is False   # cmd_run then returns 2
     assert "perfgate: error: reports in" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 16: honest errors
+
+
+def test_compare_refuses_inputs_of_different_machines_or_workloads_unless_forced(traces: Path, tmp_path: Path,
+                                                                                  capsys) -> None:
+    cpu, gpu = traces / "cpu-train-loop" / "trace.sqlite", traces / "gpu-transformer" / "trace.sqlite"
+    assert main(["compare", str(cpu), str(gpu), "--warmup-steps", "0"]) == 2   # was: REGRESSED, exit 1
+    err = capsys.readouterr().err
+    assert err.startswith("perfgate: error: BASELINE and CURRENT measured different machine classes: ")
+    assert f"BASELINE is {cpu} (workload not recorded, machine class cpu-x86_64)" in err
+    assert f"CURRENT is {gpu} (workload not recorded, machine class nvidia-h100-80gb-hbm3-x1)" in err
+    assert "Pass --force to compare them anyway" in err
+    assert main(["compare", str(cpu), str(gpu), "--warmup-steps", "0", "--force"]) == 1   # compared as asked
+    assert capsys.readouterr().out.startswith("REGRESSED: step_time_ms +")
+
+    main(["analyze", str(cpu), "--format", "json"])
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    documents = {}
+    for name in ("a", "b"):
+        documents[name] = tmp_path / f"{name}.json"
+        documents[name].write_text(json.dumps({"format": "perfgate-baseline", "version": 2, "workload": name,
+                                               "variant": None, "machine_class": "cpu-x86_64",
+                                               "launches": [{"metrics": metrics}]}))
+    assert main(["compare", str(documents["a"]), str(documents["b"])]) == 2
+    err = capsys.readouterr().err
+    assert "measured different workloads: BASELINE is" in err and "workload 'a', machine class cpu-x86_64" in err
+    assert main(["compare", str(documents["a"]), str(documents["a"])]) == 0        # the same workload: compared
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"workload": "a", "variant": None, "machine": {"machine_class": "nvidia-a100-x8"},
+                                  "analyses": [{"metrics": metrics}]}))
+    assert main(["compare", str(documents["a"]), str(result)]) == 2
+    assert "measured different machine classes" in capsys.readouterr().err
+
+
+def test_compare_errors_name_its_own_tolerance_option(traces: Path, capsys) -> None:
+    trace = str(traces / "cpu-train-loop" / "trace.sqlite")
+    assert main(["compare", trace, trace, "--tolerance", "step_time_ms"]) == 2
+    err = capsys.readouterr().err
+    assert "option --tolerance: expected METRIC=SPEC" in err and "--perfgate-tolerance" not in err
+    assert main(["compare", trace, trace, "--tolerance", "no_such_metric=5%"]) == 2   # was: accepted, exit 0
+    assert "option --tolerance: no metric is named 'no_such_metric'" in capsys.readouterr().err
+
+
+def test_run_names_where_a_bad_value_came_from(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tiny_project(tmp_path)
+    monkeypatch.chdir(root)
+    assert main(["run", "--tolerance", "step_time_ms"]) == 2
+    assert "option --tolerance: expected METRIC=SPEC" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:                       # refused by the parser, naming the option
+        main(["run", "--timeout", "-3"])
+    assert exc.value.code == 2
+    assert "argument --timeout: expected a positive number, got -3" in capsys.readouterr().err
+    assert main(["run", "--tolerance", "stepp_time_ms=5%"]) == 2
+    assert "option --tolerance: no metric is named 'stepp_time_ms'" in capsys.readouterr().err
+    monkeypatch.setenv("PERFGATE_NSYS", str(tmp_path / "no-nsys-here"))
+    assert main(["run", "--report-dir", str(tmp_path / "report")]) == 2
+    out = capsys.readouterr().out
+    assert (f"nsys given by environment variable PERFGATE_NSYS ({tmp_path / 'no-nsys-here'}) "
+            "is not an executable file") in out                              # was: "given by option"
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.perfgate]\nworkloads_dir = 'wl'\n")
+    assert main(["run"]) == 2
+    assert f"[tool.perfgate] workloads_dir: {root / 'wl'} is not a folder" in capsys.readouterr().err
+
+
+def test_no_step_ranges_hint_names_the_setting_of_each_command(traces: Path, capsys) -> None:
+    trace = str(traces / "cpu-train-loop" / "trace.sqlite")
+    assert main(["analyze", trace, "--step-pattern", "no such range"]) == 2
+    err = capsys.readouterr().err
+    assert "no NVTX range matches step_pattern 'no such range'" in err
+    # `perfgate run` has no --step-pattern: the gate's setting is the workload's step_pattern
+    assert ("step_pattern in [tool.perfgate.workloads.<name>] for the gate (perfgate run, pytest --perfgate), "
+            "--step-pattern for perfgate analyze and compare") in err

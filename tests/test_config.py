@@ -2,6 +2,7 @@
 discovery from the workloads folder plus [tool.perfgate.workloads.*] tables."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -33,7 +34,25 @@ def test_defaults_apply_without_a_perfgate_table(tmp_path: Path) -> None:
     assert s.baseline_dir == root / "baselines"
     assert s.artifacts_dir == root / ".perfgate" / "runs"
     assert (s.trace, s.capture_range, s.timeout_s, s.launches, s.size, s.strict) == (
-        "auto", "none", 900.0, 3, "auto", False)
+        "auto", "none", 900.0, None, "auto", False)
+    assert (s.min_launches, s.max_launches, s.record_launches, s.budget_s, s.profile) == (1, 5, 5, 0.0, "auto")
+
+
+def test_a_fixed_launch_count_sets_every_launch_count_and_bad_budgets_are_named(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate]\nlaunches = 2\nmax_launches = 9\n")
+    s = load_settings(root, env={})
+    assert (s.min_launches, s.max_launches, s.record_launches) == (2, 2, 2)   # launches wins: a fixed design
+    assert s.budget.looks == 1 and s.budget.look_alpha(0.01) == 0.01
+    for sub in "bcde":
+        (tmp_path / sub).mkdir()
+    s = load_settings(project(tmp_path / "b", "[tool.perfgate]\nmin_launches = 2\nmax_launches = 6\n"), env={})
+    assert s.budget.looks == 5 and s.budget.look_alpha(0.01) == pytest.approx(0.002)
+    with pytest.raises(ConfigError, match=r"max_launches \(2\) is below min_launches \(3\)"):
+        load_settings(project(tmp_path / "c", "[tool.perfgate]\nmin_launches = 3\nmax_launches = 2\n"), env={})
+    with pytest.raises(ConfigError, match="PERFGATE_BUDGET_S.*seconds >= 0"):
+        load_settings(project(tmp_path / "d", ""), env={"PERFGATE_BUDGET_S": "-1"})
+    with pytest.raises(ConfigError, match="option --profile: expected auto, always or off"):
+        load_settings(project(tmp_path / "e", ""), env={}, overrides={"profile": "sometimes"}, option_prefix="")
 
 
 def test_option_beats_environment_beats_pyproject(tmp_path: Path) -> None:
@@ -242,7 +261,7 @@ def test_every_setting_is_one_row_with_its_default_only_there() -> None:
     for s in SETTINGS:
         assert s.key in by_name, s.key
         assert by_name[s.key].default is MISSING, f"Settings.{s.key} declares a default of its own"
-    others = {"root", "tolerances", "option_tolerances", "workloads", "selected", "pyproject"}
+    others = {"root", "tolerances", "option_tolerances", "workloads", "selected", "pyproject", "sources"}
     assert set(by_name) - {s.key for s in SETTINGS} == others
 
 
@@ -334,3 +353,65 @@ def test_the_old_warmup_steps_key_still_sets_the_skipped_steps(tmp_path: Path) -
         load_settings(project(tmp_path, "[tool.perfgate]\nwarmup_steps = 1\nskip_steps = 1\n"), env={})
     with pytest.raises(ConfigError, match=r"\[tool.perfgate\] warmup_steps: expected a whole number >= 0"):
         load_settings(project(tmp_path, "[tool.perfgate]\nwarmup_steps = -1\n"), env={})
+
+
+# ----------------------------------------------------------------------------- issue 16: honest errors
+
+
+def test_a_pyproject_value_must_have_its_toml_type(tmp_path: Path) -> None:
+    root = project(tmp_path, '[tool.perfgate]\nstrict = "yes"\n')
+    with pytest.raises(ConfigError, match=r"pyproject.toml \[tool.perfgate\] strict: expected true or false "
+                                          r"\(a TOML boolean, unquoted\), got 'yes'"):
+        load_settings(root, env={})
+    assert load_settings(root, env={"PERFGATE_STRICT": "yes"}).strict is True    # an environment variable is text
+    root = project(tmp_path, '[tool.perfgate]\nlaunches = "3"\n')
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] launches: expected a whole number, got '3'"):
+        load_settings(root, env={})
+    root = project(tmp_path, "[tool.perfgate.workloads.w]\nmodule = 'm'\nenabled = 'no'\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate.workloads.w\] enabled: expected true or false"):
+        load_settings(root, env={})
+
+
+def test_errors_name_the_option_as_the_caller_offers_it(tmp_path: Path) -> None:
+    root = project(tmp_path, "")
+    with pytest.raises(ConfigError, match=r"^option --timeout: expected a positive number, got -1"):
+        load_settings(root, env={}, overrides={"timeout_s": -1}, options={"timeout_s": "--timeout"})
+    with pytest.raises(ConfigError, match=r"^option --tolerance: no metric is named 'stepp_time_ms'"):
+        load_settings(root, env={}, overrides={"tolerance": {"stepp_time_ms": "5%"}}, options={"tolerance": "--tolerance"})
+    settings = load_settings(root, env={"PERFGATE_NSYS": "/nonexistent/nsys"})
+    assert settings.sources["nsys"] == "environment variable PERFGATE_NSYS"
+    assert settings.sources["launches"] == "default"
+
+
+def test_a_tolerance_must_name_a_metric_of_the_gate(tmp_path: Path) -> None:
+    root = project(tmp_path, '[tool.perfgate.tolerance]\n"step_time_ms" = "5%"\n"phase.*.cpu_ms" = "20%"\n'
+                             '"phase.data_load.gpu_ms" = "1%"\n"step_time*" = "4%"\n"phase.Forward Pass.cpu_ms" = "9%"\n')
+    assert set(load_settings(root, env={}).tolerances) == {
+        "step_time_ms", "phase.*.cpu_ms", "phase.data_load.gpu_ms", "step_time*", "phase.Forward Pass.cpu_ms"}
+    for bad in ("no_such_metric", "step_time", "phase.forward.cpu", "phase.*.cpu_s"):
+        root = project(tmp_path, f'[tool.perfgate.tolerance]\n"{bad}" = "5%"\n')
+        with pytest.raises(ConfigError, match=rf"pyproject.toml \[tool.perfgate.tolerance\]: no metric is named '{re.escape(bad)}'"):
+            load_settings(root, env={})
+    root = project(tmp_path, "[tool.perfgate.workloads.w]\nmodule = 'm'\ntolerance = { gpu_idle = '+0.05' }\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate.workloads.w\] tolerance: no metric is named 'gpu_idle'"):
+        load_settings(root, env={})
+
+
+def test_workloads_dir_that_was_set_must_exist(tmp_path: Path) -> None:
+    from perfgate.workloads import discover_workloads
+
+    root = project(tmp_path, "[tool.perfgate]\nworkloads_dir = 'perf'\n")
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] workloads_dir: .*/perf is not a folder"):
+        discover_workloads(load_settings(root, env={}))
+    root = project(tmp_path, "")                                  # an empty workloads/ folder
+    with pytest.raises(ConfigError, match=r"no workloads: .*/workloads \(default workloads_dir\) holds no <name>.py file"):
+        discover_workloads(load_settings(root, env={}))
+    (root / "workloads").rmdir()
+    with pytest.raises(ConfigError, match=r"no workloads: .*/workloads \(default workloads_dir\) does not exist, and "
+                                          r".*pyproject.toml has no \[tool.perfgate.workloads.<name>\] tables"):
+        discover_workloads(load_settings(root, env={}))
+    with pytest.raises(ConfigError, match=r"environment variable PERFGATE_WORKLOADS_DIR: .*/elsewhere is not a folder"):
+        discover_workloads(load_settings(root, env={"PERFGATE_WORKLOADS_DIR": "elsewhere"}))
+    root = project(tmp_path, "[tool.perfgate.workloads.train]\nmodule = 'train'\n")   # no folder needed
+    (root / "workloads").rmdir()
+    assert [s.module for s in discover_workloads(load_settings(root, env={}))] == ["train"]

@@ -12,7 +12,7 @@ from report_results import make_analysis
 from perfgate.compare import ComparePolicy, compare_launches
 from perfgate.config import load_settings
 from perfgate.model import Verdict, WorkloadResult, fails
-from perfgate.pipeline import judge
+from perfgate.pipeline import compare_policy, judge
 from perfgate.report.annotations import render_annotations
 from perfgate.report.github import status_payload
 from perfgate.report.json_report import render_report_json, results_from_report
@@ -24,9 +24,10 @@ def judged_without_baseline(tmp_path: Path, strict: bool) -> WorkloadResult:
     """A result the way run_workload makes one for a workload with no baseline on this machine."""
     (tmp_path / "pyproject.toml").write_text(f"[tool.perfgate]\nstrict = {'true' if strict else 'false'}\n")
     settings = load_settings(tmp_path, env={})
-    result = WorkloadResult(workload="tiny", verdict=Verdict.ERROR, strict=settings.strict)
-    judge(result, WorkloadSpec(name="tiny", module="workloads.tiny"), settings,
-          [make_analysis([10.0] * 5, {"forward": 4.0})], tmp_path / "baselines" / "tiny" / "absent.json")
+    result = WorkloadResult(workload="tiny", verdict=Verdict.ERROR, strict=settings.strict,
+                            analyses=[make_analysis([10.0] * 5, {"forward": 4.0})])
+    spec = WorkloadSpec(name="tiny", module="workloads.tiny")
+    judge(result, spec, settings, None, tmp_path / "baselines" / "tiny" / "absent.json", compare_policy(settings, spec))
     return result
 
 

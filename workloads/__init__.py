@@ -12,3 +12,6 @@ WORKLOADS: tuple[str, ...] = ("resnet_cifar", "resnet_imagefolder", "transformer
 USER_LOOPS: tuple[str, ...] = ("plain_loop", "seed003_loop", "hf_trainer", "lightning_loop")
 """Loops written as users write them (data loading outside the step range, or no NVTX at all);
 their own knobs (workloads/_userloop.py), not the common ones of ``WORKLOADS``."""
+
+INFERENCE: tuple[str, ...] = ("resnet_infer",)
+"""Inference workloads (seed 003's second half): their own loop and knobs, no optimizer."""

@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from perfgate import nvtx
+from workloads import _memory
 from workloads.ladder import MAX_RUNG, rung_knobs
 
 STEP_RANGE = "step"
@@ -45,6 +46,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "profile_range": False,
     "slow_phase": None,
     "slow_ms": 0.0,
+    "slow_gpu_ms": 0.0,
     "sync_phase": None,
     "ladder_rung": None,
     "threads": None,
@@ -80,6 +82,7 @@ class Knobs:
     profile_range: bool
     slow_phase: str | None
     slow_ms: float
+    slow_gpu_ms: float
     sync_phase: str | None
     ladder_rung: int | None
     threads: int | None
@@ -132,6 +135,8 @@ class RunResult:
     world_size: int
     step_s: tuple[float, ...]
     last_loss: float
+    gpu_memory: dict[str, Any] | None = None      # workloads/_memory.py (cuda only)
+    window_unix_ns: tuple[int, int] | None = None  # wall clock of the measured steps (energy clock check)
 
     def self_report(self) -> dict[str, Any]:
         """The fields of the ``PERFGATE_SELF_REPORT`` line (docs/ARCHITECTURE.md), plus ``knobs``."""
@@ -149,6 +154,8 @@ class RunResult:
             "samples_per_s": samples / total_s if total_s > 0 else 0.0,
             "ladder_rung": self.knobs.ladder_rung,
             "knobs": self.knobs.as_dict(),
+            **({"gpu_memory": self.gpu_memory} if self.gpu_memory else {}),
+            **({"window_unix_ns": list(self.window_unix_ns)} if self.window_unix_ns else {}),
         }
 
 
@@ -208,10 +215,14 @@ def build_parser(workload: Workload) -> argparse.ArgumentParser:
         help="torch.cuda.profiler.start()/stop() around the measured steps (nsys --capture-range=cudaProfilerApi)")
     add("--slow-phase", choices=PHASES, help="sleep --slow-ms inside this phase's range every step")
     add("--slow-ms", type=_non_negative_float, help="milliseconds for --slow-phase")
+    add("--slow-gpu-ms", type=_non_negative_float,
+        help="GPU milliseconds (a spinning kernel) launched inside --slow-phase every step: slows a "
+             "GPU-bound step where a CPU sleep would hide behind the queued GPU work (cpu: a sleep)")
     add("--sync-phase", choices=PHASES, help="an extra device synchronization inside this phase (cuda)")
     add("--threads", type=_positive_int, help="torch intra-op threads (cpu preset: 1; default: torch's)")
     add("--ladder-rung", type=int, choices=range(MAX_RUNG + 1), metavar="{0..7}",
         help="seed 003's optimization ladder (workloads/ladder.py); explicit flags override it")
+    _memory.add_arguments(parser)
     if workload.add_arguments is not None:
         workload.add_arguments(parser)
     return parser
@@ -240,10 +251,10 @@ def resolve_knobs(workload: Workload, args: argparse.Namespace,
     if args.ladder_rung is not None:
         values.update(rung_knobs(args.ladder_rung))
     values.update({k: v for k, v in vars(args).items() if v is not None and k not in ("device", "size")})
-    if values["slow_ms"] and values["slow_phase"] is None:
-        fail("--slow-ms needs --slow-phase PHASE")
-    if values["slow_phase"] is not None and not values["slow_ms"]:
-        fail("--slow-phase needs --slow-ms MS greater than 0")
+    if (values["slow_ms"] or values["slow_gpu_ms"]) and values["slow_phase"] is None:
+        fail("--slow-ms and --slow-gpu-ms need --slow-phase PHASE")
+    if values["slow_phase"] is not None and not (values["slow_ms"] or values["slow_gpu_ms"]):
+        fail("--slow-phase needs --slow-ms or --slow-gpu-ms MS greater than 0")
     common = {k: values.pop(k) for k in list(values) if k in _COMMON_KEYS}
     return Knobs(workload=workload.name, device=device, size=size, extra=values, **common)
 
@@ -278,6 +289,17 @@ def _to_device(batch: Sequence[torch.Tensor], device: torch.device, knobs: Knobs
     if knobs.channels_last and image_input and inputs.dim() == 4:
         inputs = inputs.contiguous(memory_format=torch.channels_last)
     return inputs, targets
+
+
+def _cycles_per_ms(device: Any) -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep``, timed with CUDA events."""
+    torch.cuda._sleep(1_000_000)            # warm up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    return 20_000_000 / max(start.elapsed_time(end), 1e-3)
 
 
 class _OverlapCopier:
@@ -350,23 +372,32 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     loader = make_loader(parts.dataset, knobs, samples, dist, parts.samples_with_replacement)
     batches: Iterator[Any] = iter(loader)
     on_cuda = device.type == "cuda"
+    extras = _memory.StepExtras(knobs.extra, device)     # --retain-outputs, --extra-matmuls
     copier = _OverlapCopier(device, knobs, parts.image_input) if knobs.overlap_copy and on_cuda else None
     autocast = torch.autocast(device_type=device.type, dtype=torch.float16 if on_cuda else torch.bfloat16,
                               enabled=knobs.amp)
 
+    gpu_cycles = _cycles_per_ms(device) * knobs.slow_gpu_ms if knobs.slow_gpu_ms and on_cuda else 0
+
     def extra(phase: str) -> None:
         if phase == knobs.slow_phase:
-            time.sleep(knobs.slow_ms / 1e3)
+            time.sleep((knobs.slow_ms + (0.0 if on_cuda else knobs.slow_gpu_ms)) / 1e3)
+            if gpu_cycles:
+                torch.cuda._sleep(int(gpu_cycles))
         if phase == knobs.sync_phase and on_cuda:
             torch.cuda.synchronize(device)
 
     step_s: list[float] = []
     loss_value = math.nan
+    window_start_ns = 0
     for index in range(total_steps):
         measured = index >= knobs.warmup_steps
         if index == knobs.warmup_steps and knobs.profile_range and on_cuda:
             torch.cuda.synchronize(device)
             torch.cuda.profiler.start()
+        if index == knobs.warmup_steps:
+            _memory.reset_peaks(device)                  # the self-report's peaks: measured steps
+            window_start_ns = time.time_ns()
         began = time.perf_counter()
         with nvtx.range(STEP_RANGE if measured else WARMUP_RANGE):
             with nvtx.range("data_load"):
@@ -385,6 +416,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
                 with autocast:
                     outputs = model(inputs)
                     loss = parts.loss_fn(outputs, targets)
+                extras.after_forward(outputs)
                 extra("forward")
             with nvtx.range("backward"):
                 loss.backward()
@@ -399,7 +431,9 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     if knobs.profile_range and on_cuda:
         torch.cuda.synchronize(device)
         torch.cuda.profiler.stop()
-    return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value)
+    window = (window_start_ns, time.time_ns()) if step_s else None
+    return RunResult(knobs=knobs, world_size=dist.world_size, step_s=tuple(step_s), last_loss=loss_value,
+                     gpu_memory=_memory.gpu_memory_report(device), window_unix_ns=window)
 
 
 def print_self_report(result: RunResult) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from perfgate.analysis.gpu_work import gpu_work
-from perfgate.analysis.idle import device_label, gpu_idle
-from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
+from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
+from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
 from perfgate.analysis.steps import iteration_periods, select_steps, step_stats
@@ -67,7 +67,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     period_ns = iteration_periods(sel, ops if len(ops) else None)
     steps = step_stats(sel, options.batch_size, period_ns)
     total_step_ns = int(period_ns.sum())
-    instances = phase_instances(trace.nvtx, measured)
+    instances = trace.memo(("phases", steps_key(measured)), lambda: phase_instances(trace.nvtx, measured))
     if len(ops):
         busy = attribute_gpu_time(instances, ops)
         # only the phase instances' own ranges are looked up in the projection
@@ -76,7 +76,9 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         work = gpu_work(ops, api, trace.strings, trace.memory_events, lo, hi, steps.count,
                         options.top_kernels)
     phases = phase_stats(instances, steps.count, total_step_ns, busy, projected)
-    idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps)
+    # the devices' busy intervals in the window, shared with the diagnosis
+    device_busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(ops, lo, hi)) if len(ops) else None
+    idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps, device_busy)
     devices = tuple(device_label(d) for d in np.unique(ops.device_id))
     return Analysis(
         source=str(trace.path),

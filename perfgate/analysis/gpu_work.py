@@ -6,7 +6,7 @@ import pandas as pd
 
 from perfgate.analysis.intervals import group_sums
 from perfgate.api_calls import SYNC_CALLS, ApiCalls, api_name
-from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
+from perfgate.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
 from perfgate.model import GpuWork, KernelStat
 
 __all__ = ["SYNC_CALLS", "api_name", "gpu_work", "in_window", "peak_memory"]
@@ -50,6 +50,7 @@ def gpu_work(ops: GpuOps, api: ApiCalls, strings: dict[int, str], memory_events:
         pageable_copies=int(pageable.sum()),
         sync_calls_per_step=syncs / n,
         peak_memory_bytes=peak_memory(memory_events),
+        graph_launches_per_step=int((inside & (ops.kind == GRAPH)).sum()) / n,
     )
 
 

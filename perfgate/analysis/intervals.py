@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+BLOCK = 1 << 20   # rows per block of per-row work: temporaries of 8 MB per int64 column
+
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals [start, end) into disjoint sorted ones (touching intervals merge)."""
@@ -27,39 +29,99 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Intervals cut to [lo, hi]; those left empty are dropped."""
-    s = np.maximum(np.asarray(starts, dtype=np.int64), lo)
-    e = np.minimum(np.asarray(ends, dtype=np.int64), hi)
-    keep = e > s
-    return s[keep], e[keep]
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    if hi <= lo:
+        return starts[:0].copy(), ends[:0].copy()
+    keep = (starts < hi) & (ends > lo) & (ends > starts)    # = max(start, lo) < min(end, hi)
+    s = starts[keep]
+    np.maximum(s, lo, out=s)
+    e = ends[keep]
+    del keep
+    np.minimum(e, hi, out=e)
+    return s, e
+
+
+def window_union(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """``union(*clip(starts, ends, lo, hi))``, each temporary freed as soon as it is used (peak
+    memory: about 40 B per interval, the input's own columns aside)."""
+    s, e = clip(starts, ends, lo, hi)
+    if s.size == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    e = e[order]
+    del order
+    np.maximum.accumulate(e, out=e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    np.greater(s[1:], e[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    del new
+    last = np.r_[first[1:] - 1, s.size - 1]
+    return s[first], e[last]
 
 
 def covered(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     """Length of [lo, hi] covered by the union of the intervals."""
-    s, e = union(*clip(starts, ends, lo, hi))
+    s, e = window_union(starts, ends, lo, hi)
     return int((e - s).sum())
 
 
 def gaps(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """The parts of [lo, hi] that no interval covers (leading and trailing parts included)."""
-    s, e = union(*clip(starts, ends, lo, hi))
-    gap_s = np.r_[np.int64(lo), e]
-    gap_e = np.r_[s, np.int64(hi)]
+    return complement(*window_union(starts, ends, lo, hi), lo, hi)
+
+
+def complement(us: np.ndarray, ue: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of [lo, hi] outside the disjoint sorted intervals [us, ue) (all inside [lo, hi])."""
+    gap_s = np.r_[np.int64(lo), ue]
+    gap_e = np.r_[us, np.int64(hi)]
     keep = gap_e > gap_s
     return gap_s[keep], gap_e[keep]
 
 
-def union_length_by_group(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each distinct group code, the length of the union of its intervals.
+def union_length_by_group(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                          block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """For each distinct group code, the length of the union of its intervals; rows whose group
+    is negative take no part.
 
-    Returns (group codes, lengths), group codes sorted ascending."""
-    groups = np.asarray(groups, dtype=np.int64)
+    Returns (group codes, lengths), group codes sorted ascending. The rows are sorted by group
+    once; the unions are then made ``block`` rows at a time (a group is never split), so the
+    temporaries stay bounded however many rows there are."""
+    groups = np.asarray(groups)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    if groups.size == 0:
-        return groups.copy(), np.zeros(0, dtype=np.int64)
-    order = np.lexsort((starts, groups))
-    g, s, e = groups[order], starts[order], ends[order]
-    del order, groups, starts, ends       # the caller's arrays stay where it holds them
+    order = np.argsort(groups, kind="stable")
+    at = int(np.count_nonzero(groups < 0))   # the skipped rows sort first
+    codes: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    while at < order.size:
+        stop = min(at + block, order.size)
+        rows = order[at:stop]
+        g = groups[rows].astype(np.int64)
+        if stop < order.size:                 # the last group may go on: leave it to the next block
+            cut = int(np.searchsorted(g, g[-1], side="left"))
+            if cut == 0:                      # one group longer than the block: take it whole
+                stop = at + int(np.searchsorted(groups[order[at:]], g[-1], side="right"))
+                rows = order[at:stop]
+                g = groups[rows].astype(np.int64)
+            else:
+                stop, rows, g = at + cut, rows[:cut], g[:cut]
+        c, n = _union_lengths(g, starts[rows], ends[rows])
+        codes.append(c)
+        lengths.append(n)
+        at = stop
+    if not codes:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(codes), np.concatenate(lengths)
+
+
+def _union_lengths(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group of ``g`` (sorted ascending), the union length of its intervals [s, e)."""
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    del order
     group_start = np.empty(g.size, dtype=bool)
     group_start[0] = True
     group_start[1:] = g[1:] != g[:-1]
@@ -68,10 +130,8 @@ def union_length_by_group(groups: np.ndarray, starts: np.ndarray, ends: np.ndarr
     new[1:] |= s[1:] > run_end[:-1]
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, g.size - 1]
-    lengths = run_end[last] - s[first]
-    seg_groups = g[first]
-    codes, idx = np.unique(seg_groups, return_inverse=True)
-    return codes, np.bincount(idx, weights=lengths, minlength=codes.size).astype(np.int64)
+    seg_lengths = run_end[last] - s[first]
+    return g[group_start], np.add.reduceat(seg_lengths, np.flatnonzero(group_start[first]))
 
 
 def _grouped_cummax(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfgate.analysis.intervals import union_length_by_group
+from perfgate.analysis.intervals import BLOCK, union_length_by_group
 from perfgate.analysis.steps import BETWEEN_STEPS, phase_name, top_level_mask
 from perfgate.gpu_ops import GpuOps
 from perfgate.model import PhaseStats
@@ -21,10 +21,15 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     steps = measured.reset_index(drop=True)
     if "period_end" not in steps.columns:
         steps = steps.assign(period_end=steps["end"])
-    parts: list[pd.DataFrame] = []
+    # candidate rows as positions into ``nvtx``; the frame is copied once, for the instances kept
+    n_tid, n_start, n_end = (nvtx[c].to_numpy() for c in ("global_tid", "start", "end"))
+    n_row = nvtx["row_id"].to_numpy()
+    found_pos: list[np.ndarray] = []
+    found_step: list[np.ndarray] = []
     for tid, st in steps.groupby("global_tid", sort=False):
-        rows = nvtx[nvtx["global_tid"] == tid].sort_values("start", kind="stable")
-        starts = rows["start"].to_numpy()
+        pos = np.flatnonzero(n_tid == tid)
+        pos = pos[np.argsort(n_start[pos], kind="stable")]          # the thread's ranges by start
+        starts = n_start[pos]
         i = np.searchsorted(starts, st["start"].to_numpy(), side="left")
         j = np.searchsorted(starts, st["period_end"].to_numpy(), side="right")
         lengths = j - i
@@ -32,30 +37,37 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
             continue
         step_pos = np.repeat(st.index.to_numpy(), lengths)
         offsets = np.repeat(i - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
-        idx = np.arange(lengths.sum()) + offsets
-        cand = rows.iloc[idx].assign(step_index=step_pos)
+        cand = pos[np.arange(lengths.sum()) + offsets]
         limit = steps["period_end"].to_numpy()[step_pos]
         step_row = steps["row_id"].to_numpy()[step_pos]
-        keep = (cand["end"].to_numpy() <= limit) & (cand["row_id"].to_numpy() != step_row)
+        keep = (n_end[cand] <= limit) & (n_row[cand] != step_row)
         # a range that straddles the step range's end is not a phase of the step
         range_end = steps["end"].to_numpy()[step_pos]
-        keep &= (cand["end"].to_numpy() <= range_end) | (cand["start"].to_numpy() >= range_end)
-        parts.append(cand[keep])
-    empty = nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
-    if parts:
-        cand = pd.concat(parts, ignore_index=True)
-        direct = top_level_mask(cand["start"].to_numpy(), cand["end"].to_numpy(), cand["step_index"].to_numpy())
-        inst = cand[direct].reset_index(drop=True)
+        keep &= (n_end[cand] <= range_end) | (n_start[cand] >= range_end)
+        found_pos.append(cand[keep])
+        found_step.append(step_pos[keep])
+    if found_pos:
+        cand, step_index = np.concatenate(found_pos), np.concatenate(found_step)
+        direct = top_level_mask(n_start[cand], n_end[cand], step_index)
+        inst = nvtx.iloc[cand[direct]].reset_index(drop=True).assign(step_index=step_index[direct])
         names = pd.unique(inst["name"])
         folded = {n: phase_name(n) for n in names}
         inst = inst.assign(phase=inst["name"].map(folded))
     else:
-        inst = empty
+        inst = nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
     between = between_steps_pieces(steps, inst)
     if between.empty:
         return inst
     return pd.concat([inst, between], ignore_index=True).sort_values(["step_index", "start"], kind="stable") \
         .reset_index(drop=True)
+
+
+def steps_key(steps: pd.DataFrame) -> tuple[bytes, ...]:
+    """What ``phase_instances(nvtx, steps)`` depends on in ``steps``, as a hashable key: equal
+    keys, equal instances (``Trace.memo`` shares them between the analysis and the diagnosis)."""
+    ends = steps["period_end"] if "period_end" in steps.columns else steps["end"]
+    return tuple(np.ascontiguousarray(c.to_numpy(np.int64)).tobytes()
+                 for c in (steps["row_id"], steps["start"], steps["end"], ends, steps["global_tid"]))
 
 
 def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFrame:
@@ -98,10 +110,10 @@ def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFram
     })
 
 
-def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block: int = BLOCK) -> np.ndarray:
     """Per event (process ``pid``, time ``t``): the row position in ``instances`` of the phase
     instance of that process open at ``t`` (on any thread; the one that started last when several
-    are), -1 when none is."""
+    are), -1 when none is. Events are looked up ``block`` at a time (bounded temporaries)."""
     inst = np.full(t.size, -1, dtype=np.int64)
     if t.size == 0 or instances.empty:
         return inst
@@ -110,42 +122,40 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> np
     s = instances["start"].to_numpy()[order]
     e = instances["end"].to_numpy()[order]
     p = ipid[order]
-    for one in np.unique(p):                                        # processes, not steps or rows
-        a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
-        mine = np.flatnonzero(pid == one)
-        tm = t[mine]
-        k = np.searchsorted(s[a:b], tm, side="right")
-        k -= 1
-        ok = k >= 0
-        ok[ok] = tm[ok] <= e[a:b][k[ok]]
-        del tm                                                      # peak memory: 8 B per event
-        mine, k = mine[ok], k[ok]
-        del ok
-        k += a
-        inst[mine] = order[k]
+    procs = np.unique(p)
+    for at in range(0, t.size, block):
+        tb, pb, out = t[at:at + block], pid[at:at + block], inst[at:at + block]
+        for one in procs:                                           # processes, not steps or rows
+            a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
+            mine = np.flatnonzero(pb == one) if procs.size > 1 else np.arange(tb.size)
+            tm = tb[mine]
+            k = np.searchsorted(s[a:b], tm, side="right") - 1
+            ok = k >= 0
+            ok[ok] = tm[ok] <= e[a:b][k[ok]]
+            if procs.size == 1:
+                ok &= pb == one
+            out[mine[ok]] = order[k[ok] + a]
     return inst
 
 
-def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps) -> np.ndarray:
+def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps, block: int = BLOCK) -> np.ndarray:
     """GPU busy ns per phase instance: each GPU op goes to the phase instance of its process that
     was open (on any thread) when its launching API call started; per instance, the union of its
     ops' intervals on each device, summed over devices. Ops without a traced launch are skipped."""
     busy = np.zeros(len(instances), dtype=np.int64)
-    traced = np.flatnonzero(ops.api_tid >= 0)
-    if traced.size == 0 or instances.empty:
+    if instances.empty or not (ops.api_tid >= 0).any():
         return busy
-    inst = open_instance(instances, ops.pid[traced], ops.api_start[traced])
-    hit = inst >= 0
-    if not hit.any():
-        return busy
-    rows, group = traced[hit], inst[hit]
-    del traced, inst, hit                 # peak memory: each is 10^7 ops * 8 B at 10^7
-    dev_codes, dev_idx = np.unique(ops.device_id[rows], return_inverse=True)
-    ndev = max(len(dev_codes), 1)
-    group *= ndev
-    group += dev_idx
-    del dev_idx
-    codes, lengths = union_length_by_group(group, ops.start[rows], ops.end[rows])
+    # one group per (instance, device), -1 for the ops of no instance; made in place, by blocks
+    group = open_instance(instances, ops.pid, ops.api_start, block)
+    dev_codes = np.unique(ops.device_id)
+    ndev = max(dev_codes.size, 1)
+    for at in range(0, group.size, block):
+        g = group[at:at + block]
+        hit = (g >= 0) & (ops.api_tid[at:at + block] >= 0)
+        g[~hit] = -1
+        g[hit] = g[hit] * ndev + np.searchsorted(dev_codes, ops.device_id[at:at + block][hit])
+    codes, lengths = union_length_by_group(group, ops.start, ops.end, block)
+    del group
     np.add.at(busy, codes // ndev, lengths)
     return busy
 

@@ -37,31 +37,40 @@ def project_ranges(nvtx: pd.DataFrame, ops: GpuOps) -> pd.DataFrame:
 
 
 def _project_thread(rng: pd.DataFrame, ops: GpuOps, rows: np.ndarray) -> pd.DataFrame:
-    """``rows``: the thread's ops sorted by launching call (start, end)."""
+    """``rows``: the thread's ops sorted by launching call (start, end). Each column of the ops is
+    gathered when it is needed and freed after (peak memory: a few columns of the thread's ops)."""
     a_start = ops.api_start[rows]
-    a_end_max = np.maximum.accumulate(ops.api_end[rows])  # equals api_end: calls don't nest
-    g_start = ops.start[rows]
-    g_end = ops.end[rows]
+    i = np.searchsorted(a_start, rng["start"].to_numpy(), side="left")
+    n = rows.size
+    new_call = np.ones(n, dtype=np.int64)
     corr = ops.correlation_id[rows]
-    r_start = rng["start"].to_numpy()
-    r_end = rng["end"].to_numpy()
-    i = np.searchsorted(a_start, r_start, side="left")
-    j = np.searchsorted(a_end_max, r_end, side="right")
+    new_call[1:] = (corr[1:] != corr[:-1]) | (a_start[1:] != a_start[:-1])
+    del corr, a_start
+    a_end_max = ops.api_end[rows]
+    np.maximum.accumulate(a_end_max, out=a_end_max)  # equals api_end: calls don't nest
+    j = np.searchsorted(a_end_max, rng["end"].to_numpy(), side="right")
+    del a_end_max
     has = j > i
     if not has.any():
         return rng.iloc[:0].assign(proj_start=0, proj_end=0, gpu_ops=0)
     i, j = i[has], j[has]
     bounds = np.empty(2 * i.size, dtype=np.int64)
     bounds[0::2], bounds[1::2] = i, j
-    n = g_start.size
     big = np.iinfo(np.int64).max
-    proj_start = np.minimum.reduceat(np.r_[g_start, big], bounds)[0::2]
-    proj_end = np.maximum.reduceat(np.r_[g_end, -big], bounds)[0::2]
-    new_call = np.ones(n, dtype=np.int64)
-    new_call[1:] = (corr[1:] != corr[:-1]) | (a_start[1:] != a_start[:-1])
-    cum = np.r_[0, np.cumsum(new_call)]
-    n_calls = cum[j] - cum[i] + (new_call[i] == 0)
+    proj_start = np.minimum.reduceat(_gathered(ops.start, rows, big), bounds)[0::2]
+    proj_end = np.maximum.reduceat(_gathered(ops.end, rows, -big), bounds)[0::2]
+    np.cumsum(new_call, out=new_call)
+    cum = np.r_[0, new_call]
+    n_calls = cum[j] - cum[i] + (cum[i + 1] - cum[i] == 0)
     return rng[has].assign(proj_start=proj_start, proj_end=proj_end, gpu_ops=n_calls)
+
+
+def _gathered(column: np.ndarray, rows: np.ndarray, sentinel: int) -> np.ndarray:
+    """``column[rows]`` followed by ``sentinel`` (so that a reduceat bound may equal len(rows))."""
+    out = np.empty(rows.size + 1, dtype=np.int64)
+    np.take(column, rows, out=out[:-1])
+    out[-1] = sentinel
+    return out
 
 
 def projection_summary(projected: pd.DataFrame) -> pd.DataFrame:

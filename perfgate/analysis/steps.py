@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfgate.analysis.intervals import BLOCK
 from perfgate.errors import ConfigError, TraceError
 from perfgate.model import StepStats, Summary
 
@@ -270,22 +271,26 @@ def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.nd
                         steps["end"].to_numpy())
     done = host_end.astype(np.int64)
     if launches is not None and len(launches) and len(steps):
-        traced = launches.api_start >= 0
-        op_pid, op_launch, op_end = launches.pid[traced], launches.api_start[traced], launches.end[traced]
         # each op to the last step of its process that started at or before its launch; the key is
-        # (process rank, time), the time in ns below 2**50 (13 days)
+        # (process rank, time), the time in ns below 2**50 (13 days); ops a block at a time
         ranks = pd.Index(pd.unique(steps["pid"]))
-        op_rank = ranks.get_indexer(op_pid)
-        mine = op_rank >= 0
-        step_key = ranks.get_indexer(steps["pid"]).astype(np.int64) * (1 << 50) + steps["start"].to_numpy()
-        op_key = op_rank[mine].astype(np.int64) * (1 << 50) + op_launch[mine]
+        step_pid = steps["pid"].to_numpy()
+        step_key = ranks.get_indexer(step_pid).astype(np.int64) * (1 << 50) + steps["start"].to_numpy()
         order = np.argsort(step_key, kind="stable")
-        pos = np.searchsorted(step_key[order], op_key, side="right") - 1
-        ok = pos >= 0
-        idx = order[pos[ok]]
-        launched = op_launch[mine][ok]
-        same = (steps["pid"].to_numpy()[idx] == op_pid[mine][ok]) & (launched < host_end[idx])
-        np.maximum.at(done, idx[same], op_end[mine][ok][same])
+        sorted_key = step_key[order]
+        for at in range(0, len(launches), BLOCK):
+            part = slice(at, at + BLOCK)
+            traced = launches.api_start[part] >= 0
+            op_pid, op_launch = launches.pid[part][traced], launches.api_start[part][traced]
+            op_rank = ranks.get_indexer(op_pid)
+            mine = op_rank >= 0
+            op_key = op_rank[mine].astype(np.int64) * (1 << 50) + op_launch[mine]
+            pos = np.searchsorted(sorted_key, op_key, side="right") - 1
+            ok = pos >= 0
+            idx = order[pos[ok]]
+            launched = op_launch[mine][ok]
+            same = (step_pid[idx] == op_pid[mine][ok]) & (launched < host_end[idx])
+            np.maximum.at(done, idx[same], launches.end[part][traced][mine][ok][same])
     # never before the previous iteration of the same process (steps are sorted by pid, start)
     pid = steps["pid"].to_numpy()
     done = pd.Series(done).groupby(pid).cummax().to_numpy()
@@ -338,4 +343,5 @@ def _no_steps_message(nvtx: pd.DataFrame, pattern: str | None, source: str) -> s
     else:
         which = f"step_pattern {pattern!r}"
     return (f"{source}: no NVTX range matches {which}. Most frequent ranges: {listing}. "
-            "Set the step pattern (--step-pattern / step_pattern) to the range that marks one iteration")
+            "Name the range that marks one iteration: step_pattern in [tool.perfgate.workloads.<name>] for the "
+            "gate (perfgate run, pytest --perfgate), --step-pattern for perfgate analyze and compare")

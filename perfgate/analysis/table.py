@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from perfgate.model import Analysis
+from perfgate.short_names import shortened
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -54,8 +55,9 @@ def render_table(analysis: Analysis) -> str:
                 + ("" if g.peak_memory_bytes is None else f"  peak GPU memory {g.peak_memory_bytes / 2**20:.1f} MiB")]
         if g.top_kernels:
             out += ["", "top kernels:"]
+            short = shortened(k.name for k in g.top_kernels)
             out += _table(["kernel", "count", "total ms"],
-                          [[k.name[:60], str(k.count), _fmt(k.total_ms)] for k in g.top_kernels])
+                          [[short[k.name], str(k.count), _fmt(k.total_ms)] for k in g.top_kernels])
     if a.gpu_idle is not None and a.gpu_idle.longest_gaps:
         out += ["", "longest GPU idle gaps:"]
         out += _table(["GPU", "ms", "CPU ranges open"],

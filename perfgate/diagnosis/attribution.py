@@ -19,6 +19,7 @@ from perfgate.diagnosis.evidence import (
     phase_ms,
     step_mean_ms,
 )
+from perfgate.diagnosis import resources
 from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MIN_MS, differences
 from perfgate.diagnosis.facts import STEP_CODE, TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import (
@@ -242,8 +243,15 @@ def explain_regression(
     step_delta = step_mean_ms(cur) - step_mean_ms(base)
     reasons = _reasons(base, cur, new, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
     reason, cause = _first_reason(reasons, cur, phases, idle_phase_delta, kernels, step_delta)
+    rows = _comparisons(comparisons)
+    lead = resources.leading_reason(rows, base, cur)   # memory, energy, launches per batch
+    if lead is not None:
+        reason, cause = lead[0], lead[1]
+        notes += [f"also regressed: {t}" for t in lead[2]]
+    else:
+        notes += resources.notes(rows, base, cur)
     explained = min(max(step_delta, 0.0), sum(_capped(r.ms, step_delta) for r in reasons))
-    regressed = tuple(c.metric for c in _comparisons(comparisons) if c.verdict == Verdict.REGRESSED)
+    regressed = tuple(c.metric for c in rows if c.verdict == Verdict.REGRESSED)
     return Attribution(
         step_mean_delta_ms=step_delta,
         step_median_delta_ms=cur.steps.summary_ms.median - base.steps.summary_ms.median,

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 
 from perfgate.diagnosis.records import Reason
+from perfgate.short_names import shortened
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason
 MIN_LAUNCHES = 0.5          # launches (or calls) per step below which a count change is noise
@@ -34,7 +35,8 @@ def _totals(kernels: Mapping[str, list[float]]) -> tuple[float, float]:
 
 
 def _names(items: list[tuple[str, float, float]]) -> str:
-    shown = ", ".join(f"{name[:60]} {count:+.0f}/step" for name, count, _ in items[:SHOWN_NAMES])
+    short = shortened(name for name, _, _ in items[:SHOWN_NAMES])
+    shown = ", ".join(f"{short[name]} {count:+.0f}/step" for name, count, _ in items[:SHOWN_NAMES])
     return shown + (f" and {len(items) - SHOWN_NAMES} more" if len(items) > SHOWN_NAMES else "")
 
 
@@ -73,7 +75,8 @@ def kernel_reason(where: str, base: Mapping[str, list[float]], cur: Mapping[str,
         return Reason("launches", where, ms, text, None)
     if gpu_ms >= max(MIN_MS, 0.03 * mb):
         longer = sorted(((n, v[1] - base.get(n, zero)[1]) for n, v in cur.items()), key=lambda x: -x[1])
-        top = ", ".join(f"{n[:60]} {d:+.2f} ms" for n, d in longer[:SHOWN_NAMES] if d > 0)
+        short = shortened(n for n, _ in longer[:SHOWN_NAMES])
+        top = ", ".join(f"{short[n]} {d:+.2f} ms" for n, d in longer[:SHOWN_NAMES] if d > 0)
         text = (f"kernels in {where} run longer at the same launches: {gpu_ms:+.2f} ms/step GPU time "
                 f"({top}): larger shapes?")
         return Reason("kernels_longer", where, ms, text, None)

@@ -12,10 +12,13 @@ import numpy as np
 import pandas as pd
 
 from perfgate.analysis import intervals
-from perfgate.analysis.phases import phase_instances
+from perfgate.analysis.idle import busy_intervals
+from perfgate.analysis.intervals import BLOCK
+from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
+from perfgate.diagnosis.kernel_sets import kernel_set_changes
 from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
 from perfgate.model import Analysis, KernelStat
 
@@ -108,118 +111,87 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
     return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
 
 
-def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream: np.ndarray, kstart: np.ndarray,
-                 kend: np.ndarray, kdev: np.ndarray, kstream: np.ndarray) -> tuple[int, int]:
-    """(copy ns overlapping kernels of the same GPU, copy ns on a stream that runs kernels)."""
+def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream: np.ndarray,
+                 ops: GpuOps, kernels: np.ndarray) -> tuple[int, int]:
+    """(copy ns overlapping kernels of the same GPU, copy ns on a stream that runs kernels);
+    ``kernels``: the rows of ``ops`` that are the kernels counted."""
     overlap_ns, on_compute_ns = 0, 0
-    for dev in pd.unique(cdev):                               # devices, not copies
+    devices = pd.unique(cdev)
+    kdev = ops.device_id[kernels] if devices.size else None
+    for dev in devices:                                       # devices, not copies
         mine = cdev == dev
-        on_dev = kdev == dev
-        us, ue = intervals.union(kstart[on_dev], kend[on_dev])
+        rows = kernels[kdev == dev]
+        us, ue = intervals.union(ops.start[rows], ops.end[rows])
         overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
-        on = mine & np.isin(cstream, np.unique(kstream[on_dev]))
+        del us, ue
+        on = mine & np.isin(cstream, pd.unique(ops.stream_id[rows]))
         on_compute_ns += int((cend[on] - cstart[on]).sum())
     return overlap_ns, on_compute_ns
 
 
-def _window_idle(launched: GpuOps, phases: pd.DataFrame, lo: int, hi: int) -> tuple[int, float, dict[str, float], int] | None:
+def _launched_in(ops: GpuOps, lo: int, hi: int) -> np.ndarray:
+    """Ops launched in [lo, hi] (``GpuOps.launch_time``), a block at a time: a mask, no 8-byte
+    column of every op."""
+    out = np.empty(len(ops), dtype=bool)
+    for at in range(0, len(ops), BLOCK):
+        part = slice(at, at + BLOCK)
+        t = np.where(ops.api_start[part] >= 0, ops.api_start[part], ops.start[part])
+        out[part] = (t >= lo) & (t <= hi)
+    return out
+
+
+def _window_idle(trace: Trace, launched: GpuOps, phases: pd.DataFrame, lo: int,
+                 hi: int) -> tuple[int, float, dict[str, float], int] | None:
     """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
-    None when no op overlaps the window. Only the columns needed, cut to the window (never a copy
-    of every column of every op), freed on return."""
-    sel = np.flatnonzero((launched.start < hi) & (launched.end > lo))
-    if sel.size == 0:
+    None when no op overlaps the window. The devices' busy intervals are the analysis's
+    (``Trace.memo``); the ops are read a block at a time for their (device, process) pairs."""
+    count = 0
+    pairs: set[tuple[int, int]] = set()
+    for at in range(0, len(launched), BLOCK):
+        part = slice(at, at + BLOCK)
+        over = (launched.start[part] < hi) & (launched.end[part] > lo)
+        count += int(np.count_nonzero(over))
+        key = (launched.device_id[part][over].astype(np.int64) << 32) | launched.pid[part][over]
+        pairs.update((int(k) >> 32, int(k) & 0xFFFFFFFF) for k in pd.unique(key))
+    if count == 0:
         return None
-    start, end = np.maximum(launched.start[sel], lo), np.minimum(launched.end[sel], hi)
-    device, pid = launched.device_id[sel], launched.pid[sel]
-    idle_ns, idle_phase_ns = _idle_by_phase(device, start, end, pid, phases, lo, hi)
-    return int(sel.size), idle_ns, idle_phase_ns, max(np.unique(device).size, 1)
+    busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(launched, lo, hi))
+    devices = sorted({d for d, _ in pairs})
+    idle_ns, idle_phase_ns = _idle_by_phase(
+        {d: busy[d] for d in devices}, {d: np.array(sorted(p for dd, p in pairs if dd == d)) for d in devices},
+        phases, lo, hi)
+    return count, idle_ns, idle_phase_ns, max(len(devices), 1)
 
 
-def _idle_by_phase(device: np.ndarray, start: np.ndarray, end: np.ndarray, pid: np.ndarray,
+def _idle_by_phase(busy: dict[int, tuple[np.ndarray, np.ndarray]], pids: dict[int, np.ndarray],
                    phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
-    """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none)."""
+    """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none).
+    A phase's idle time is its time in the window less its time on the busy intervals (the gaps and
+    the busy intervals tile the window), so the gaps themselves are never made."""
     total = 0
     by_phase: dict[str, float] = {}
     phase_pid = _pids(phases)
-    for dev in np.unique(device):                            # devices, not ops
-        on_dev = device == dev
-        gs, ge = intervals.gaps(start[on_dev], end[on_dev], lo, hi)
-        idle = int((ge - gs).sum())
+    codes, names = pd.factorize(phases["phase"].to_numpy(dtype=object), sort=True) if len(phases) else \
+        (np.zeros(0, dtype=np.int64), [])
+    p_start, p_end = phases["start"].to_numpy(), phases["end"].to_numpy()
+    for dev, (us, ue) in busy.items():                       # devices, not ops
+        idle = max(hi - lo, 0) - int((ue - us).sum())
         total += idle
         inside = 0
         # only the phases of the processes that use this GPU: in a multi-process (DDP) trace every
         # rank's phases are open at once, and each GPU's idle time belongs to its own rank's phase
-        mine = phases[np.isin(phase_pid, np.unique(pid[on_dev]))] if len(phases) else phases
-        for name, rows in mine.groupby("phase", sort=True):
-            us, ue = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy())
-            ns = _overlap_ns(us, ue, gs, ge)     # both disjoint: look up the fewer in the more
+        mine = np.isin(phase_pid, pids[dev])
+        for code, name in enumerate(names):                  # phases, sorted by name
+            rows = mine & (codes == code)
+            if not rows.any():
+                continue
+            ps, pe = intervals.union(p_start[rows], p_end[rows])
+            in_window = int(np.maximum(np.minimum(pe, hi) - np.maximum(ps, lo), 0).sum())
+            ns = in_window - _overlap_ns(ps, pe, us, ue)
             by_phase[name] = by_phase.get(name, 0.0) + ns
             inside += ns
         by_phase[OUTSIDE_PHASES] = by_phase.get(OUTSIDE_PHASES, 0.0) + max(0, idle - inside)
     return float(total), by_phase
-
-
-def _kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps: pd.DataFrame) -> tuple[int, int]:
-    """(steps whose kernel-name set differs from the most common one, steps launching nothing).
-    A kernel belongs to the iteration of its process in which its launch started. Sort-once: the
-    (step, kernel name) pairs of all steps are sorted and compared as arrays."""
-    if len(steps) < 3:
-        return 0, 0
-    end_col = "period_end" if "period_end" in steps.columns else "end"
-    step_pid = steps["pid"].to_numpy()
-    pid_order = pd.unique(step_pid)              # steps grouped by process, first-seen order
-    step_rows = np.concatenate([np.flatnonzero(step_pid == p) for p in pid_order])
-    st_start = steps["start"].to_numpy()[step_rows]
-    st_end = steps[end_col].to_numpy()[step_rows]
-    st_pid = step_pid[step_rows]
-    # kernels sorted by (process, launch time); each step is a slice [lo, hi) of them
-    korder = np.lexsort((t, kpid))
-    kpid, kt, kname = kpid[korder].astype(np.int64), t[korder], kname[korder]
-    del korder                                   # peak memory: 8 B per kernel
-    base = np.searchsorted(kpid, st_pid, side="left")
-    top = np.searchsorted(kpid, st_pid, side="right")
-    lo = np.empty(len(step_rows), dtype=np.int64)
-    hi = np.empty(len(step_rows), dtype=np.int64)
-    for p in pid_order:                          # processes, not steps
-        m = st_pid == p
-        a, b = base[m][0], top[m][0]
-        lo[m] = a + np.searchsorted(kt[a:b], st_start[m], side="left")
-        hi[m] = a + np.searchsorted(kt[a:b], st_end[m], side="left")
-    sizes = np.maximum(hi - lo, 0)
-    at = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
-    at += np.arange(at.size)
-    names = kname[at]
-    del at, kpid, kt, kname
-    # each step's set: its distinct names, sorted; a set is identified by (size, hash) and
-    # confirmed element by element against the most common one
-    codes, code_idx = np.unique(names, return_inverse=True)
-    del names
-    step_of = np.repeat(np.arange(sizes.size), sizes)
-    step_of *= max(codes.size, 1)
-    step_of += code_idx
-    flat = np.unique(step_of)                    # distinct (step, name) pairs
-    del step_of
-    pairs = np.stack([flat // max(codes.size, 1), codes[flat % max(codes.size, 1)]], axis=1) \
-        if flat.size else np.zeros((0, 2), dtype=np.int64)
-    code_idx = flat % max(codes.size, 1)
-    set_size = np.bincount(pairs[:, 0], minlength=sizes.size)
-    weights = np.random.default_rng(0x9E3779B9).integers(1, 2**62, size=(codes.size, 2), dtype=np.int64)
-    h = np.zeros((sizes.size, 2), dtype=np.int64)
-    np.add.at(h, pairs[:, 0], weights[code_idx])
-    keys = np.stack([set_size, h[:, 0], h[:, 1]], axis=1)
-    uniq, first_seen, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True,
-                                                  return_counts=True)
-    best = np.flatnonzero(counts == counts.max())
-    usual = best[np.argmin(first_seen[best])]    # ties: the set seen first, as a dict would keep
-    same = inverse.reshape(-1) == usual
-    rep = np.flatnonzero(same)[0]
-    rep_names = pairs[pairs[:, 0] == rep, 1]
-    cand = np.flatnonzero(same)
-    if rep_names.size and cand.size > 1:          # confirm equal sets element by element
-        starts = np.searchsorted(pairs[:, 0], cand)
-        rows = starts[:, None] + np.arange(rep_names.size)
-        same[cand] = (pairs[rows, 1] == rep_names).all(axis=1)
-    return int((~same).sum()), int((set_size == 0).sum())
 
 
 def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
@@ -231,39 +203,42 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         return TraceFacts(steps=n)
     launched, api = trace.gpu((lo, hi))
     steps = measured_iterations(trace.nvtx, analysis.steps)
-    phases = phase_instances(trace.nvtx, steps) if len(steps) else steps.assign(phase=[])
+    phases = (trace.memo(("phases", steps_key(steps)), lambda: phase_instances(trace.nvtx, steps)) if len(steps)
+              else steps.assign(phase=[]))
     # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
-    window = _window_idle(launched, phases, lo, hi)
+    window = _window_idle(trace, launched, phases, lo, hi)
     if window is None:
         return TraceFacts(steps=n)
     gpu_ops, idle_ns, idle_phase_ns, ndev = window
     # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
-    when = launched.launch_time()
-    own = np.flatnonzero((when >= lo) & (when <= hi))
-    del when
-    kind_own = launched.kind[own]
-    ki = own[kind_own == KERNEL]
-    kstart, kend, kdev = launched.start[ki], launched.end[ki], launched.device_id[ki]
-    kstream, kname, kpid = launched.stream_id[ki], launched.name_id[ki], launched.pid[ki]
+    own = _launched_in(launched, lo, hi)
+    ki = np.flatnonzero(own & (launched.kind == KERNEL))
+    copies = own & (launched.kind == MEMCPY)
+    c = np.flatnonzero(copies & (launched.copy_kind == H2D_COPY_KIND))
+    d2h = int(np.count_nonzero(copies & (launched.copy_kind == D2H_COPY_KIND)))
+    del own, copies
+    cstart, cend, cdev, cstream = launched.start[c], launched.end[c], launched.device_id[c], launched.stream_id[c]
+    copy_ns = int((cend - cstart).sum())
+    # copies first: the kernels' columns are gathered one device at a time, only where copies are
+    overlap_ns, on_compute_ns = _h2d_overlap(cstart, cend, cdev, cstream, launched, ki)
+    pageable = int((launched.src_kind[c] == PAGEABLE_MEMORY_KIND).sum())
+    kname, kpid = launched.name_id[ki], launched.pid[ki]
+    kstart = launched.start[ki]
+    dur_ms = (launched.end[ki] - kstart) / 1e6
     # a kernel's launch time: its call's start, its own start where the launch was not traced
     klaunch = launched.api_start[ki]
-    klaunch = np.where(klaunch >= 0, klaunch, kstart)
-    dur_ms = (kend - kstart) / 1e6
+    untraced = klaunch < 0
+    klaunch[untraced] = kstart[untraced]
+    del kstart, untraced
     by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
     stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
                   for i, c, t in zip(by_name.size().index, by_name.size(), by_name.sum()))
+    del by_name
     class_ms = {k: v / n for k, v in kernel_class_ms(stats).items()}
     class_counts = {k: v / n for k, v in kernel_class_counts(stats).items()}
-
-    c = own[(kind_own == MEMCPY) & (launched.copy_kind[own] == H2D_COPY_KIND)]
-    cstart, cend, cdev, cstream = launched.start[c], launched.end[c], launched.device_id[c], launched.stream_id[c]
-    copy_ns = int((cend - cstart).sum())
-    overlap_ns, on_compute_ns = _h2d_overlap(cstart, cend, cdev, cstream, kstart, kend, kdev, kstream)
-    pageable = int((launched.src_kind[c] == PAGEABLE_MEMORY_KIND).sum())
-    d2h = int(((kind_own == MEMCPY) & (launched.copy_kind[own] == D2H_COPY_KIND)).sum())
     kernels = int(ki.size)
-    del own, kind_own, ki, kstart, kend, kdev, kstream   # peak memory: what follows needs none of them
+    del ki
 
     assert api is not None
     names = {i: api_name(trace.string(i)) for i in api.count_by_name_open}
@@ -279,7 +254,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         i = np.searchsorted(t, ranges["start"].to_numpy(), side="left")
         j = np.searchsorted(t, ranges["end"].to_numpy(), side="right")
         h2d_syncs += int((j - i).sum())
-    changes, empty_steps = _kernel_set_changes(klaunch, kpid, kname, steps)
+    changes, empty_steps = kernel_set_changes(klaunch, kpid, kname, steps)
     by_phase = _kernels_by_phase(trace, phases, steps, kpid, klaunch, kname, dur_ms, n)
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
@@ -342,7 +317,10 @@ def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: 
     in_step = open_instance(iters.reset_index(drop=True), pid, t) >= 0
     inst = open_instance(phases.reset_index(drop=True), pid, t) if len(phases) else np.full(t.size, -1)
     phase_names = phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object)
-    labels, rank = np.unique(np.append(phase_names, STEP_CODE).astype(object), return_inverse=True)
+    # the labels sorted, each phase instance's rank among them (np.unique's, without sorting every row)
+    first, distinct = pd.factorize(np.append(phase_names, STEP_CODE).astype(object))
+    labels = np.array(sorted(distinct), dtype=object)
+    rank = np.searchsorted(labels, np.asarray(distinct, dtype=object))[first]
     codes = np.append(rank[:-1], -1).astype(np.int64)      # position -1: no phase
     code = codes[inst]
     code[(inst < 0) & in_step] = rank[-1]

@@ -2,6 +2,8 @@
 
 - ``<workload>-phases.png``: CPU time per step of each phase, baseline vs current (bars).
 - ``<workload>-steps.png``: per-step time series of the current launches and the baseline's steps.
+- ``<workload>-resources.png``: peak GPU memory and energy per sample of each current launch (bars)
+  against the baseline (dashed line), next to the step-time chart; only when a launch has them.
 
 The Markdown report links them by their path relative to the report directory (they are uploaded
 with it as an artifact). Without matplotlib, :func:`render_charts` returns no charts and
@@ -16,6 +18,7 @@ from typing import Any
 
 from perfgate.model import WorkloadResult
 from perfgate.report.digest import phase_name
+from perfgate.report.resources import energy_summary, memory_summary
 
 MISSING_MATPLOTLIB_NOTE = "charts skipped: matplotlib is not installed (pip install 'perfgate[charts]')"
 
@@ -84,8 +87,41 @@ def _steps_chart(plt: Any, result: WorkloadResult, path: Path) -> bool:
     return True
 
 
+def resource_series(result: WorkloadResult) -> list[tuple[str, str, list[float], float | None]]:
+    """(title, unit, current value per launch, baseline) for peak memory and energy per sample."""
+    out = []
+    memory, energy = memory_summary(result), energy_summary(result)
+    if memory is not None and memory["launches"]:
+        out.append((f"peak GPU memory ({memory['short']})", "MiB", memory["launches"], memory["baseline"]))
+    if energy is not None and energy["launches"]:
+        out.append(("energy per sample", "J", energy["launches"], energy["baseline"]))
+    return out
+
+
+def _resources_chart(plt: Any, result: WorkloadResult, path: Path) -> bool:
+    series = resource_series(result)
+    if not series:
+        return False
+    fig, axes = plt.subplots(1, len(series), figsize=(3.5 * len(series) + 1, 3.5), squeeze=False)
+    for ax, (title, unit, values, base) in zip(axes[0], series):
+        ax.bar([str(i + 1) for i in range(len(values))], values, color="#d62728" if result.failed else "#1f77b4",
+               label="current")
+        if base is not None:
+            ax.axhline(base, color="#616161", linestyle="--", linewidth=1, label="baseline")
+        ax.set_xlabel("launch")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize="medium")
+        ax.legend(fontsize="small")
+    fig.suptitle(f"{result.name}: memory and energy per launch")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def render_charts(results: Sequence[WorkloadResult], out_dir: Path) -> dict[str, Path]:
-    """Write the PNGs into ``out_dir``; keys are ``"<workload>:phases"`` and ``"<workload>:steps"``.
+    """Write the PNGs into ``out_dir``; keys are ``"<workload>:phases"``, ``"<workload>:steps"`` and
+    ``"<workload>:resources"``.
     Returns {} when matplotlib is missing."""
     plt = _pyplot()
     if plt is None:
@@ -93,7 +129,7 @@ def render_charts(results: Sequence[WorkloadResult], out_dir: Path) -> dict[str,
     out_dir.mkdir(parents=True, exist_ok=True)
     charts: dict[str, Path] = {}
     for r in results:
-        for kind, draw in (("phases", _phase_chart), ("steps", _steps_chart)):
+        for kind, draw in (("phases", _phase_chart), ("steps", _steps_chart), ("resources", _resources_chart)):
             path = out_dir / f"{_slug(r.name)}-{kind}.png"
             if draw(plt, r, path):
                 charts[f"{r.name}:{kind}"] = path

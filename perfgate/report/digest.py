@@ -68,6 +68,8 @@ def _median(values: list[float]) -> float | None:
 def _current_metric(result: WorkloadResult, metric: str) -> float | None:
     """Median over the current launches of one of Analysis.metrics()."""
     values = [a.metrics()[metric] for a in result.analyses if metric in a.metrics()]
+    if not values and result.profile is not None:   # GPU metrics come from the profile launch
+        values = [v for v in [result.profile.metrics().get(metric)] if v is not None]
     return _median(values)
 
 
@@ -100,7 +102,8 @@ def worst_phase(result: WorkloadResult) -> MetricComparison | None:
 def digest(result: WorkloadResult) -> Digest:
     """The headline numbers of ``result``; falls back to the analyses when no comparison exists."""
     step = _comparison(result, STEP_METRIC)
-    base = step.baseline if step else _median(list(result.baseline_step_times_ms))
+    recorded = bool(result.extra.get("baseline_updated"))   # the run is the baseline: nothing to compare
+    base = step.baseline if step else None if recorded else _median(list(result.baseline_step_times_ms))
     cur = step.current if step and step.current is not None else _current_metric(result, STEP_METRIC)
     change = step.change if step else (cur / base - 1 if cur is not None and base else None)
     sps = _comparison(result, SAMPLES_METRIC)

@@ -33,6 +33,7 @@ from perfgate.model import (
     WorkloadResult,
 )
 from perfgate.names import RULE, is_safe_name
+from perfgate.report.resources import resources_dict
 
 SCHEMA_VERSION = 1
 _SEVERITY = (Verdict.ERROR, Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NO_DATA,
@@ -87,6 +88,8 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
         "baseline_step_times_ms": list(r.baseline_step_times_ms),
         "comparisons": [asdict(c) for c in r.comparisons],
         "analyses": [a.to_dict() for a in r.analyses],
+        "profile": None if r.profile is None else r.profile.to_dict(),
+        "resources": resources_dict(r),
         "extra": r.extra,
     })
 

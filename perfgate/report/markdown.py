@@ -32,6 +32,16 @@ from perfgate.report.digest import (
     phase_name,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
+from perfgate.report.resources import (
+    LAUNCH_HEADER,
+    MEMORY_COLUMNS,
+    energy_cell,
+    energy_summary,
+    launch_rows,
+    memory_cell,
+    memory_summary,
+    unavailable_energy,
+)
 
 STEP_SUMMARY_MAX_BYTES = 1_000_000      # GitHub: 1 MiB per step summary; keep a margin
 PR_COMMENT_MAX_CHARS = 65_536           # GitHub: per issue/PR comment
@@ -77,13 +87,15 @@ def overview_rows(results: Sequence[WorkloadResult]) -> list[str]:
         rows.append(_row([
             md_code(d.name), _verdict_cell(d.verdict), fmt_step(d), fmt_number(d.samples_per_s),
             "-" if d.gpu_idle_fraction is None else f"{d.gpu_idle_fraction * 100:.1f} %",
-            md_cell_text(fmt_worst_phase(d)),
+            md_cell_text(fmt_worst_phase(d)), memory_cell(r), energy_cell(r),
         ]))
     return rows
 
 
 OVERVIEW_HEADER = _table(
-    ("workload", "verdict", "step time (median)", "samples/s", "GPU idle", "worst phase"), [])
+    ("workload", "verdict", "step time", "samples/s", "GPU idle", "worst phase", *MEMORY_COLUMNS), [])
+#: Under the overview: what its step time is (perfgate.report.terminal.STEP_TIME_LEGEND).
+OVERVIEW_LEGEND = "_Step time: each launch's median step, geometric mean over the launches (what the gate compares)._"
 
 
 def _phase_table(result: WorkloadResult) -> list[str]:
@@ -95,6 +107,27 @@ def _phase_table(result: WorkloadResult) -> list[str]:
         rows = [[md_cell_text(name), "-", f"{fmt_number(p.cpu_per_step_ms)} ms", "-", "-", "-"]
                 for name, p in phases.items()]
     return _table(header, rows) if rows else []
+
+
+def _resources(result: WorkloadResult) -> list[str]:
+    """Peak GPU memory and energy: the headline (source named, launch spread) and one row per
+    launch; nothing for a run with neither (a CPU run)."""
+    memory, energy = memory_summary(result), energy_summary(result)
+    if memory is None and energy is None:
+        return []
+    facts = []
+    if memory is not None:
+        facts.append(f"peak GPU memory {memory_cell(result)} ({memory['source']})")
+    if energy is not None:
+        spread, across = energy["spread"], ""
+        if spread is not None and spread["cv"] is not None:
+            across = (f", launches {fmt_number(spread['min'], 4)} to {fmt_number(spread['max'], 4)} J"
+                      f" (CV {spread['cv'] * 100:.2f} %)")
+        facts.append(f"energy per sample {energy_cell(result)}{across} ({energy['source']})")
+    else:
+        facts.append(f"energy: {unavailable_energy(result) or 'not measured'}")
+    rows = [[md_cell_text(c) for c in r] for r in launch_rows(result)]
+    return [md_text("; ".join(facts)), "", *_table(LAUNCH_HEADER, rows), ""]
 
 
 def _details(result: WorkloadResult) -> list[str]:
@@ -126,6 +159,7 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     phase = _phase_table(result)
     if phase:
         lines += [*phase, ""]
+    lines += _resources(result)
     if with_details:
         details = _details(result)
         if details:
@@ -154,7 +188,7 @@ def _assemble(results: Sequence[WorkloadResult], chart_links: Mapping[str, str] 
     rows = overview_rows(results)
 
     def build(n_rows: int, sections: Sequence[str], left_out: int) -> str:
-        parts = [*head, *OVERVIEW_HEADER, *rows[:n_rows], ""]
+        parts = [*head, *OVERVIEW_HEADER, *rows[:n_rows], "", OVERVIEW_LEGEND, ""]
         if n_rows < len(rows):
             parts += [f"_{len(rows) - n_rows} more workload(s) not listed; {FULL_REPORT_HINT}._", ""]
         parts += list(sections)

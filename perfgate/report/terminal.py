@@ -17,9 +17,13 @@ from perfgate.report.digest import (
     fmt_value,
     fmt_worst_phase,
 )
+from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
-SUMMARY_HEADER = ("workload", "verdict", "step time median (base -> current)", "samples/s",
-                  "GPU idle", "worst phase")
+SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples/s",
+                  "GPU idle", "worst phase", *MEMORY_COLUMNS)
+#: What the step time column holds: not the median of a baseline file's launches (its "summaries")
+#: but what the gate compares.
+STEP_TIME_LEGEND = "step time: each launch's median step, geometric mean over the launches (what the gate compares)"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
@@ -46,12 +50,28 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
             fmt_number(d.samples_per_s),
             "-" if d.gpu_idle_fraction is None else f"{d.gpu_idle_fraction * 100:.1f} %",
             fmt_worst_phase(d),
+            memory_cell(r),
+            energy_cell(r),
         ))
     counts: dict[str, int] = {}
     for r in results:
         counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows)]
+    return [f"perfgate: {len(results)} workload(s): {tally}", *_table(SUMMARY_HEADER, rows), STEP_TIME_LEGEND,
+            *summary_notes(results)]
+
+
+def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
+    """What a reader of the summary must see besides failures: what a recording recorded (and what
+    the workload's noise lets the gate catch), why an INCONCLUSIVE verdict could not decide and what
+    to do, and warnings (e.g. a workload too noisy for its tolerance)."""
+    lines: list[str] = []
+    for r in results:
+        if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
+            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.strip()]
+        elif not r.failed:
+            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.startswith("warning:")]
+    return lines
 
 
 def failure_message(result: WorkloadResult) -> str:
@@ -72,7 +92,7 @@ def failure_message(result: WorkloadResult) -> str:
         lines += _table(("metric", "baseline", "current", "change", "tolerance", "statistics"),
                         rows, indent="  ")
     elif d.step_current_ms is not None:
-        lines.append(f"step time median: {fmt_step(d)}")
+        lines.append(f"step time (each launch's median step, geometric mean over launches): {fmt_step(d)}")
     if result.message:
         lines.append(result.message.strip())
     if result.baseline_path is not None:

@@ -1,0 +1,133 @@
+"""Peak GPU memory and energy of a WorkloadResult as every renderer shows them (issue 18).
+
+Per launch: each memory source's peak, energy per sample and per step, mean and peak power, SM
+clock and where the energy came from (perfgate.resources, perfgate.energy). Per workload: the
+headline memory (allocated, else traced, else reserved: the cell names which) and energy per sample,
+baseline -> current, with the current launches' spread. Works on results measured in this process
+(``result.analyses``) and on results read back from ``perfgate-report.json`` (analysis dicts in
+``result.extra["analyses"]``).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from perfgate.model import MetricComparison, WorkloadResult
+from perfgate.report.digest import fmt_change, fmt_number
+from perfgate.resources import MEMORY_SOURCES, SHORT_SOURCES
+
+ENERGY_METRIC = "energy.per_sample_j"
+MEMORY_COLUMNS = ("peak GPU memory", "energy/sample")
+
+
+def launches(result: WorkloadResult) -> list[dict[str, Any]]:
+    """One dict per current launch: ``metrics``, ``energy`` and ``gpu_memory`` (as analysis dicts hold them)."""
+    out = []
+    for a in result.analyses:
+        out.append({"metrics": a.metrics(), "energy": a.extra.get("energy"), "gpu_memory": a.extra.get("gpu_memory")})
+    if not out:
+        for d in result.extra.get("analyses") or ():
+            if isinstance(d, Mapping):
+                out.append({"metrics": dict(d.get("metrics") or {}), "energy": d.get("energy"),
+                            "gpu_memory": d.get("gpu_memory")})
+    return out
+
+
+def _row(result: WorkloadResult, metric: str) -> MetricComparison | None:
+    return next((c for c in result.comparisons if c.metric == metric), None)
+
+
+def _current(result: WorkloadResult, metric: str) -> list[float]:
+    return [float(la["metrics"][metric]) for la in launches(result) if metric in la["metrics"]]
+
+
+def _headline(result: WorkloadResult, metric: str) -> dict[str, Any] | None:
+    row = _row(result, metric)
+    values = _current(result, metric)
+    if row is None and not values:
+        return None
+    current = row.current if row is not None and row.current is not None else statistics.median(values)
+    spread = None
+    if len(values) >= 2:
+        mean = statistics.fmean(values)
+        spread = {"min": min(values), "max": max(values),
+                  "cv": statistics.stdev(values) / mean if mean else None}
+    return {"metric": metric, "baseline": row.baseline if row else None, "current": current,
+            "change": row.change if row else None, "verdict": str(row.verdict) if row else None,
+            "gating": row.gating if row else None, "launches": values, "spread": spread}
+
+
+def memory_summary(result: WorkloadResult) -> dict[str, Any] | None:
+    """The headline memory metric (its source named), baseline -> current."""
+    for metric in MEMORY_SOURCES:
+        found = _headline(result, metric)
+        if found is not None:
+            return {**found, "source": MEMORY_SOURCES[metric], "short": SHORT_SOURCES[metric]}
+    return None
+
+
+def energy_summary(result: WorkloadResult) -> dict[str, Any] | None:
+    """Energy per sample, baseline -> current, with the launch-to-launch spread and the source;
+    None without NVML (``why`` is then in each launch's ``energy``)."""
+    found = _headline(result, ENERGY_METRIC)
+    if found is None:
+        return None
+    sources = sorted({str(la["energy"].get("source")) for la in launches(result)
+                      if isinstance(la["energy"], Mapping) and la["energy"].get("source")})
+    return {**found, "source": ", ".join(sources) or None}
+
+
+def unavailable_energy(result: WorkloadResult) -> str | None:
+    """Why a result has no energy (the first launch's reason), None when it has some."""
+    for la in launches(result):
+        e = la["energy"]
+        if isinstance(e, Mapping) and e.get("unavailable"):
+            return str(e["unavailable"])
+    return None
+
+
+def resources_dict(result: WorkloadResult) -> dict[str, Any]:
+    """``perfgate-report.json``'s ``resources`` object of one result."""
+    return {"gpu_memory": memory_summary(result), "energy": energy_summary(result),
+            "energy_unavailable": unavailable_energy(result),
+            "launches": [{"gpu_memory": la["gpu_memory"], "energy": la["energy"]} for la in launches(result)]}
+
+
+def _cell(summary: dict[str, Any] | None, unit: str, digits: int = 3) -> str:
+    if summary is None:
+        return "-"
+    text = f"{fmt_number(summary['current'], digits)} {unit}"
+    if summary["baseline"] is not None and summary["change"] is not None:
+        text = f"{fmt_number(summary['baseline'], digits)} -> {text} ({fmt_change(summary['change'])})"
+    return text
+
+
+def memory_cell(result: WorkloadResult) -> str:
+    """``4,096 -> 4,915 MiB (+20.0 %) allocated`` or ``-``."""
+    m = memory_summary(result)
+    return "-" if m is None else f"{_cell(m, 'MiB')} {m['short']}"
+
+
+def energy_cell(result: WorkloadResult) -> str:
+    """``0.512 -> 0.574 J (+12.1 %)`` or ``-``."""
+    return _cell(energy_summary(result), "J")
+
+
+def launch_rows(result: WorkloadResult) -> list[list[str]]:
+    """Per launch: memory by source, J/sample, J/step, mean/peak W, SM MHz, energy source."""
+    rows = []
+    for k, la in enumerate(launches(result), 1):
+        m, e = la["metrics"], la["energy"] if isinstance(la["energy"], Mapping) else {}
+        memory = ", ".join(f"{SHORT_SOURCES[x]} {fmt_number(m[x], 4)}" for x in MEMORY_SOURCES if x in m) or "-"
+        power = "-"
+        if e.get("power_mean_w") is not None:
+            power = f"{fmt_number(e['power_mean_w'])} / {fmt_number(e.get('power_peak_w'))}"
+        rows.append([str(k), memory, fmt_number(e.get("j_per_sample"), 4), fmt_number(e.get("j_per_step"), 4),
+                     power, fmt_number(e.get("sm_mhz_mean"), 4),
+                     str(e.get("source") or e.get("unavailable") or "-")])
+    return rows
+
+
+LAUNCH_HEADER = ("launch", "peak GPU memory (MiB)", "J/sample", "J/step", "power mean / peak (W)",
+                 "SM clock (MHz)", "energy source")

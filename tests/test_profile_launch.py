@@ -1,0 +1,43 @@
+"""The profile launch's place in a side's metrics, on real captures: timing launches (step and CPU
+phase times) and the CUDA-traced profile launch (GPU idle, GPU time per phase, kernels) are never
+mixed; a baseline stores the profile launch with only its GPU metrics and reads it back; the
+diagnosis compares profile launches with profile launches."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
+from perfgate.compare import compare_launches
+from perfgate.model import MachineInfo, Verdict
+from perfgate.pipeline import _explained_launches, analyze_file, gate_metrics
+
+TRACES = Path(__file__).parent / "fixtures" / "traces"
+
+
+def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: Path) -> None:
+    timing = analyze_file(TRACES / "cpu-train-loop" / "trace.sqlite")        # nvtx only
+    profile = analyze_file(TRACES / "gpu-transformer" / "trace.sqlite")      # CUDA traced
+    profile = replace(profile, extra={**profile.extra, "capture": "profile"})
+    side = gate_metrics([timing, timing], profile)
+    assert len(side) == 3 and side[0] == timing.metrics()
+    gpu = side[2]
+    assert {"gpu_idle_fraction", "kernels_per_step", "phase.forward.gpu_ms"} <= set(gpu)
+    assert not any(m.startswith("step_") or m.endswith(".cpu_ms") for m in gpu)
+    assert gpu["gpu_idle_fraction"] == profile.metrics()["gpu_idle_fraction"]
+
+    machine = MachineInfo("test-x1", None, 0, None, None, None, None)
+    path = write_baseline(tmp_path / "b.json", baseline_from_analyses(
+        "w", [timing, timing], machine, {"command": "test"}, profile=profile))
+    back = load_baseline(path)
+    assert back.launch_metrics == side                       # the profile launch read back as written
+    assert back.step_durations_ms == [*timing.steps.durations_ms, *timing.steps.durations_ms]
+    outcome = compare_launches(back.launch_metrics, side)
+    assert outcome.verdict == Verdict.PASS
+    idle = outcome.row("gpu_idle_fraction")
+    assert idle is not None and idle.verdict == Verdict.PASS and outcome.row("step_time_ms").baseline is not None
+
+    base, cur = _explained_launches(back.launch_details, [timing, timing], profile)
+    assert [d["capture"] for d in base] == ["profile"] and cur == [profile]
+    base, cur = _explained_launches(back.launch_details, [timing], None)    # no current profile: timing
+    assert [d["capture"] for d in base] == ["timing", "timing"] and cur == [timing]

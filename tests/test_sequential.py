@@ -1,0 +1,122 @@
+"""Adaptive launches (perfgate.sequential): the budget and its per-look level, the noise and the
+slowdown it lets the gate catch (checked against simulated gate runs of the real compare_launches),
+and the loop that adds launches only while the verdict is unclear."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfgate.compare import ComparePolicy, compare_launches
+from perfgate.errors import ConfigError
+from perfgate.model import Tolerance, Verdict
+from perfgate.sequential import LaunchBudget, detectable_change, launch_noise, noise_report, run_looks
+
+POLICY = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.03)}, alpha=0.01)
+
+
+def launches(rng: np.random.Generator, n: int, cv: float, change: float = 0.0) -> list[dict[str, float]]:
+    """n launches of a 100 ms step with log-normal launch-to-launch noise."""
+    out = []
+    for _ in range(n):
+        step = 100.0 * (1 + change) * math.exp(rng.normal(0.0, cv))
+        out.append({"step_time_ms": step, "step_time_mean_ms": step * 1.01})
+    return out
+
+
+def test_budget_splits_alpha_over_its_looks_and_rejects_nonsense() -> None:
+    assert LaunchBudget(1, 5).looks == 5 and LaunchBudget(1, 5).look_alpha(0.01) == pytest.approx(0.002)
+    assert LaunchBudget(3, 3).look_alpha(0.01) == 0.01                 # a fixed design: one look
+    with pytest.raises(ConfigError, match="max_launches: must be at least min_launches"):
+        LaunchBudget(4, 2)
+    with pytest.raises(ConfigError, match="budget_s"):
+        LaunchBudget(1, 2, float("nan"))
+
+
+def test_launch_noise_is_the_sd_of_log_values() -> None:
+    base = [{"step_time_ms": 100.0}, {"step_time_ms": 110.0}, {"step_time_ms": 90.0}]
+    logs = np.log([100.0, 110.0, 90.0])
+    assert launch_noise(base) == pytest.approx(float(np.std(logs, ddof=1)))
+    assert launch_noise(base[:1]) is None and launch_noise([{"other": 1.0}] * 3) is None
+
+
+def test_detectable_change_is_caught_nine_times_in_ten_by_the_real_comparison() -> None:
+    """At the reported change, simulated fixed-design comparisons (5 vs 5 launches, 2 % noise) end
+    REGRESSED about 90 % of the time; at half of it far less often."""
+    rng = np.random.default_rng(7)
+    cv, n, alpha = 0.02, 5, 0.01
+    policy = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.01)}, alpha=alpha)
+    change = detectable_change(cv, n, n, alpha, Tolerance(rel=0.01))
+    assert change is not None and 0.04 < change < 0.08
+
+    def rate(c: float) -> float:
+        hits = sum(compare_launches(launches(rng, n, cv), launches(rng, n, cv, c), policy).verdict == Verdict.REGRESSED
+                   for _ in range(600))
+        return hits / 600
+
+    assert 0.83 <= rate(change) <= 0.96
+    assert rate(change / 2) < 0.5
+    # more launches, smaller; a wider tolerance sets the floor; no test with one launch a side
+    assert detectable_change(cv, n, 10, alpha) < detectable_change(cv, n, 2, alpha)
+    assert detectable_change(0.0001, 5, 5, alpha, Tolerance(rel=0.05)) == pytest.approx(0.05, abs=0.001)
+    assert detectable_change(cv, 1, 1, alpha) is None
+
+
+def test_a_clear_verdict_takes_one_launch_and_an_unclear_one_takes_more() -> None:
+    rng = np.random.default_rng(1)
+    base = launches(rng, 5, 0.002)
+    budget = LaunchBudget(1, 5)
+    taken: list[int] = []
+
+    def steady(k: int) -> dict[str, float]:
+        taken.append(k)
+        return launches(rng, 1, 0.002)[0]
+
+    current, looks, reason = run_looks(base, steady, POLICY, budget)
+    assert (len(current), len(looks), reason, looks[-1].outcome.verdict) == (1, 1, "decided", Verdict.PASS)
+    current, looks, reason = run_looks(base, lambda k: launches(rng, 1, 0.002, 0.20)[0], POLICY, budget)
+    assert (len(current), reason, looks[-1].outcome.verdict) == (1, "decided", Verdict.REGRESSED)
+    # a noisy baseline and a change beyond tolerance: INCONCLUSIVE until the budget is spent
+    noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]
+    current, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
+                                       POLICY, budget)
+    assert [lk.launches for lk in looks] == [1, 2, 3, 4, 5]
+    assert reason == "max_launches (5) reached" and looks[-1].outcome.verdict == Verdict.INCONCLUSIVE
+    ticks = iter(range(0, 1000, 40))
+    current, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
+                                       POLICY, LaunchBudget(1, 5, budget_s=100.0), clock=lambda: next(ticks))
+    assert len(current) == 3 and reason == "budget_s (100 s) spent"
+
+
+def test_adaptive_looks_keep_the_false_alarm_rate_below_alpha_where_unsplit_looks_do_not() -> None:
+    """A/A gate runs with 3 % noise against a 5-launch baseline and a 3 % tolerance: up to 5 looks at
+    alpha/5 each raise fewer false alarms than alpha; the same looks at alpha each raise more."""
+    rng = np.random.default_rng(3)
+    policy = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.03)}, alpha=0.05)
+    budget = LaunchBudget(1, 5)
+
+    def alarms(split: bool) -> int:
+        count = 0
+        for _ in range(400):
+            base = launches(rng, 5, 0.03)
+            stream = launches(rng, 5, 0.03)
+            b = budget if split else LaunchBudget(1, 5)
+            p = policy if split else ComparePolicy(tolerances=policy.tolerances, alpha=0.05 * 5)
+            _, looks, _ = run_looks(base, lambda k: stream[k], p, b)
+            count += looks[-1].outcome.verdict == Verdict.REGRESSED
+        return count
+
+    split, unsplit = alarms(True), alarms(False)
+    assert split <= 0.05 * 400 and unsplit > split
+
+
+def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -> None:
+    rng = np.random.default_rng(5)
+    steady = noise_report(launches(rng, 5, 0.001), LaunchBudget(1, 5), POLICY)
+    assert not steady.too_noisy and steady.warning("w") is None
+    assert "caught 9 times in 10 from +3." in steady.describe()
+    noisy = noise_report(launches(rng, 5, 0.08), LaunchBudget(1, 5), POLICY)
+    assert noisy.too_noisy and noisy.detectable > 0.1
+    assert "w is too noisy for its step-time tolerance of 3%" in noisy.warning("w")
+    assert "record 2 or more" in noise_report(launches(rng, 1, 0.01), LaunchBudget(), POLICY).describe()
