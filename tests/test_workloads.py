@@ -201,7 +201,7 @@ def test_ladder_table_shows_each_rung_beside_the_seed() -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--slow-ms", "5"], "--slow-ms needs --slow-phase"),
+    (["--slow-ms", "5"], "--slow-ms and --slow-gpu-ms need --slow-phase"),
     (["--slow-phase", "forward"], "--slow-phase needs --slow-ms"),
     (["--steps", "0"], "must be >= 1"),
 ])
