@@ -202,7 +202,7 @@ def run_ab_refs(
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``perfgate ab --base REF [--head REF] [WORKLOAD...] --launches K``."""
-    from perfgate.cli import add_gate_options
+    from perfgate.options import add_command_options
 
     p = subparsers.add_parser(
         "ab", help="A/B: measure two commits interleaved in this job and compare them",
@@ -217,7 +217,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     # (default: 3 x --launches)
     p.add_argument("--alpha", type=float, default=None, help="false-alarm budget per primary metric (default 0.01)")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    add_gate_options(p)
+    add_command_options(p)   # --max-launches N: add launches while INCONCLUSIVE, up to N per side (default 3 x K)
     p.set_defaults(func=cmd_ab)
     return p
 
@@ -226,13 +226,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     """``perfgate ab``: 0 pass (or improved / inconclusive at the cap), 1 regression, 2 error."""
     from dataclasses import replace
 
-    from perfgate.cli import _selected_specs, settings_from_args
+    from perfgate.options import settings_from_args
+    from perfgate.workloads import selected_specs
     from perfgate.pipeline import compare_policy
 
     try:
         launches = args.launches if args.launches is not None else 3
         settings = settings_from_args(args)
-        specs = _selected_specs(settings)
+        specs = selected_specs(settings)
         results: dict[str, AbResult] = {}
         for spec in specs:
             policy = compare_policy(settings, spec)

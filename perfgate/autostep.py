@@ -39,10 +39,11 @@ import os
 import sys
 from _thread import _local
 
+from perfgate.post_import import PostImportFinder
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from importlib.machinery import ModuleSpec
     from types import CodeType, ModuleType
     from typing import Any
 
@@ -131,7 +132,7 @@ class _Installation:
 
     def __init__(self, debug_path: str | None) -> None:
         self.debug_path = debug_path
-        self.finder = _PostImportFinder(self)
+        self.finder = PostImportFinder(TARGETS, self.patch, lambda: _installation is self)
         self.undo: list[Callable[[], Any]] = []
         self.binding: Any = None
         self.nvtx_missing = False
@@ -255,7 +256,7 @@ def _patch_autograd(inst: _Installation, module: ModuleType) -> None:
     graph_task_id = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None) or (lambda: -1)
     backward = _in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1)
     inst.own(backward)
-    module.backward = backward
+    setattr(module, "backward", backward)
     inst.undo.append(lambda: setattr(module, "backward", original))
 
 
@@ -312,69 +313,9 @@ TARGETS: dict[str, Callable[[_Installation, ModuleType], None]] = {
 }
 
 
-# --------------------------------------------------------------------------- post-import hooks
-
-
-class _PostImportFinder:
-    """A ``sys.meta_path`` finder for the modules of TARGETS only: it finds them through the
-    other finders and wraps their loader so that the hook runs right after the module executes."""
-
-    def __init__(self, inst: _Installation) -> None:
-        self._inst = inst
-        self._busy = _local()  # names being looked up on this thread (another hook finder may ask us back)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if fullname not in TARGETS:
-            return None
-        busy: set[str] = self._busy.__dict__.setdefault("names", set())
-        if fullname in busy:
-            return None
-        busy.add(fullname)
-        try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-        finally:
-            busy.discard(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _PatchingLoader(spec.loader, self._inst)
-        return spec
-
-
-class _PatchingLoader:
-    """Delegates to the real loader; after ``exec_module`` applies the target's hook. The module
-    keeps the real loader in ``__loader__`` and ``__spec__.loader``."""
-
-    def __init__(self, loader: Any, inst: _Installation) -> None:
-        self._loader = loader
-        self._inst = inst
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module: ModuleType) -> None:
-        if getattr(module, "__loader__", None) is self:
-            module.__loader__ = self._loader
-        spec = getattr(module, "__spec__", None)
-        if spec is not None and spec.loader is self:
-            spec.loader = self._loader
-        self._loader.exec_module(module)
-        if _installation is self._inst:  # not uninstalled meanwhile
-            self._inst.patch(module)
-
-
 # --------------------------------------------------------------------------- install / uninstall
 
+_PostImportFinder = PostImportFinder   # its earlier name here
 _installation: _Installation | None = None
 _fork_hook_registered = False
 

@@ -66,7 +66,7 @@ def disjoint_splits(n_base: int, n_head: int, k: int, *, same_pool: bool, max_co
     if total <= max_comparisons:
         from itertools import combinations
 
-        out = []
+        out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         for b in combinations(range(n_base), k):
             rest = [i for i in range(n_head) if not (same_pool and i in b)]
             out.extend((b, h) for h in combinations(rest, k))
@@ -336,7 +336,7 @@ def evaluate_sequential(
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``perfgate calibrate WORKLOAD --launches N --inject 2,3,5 --phase forward --k 3,5``."""
-    from perfgate.cli import add_gate_options
+    from perfgate.options import add_command_options
 
     p = subparsers.add_parser(
         "calibrate", help="measure false-alarm and detection rates of the gate on this machine",
@@ -362,7 +362,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder (default: the run folder)")
     p.add_argument("--from-json", type=Path, default=None, metavar="FILE",
                    help="re-evaluate the pools of an earlier calibration.json instead of launching")
-    add_gate_options(p)
+    add_command_options(p)
     p.set_defaults(func=cmd_calibrate)
     return p
 
@@ -370,7 +370,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from perfgate.cli import _selected_specs, settings_from_args
+    from perfgate.options import settings_from_args
+    from perfgate.workloads import selected_specs
     from perfgate.pipeline import compare_policy, new_run_dir
 
     try:
@@ -379,7 +380,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         pool_size = args.pool if args.pool is not None else args.launches
         args.launches = None   # the pool size, not the gate's fixed design
         settings = settings_from_args(args)
-        spec = _selected_specs(settings)[0]
+        spec = selected_specs(settings)[0]
         policy = compare_policy(settings, spec)
         if args.alpha is not None:
             policy = replace(policy, alpha=args.alpha)
@@ -416,7 +417,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         {"workload": spec.full_name, "phase": phase, "injected": injected, "pools": pools,
          "launch_wall_s": walls, "tables": [t.to_dict() for t in tables],
          "gate": [g.to_dict() for g in gate]}, indent=2, sort_keys=True, default=str))
-    md = f"### Calibration of {spec.full_name}\n\n" + "\n".join(t.to_markdown() for t in [*gate, *tables])
+    md = f"### Calibration of {spec.full_name}\n\n" + "\n".join([*(g.to_markdown() for g in gate), *(t.to_markdown() for t in tables)])
     (out / "calibration.md").write_text(md)
     print(md)
     print(f"perfgate: calibration written to {out}", file=sys.stderr)

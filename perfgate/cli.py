@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfgate.options import add_command_options, settings_from_args
 from perfgate.errors import ConfigError, PerfgateError
+from perfgate.workloads import selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
-# Settings key -> this command line's option (messages name the option the user typed)
-CLI_OPTIONS = {"timeout_s": "--timeout", "tolerance": "--tolerance"}
 PLUGGABLE = ("ab", "calibrate", "report", "history")
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
@@ -93,33 +93,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``run`` and ``baseline update`` (same meaning as the pytest options)."""
-    add = parser.add_argument
-    add("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
-    add("--launches", type=int, default=None, metavar="N",
-        help="a fixed design: exactly N timing launches per workload (sets the three options below)")
-    add("--min-launches", type=int, default=None, metavar="N", help="timing launches before the first look (default 1)")
-    add("--max-launches", type=int, default=None, metavar="N",
-        help="most timing launches: one more per look while the verdict is unclear (default 5)")
-    add("--record-launches", type=int, default=None, metavar="N", help="launches recorded into a baseline (default 5)")
-    add("--budget", dest="budget_s", type=float, default=None, metavar="SECONDS",
-        help="no new launch after this many seconds per workload (default 0: no limit)")
-    add("--profile", default=None, choices=("auto", "always", "off"),
-        help="the CUDA-traced profile launch, with a GPU (default auto: recording, and runs that did not PASS)")
-    add("--baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
-    add("--artifacts-dir", default=None, metavar="DIR", help="nsys reports and logs (default .perfgate/runs)")
-    add("--report-dir", default=None, metavar="DIR", help="report files (default .perfgate/report)")
-    add("--nsys", default=None, metavar="PATH", help="the nsys executable")
-    add("--trace", default=None, metavar="LIST", help="nsys --trace set (default auto)")
-    add("--timeout", dest="timeout_s", type=float, default=None, metavar="SECONDS", help="timeout per launch")
-    add("--size", default=None, choices=("auto", "cpu", "gpu"), help="workload size preset")
-    add("--strict", action="store_true", default=None, help="a missing baseline fails")
-    add("--tolerance", action="append", default=[], metavar="METRIC=SPEC", help="tolerance override (repeatable)")
+    """Options shared by ``run``, ``baseline update``, ``ab`` and ``calibrate``: perfgate.config's,
+    built from the same declaration as the pytest options."""
+    add_command_options(parser)
 
 
 def add_analysis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-pattern", default=None, metavar="RE", help="regex naming the step range")
-    parser.add_argument("--warmup-steps", type=int, default=None, metavar="N", help="steps skipped at the start")
+    parser.add_argument("--skip-steps", "--warmup-steps", dest="skip_steps", type=int, default=None, metavar="N",
+                        help="step ranges of each process skipped before measuring (default 5)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="N", help="samples per step (samples/s)")
 
 
@@ -164,7 +146,7 @@ def _error(message: str) -> None:
 
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     from perfgate import history
-    from perfgate.pipeline import result_fails, run_workload
+    from perfgate.pipeline import run_workload
 
     settings = settings_from_args(args)
     specs = selected_specs(settings)
@@ -177,11 +159,11 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
         results.append(run_workload(spec, settings, update_baseline=update,
                                     progress=lambda line: print(f"perfgate: {line}", file=sys.stderr, flush=True)))
         history.record(results[-1], settings, update_baseline=update)   # with history_dir set
-    _print_results(results, settings.strict)
+    _print_results(results)
     reports_written = _write_reports(results, settings.report_dir)
     if not reports_written or any(r.verdict.value == "ERROR" for r in results):
         return EXIT_ERROR
-    return EXIT_REGRESSION if any(result_fails(r, settings.strict) for r in results) else EXIT_PASS
+    return EXIT_REGRESSION if any(r.failed for r in results) else EXIT_PASS
 
 
 def cmd_baseline_update(args: argparse.Namespace) -> int:
@@ -210,6 +192,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from perfgate.compare import ComparePolicy, describe, parse_tolerance
     from perfgate.config import parse_tolerance_option
+    from perfgate.metrics import alpha_problem
     from perfgate.pipeline import compare_and_explain
 
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
@@ -226,6 +209,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         metric, spec = parse_tolerance_option(text, "--tolerance")
         check_metric_name(metric, "option --tolerance")
         tolerances[metric] = parse_tolerance(spec, f"option --tolerance {metric}")
+    if (problem := alpha_problem(args.alpha)) is not None:
+        raise ConfigError(f"option --alpha: {problem}, got {args.alpha!r}")
     policy = ComparePolicy(tolerances=tolerances, alpha=args.alpha)
     options = analysis_options_from(args)
     outcome, attribution = compare_and_explain(args.baseline, args.current, policy, options, args.nsys)
@@ -239,7 +224,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(outcome.summary)
         if attribution is not None:
-            print(attribution.to_text())
+            from perfgate.diagnosis import render_attribution_text
+
+            print(render_attribution_text(attribution))
         for c in outcome.comparisons:
             print(f"  {str(c.verdict):<12} {describe(c)}{'' if c.gating else ' (not gating)'}")
     return EXIT_REGRESSION if outcome.failed else EXIT_PASS
@@ -263,51 +250,23 @@ def cmd_list(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- helpers
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
-    """Settings from pyproject/env with this command's options on top."""
-    from perfgate.config import find_pyproject, load_settings, parse_tolerance_option
-
-    keys = ("launches", "min_launches", "max_launches", "record_launches", "budget_s", "profile", "baseline_dir", "artifacts_dir", "report_dir", "nsys", "trace", "timeout_s", "size", "strict")
-    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
-    overrides["tolerance"] = dict(parse_tolerance_option(t, "--tolerance") for t in getattr(args, "tolerance", []))
-    overrides["selected"] = getattr(args, "workloads", [])
-    root = getattr(args, "root", None)
-    pyproject = find_pyproject(root or Path.cwd())
-    if root is None and pyproject is not None:
-        root = pyproject.parent
-    return load_settings(root, overrides=overrides, pyproject=pyproject, options=CLI_OPTIONS)
-
-
 def analysis_options_from(args: argparse.Namespace) -> Any:
     from perfgate.analysis import AnalysisOptions
 
     kwargs: dict[str, Any] = {"step_pattern": args.step_pattern, "batch_size": args.batch_size}
-    if args.warmup_steps is not None:
-        kwargs["warmup_steps"] = args.warmup_steps
+    if args.skip_steps is not None:
+        kwargs["warmup_steps"] = args.skip_steps
     return AnalysisOptions(**kwargs)
 
 
-def selected_specs(settings: Any) -> list[Any]:
-    """The workloads a command runs: those named, else all enabled (ConfigError when none)."""
-    from perfgate.machine import machine_info
-    from perfgate.workloads import discover_workloads, select_workloads
-
-    gpus = machine_info(None, settings.machine_class).gpu_count
-    specs = select_workloads(discover_workloads(settings, gpus), settings.selected)
-    if not specs:
-        raise ConfigError(f"no enabled workloads in {settings.workloads_dir} or [tool.perfgate.workloads]")
-    return specs
+_selected_specs = selected_specs  # earlier homes of these names (perfgate.workloads, perfgate.config)
 
 
-_selected_specs = selected_specs  # the name perfgate.ab / perfgate.calibrate import
-
-
-def _print_results(results: list[Any], strict: bool) -> None:
-    from perfgate.pipeline import result_fails
+def _print_results(results: list[Any]) -> None:
     from perfgate.report.terminal import failure_message, render_summary
 
     for result in results:
-        if result_fails(result, strict):
+        if result.failed:
             print(failure_message(result) + "\n")
     for line in render_summary(results):
         print(line)

@@ -1,6 +1,6 @@
-"""The gate's vocabulary and verdict: metric specs (unit, direction, default tolerance, gating),
-tolerance parsing, and ``compare_launches`` which turns per-launch metric mappings of a baseline and
-a current side into per-metric comparisons and one overall verdict.
+"""The gate's verdict: ``compare_launches`` turns per-launch metric mappings of a baseline and a
+current side into per-metric comparisons and one overall verdict, under a ComparePolicy. What the
+metrics mean and the tolerance grammar are perfgate.metrics (re-exported here).
 
 Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
 tolerance (relative AND absolute floor) AND the launch-level one-sided Welch test on logs is
@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfgate import stats
 from perfgate.errors import ConfigError
-from perfgate.model import Direction, MetricComparison, Tolerance, Verdict
+from perfgate.metrics import (
+    FALLBACK_SPEC,
+    LOWER,
+    METRIC_SPECS,
+    OFF,
+    MetricSpec,
+    alpha_problem,
+    format_tolerance,
+    parse_tolerance,
+    parse_tolerances,
+    spec_for,
+)
+from perfgate.model import MetricComparison, Tolerance, Verdict, fails
+from perfgate.wording import describe, fmt_metric_change, fmt_value
 
 __all__ = [
     "OFF",
@@ -36,142 +48,6 @@ __all__ = [
     "describe",
 ]
 
-LOWER = Direction.LOWER_IS_BETTER
-HIGHER = Direction.HIGHER_IS_BETTER
-
-#: The tolerance "off": never regressed (the metric is reported only).
-OFF = Tolerance(rel=math.inf, abs=None)
-
-
-# --------------------------------------------------------------------------- metric specs
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """What a metric means to the gate. ``name_pattern`` is an fnmatch pattern (``phase.*.cpu_ms``).
-
-    ``gating``: a regression of it can fail the build. ``primary``: one of the step-time metrics the
-    overall verdict rests on (tested at alpha each); gating non-primary metrics form the secondary
-    family (Holm-adjusted). ``log_scale``: compare ratios (log values); False for bounded/absolute
-    metrics such as the idle fraction, compared as differences. ``alone``: gates on its own, not
-    behind a worse step time (memory, energy: a change can cost them while training is as fast);
-    these form their own Holm family (docs/statistics.md).
-    """
-
-    name_pattern: str
-    unit: str
-    direction: Direction
-    default_tolerance: Tolerance
-    gating: bool
-    primary: bool = False
-    log_scale: bool = True
-    description: str = ""
-    alone: bool = False
-
-
-METRIC_SPECS: tuple[MetricSpec, ...] = (
-    MetricSpec("step_time_ms", "ms", LOWER, Tolerance(rel=0.03), gating=True, primary=True,
-               description="median iteration period of measured steps (step start to next step start, and its GPU work done; per launch)"),
-    MetricSpec("step_time_mean_ms", "ms", LOWER, Tolerance(rel=0.03), gating=True, primary=True,
-               description="mean of measured steps: catches a slowdown in one step of ten that the median hides"),
-    MetricSpec("step_range_ms", "ms", LOWER, Tolerance(rel=0.03), gating=False,
-               description="median duration of the step NVTX ranges themselves (reported only: the "
-                           "iteration period is what is gated)"),
-    MetricSpec("step_time_p90_ms", "ms", LOWER, Tolerance(rel=0.10), gating=False,
-               description="90th percentile of steps (diagnostic for periodic stalls)"),
-    MetricSpec("samples_per_s", "samples/s", HIGHER, Tolerance(rel=0.05), gating=False,
-               description="throughput; redundant with step time, reported only"),
-    MetricSpec("gpu_idle_fraction", "fraction", LOWER, Tolerance(abs=0.03), gating=True, log_scale=False,
-               description="share of the window in which a GPU ran nothing; absolute tolerance"),
-    MetricSpec("phase.*.cpu_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=True,
-               description="CPU time of a phase per step; the floor keeps sub-ms phases from failing on noise"),
-    MetricSpec("phase.*.gpu_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=True,
-               description="GPU time attributed to a phase per step"),
-    MetricSpec("kernels_per_step", "kernels", LOWER, Tolerance(rel=0.10, abs=1.0), gating=False, log_scale=False,
-               description="kernel launches per step (diagnostic)"),
-    MetricSpec("h2d_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
-               description="host-to-device copy time per step (diagnostic; its cost shows in step time)"),
-    MetricSpec("sync_calls_per_step", "calls", LOWER, Tolerance(abs=0.5), gating=False, log_scale=False,
-               description="synchronize calls per step (diagnostic: a new sync shows here)"),
-    MetricSpec("cuda_api_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
-               description="CUDA API time per step (diagnostic)"),
-    # issue 18: memory and energy gate on their own (perfgate/resources.py says where each comes from)
-    MetricSpec("gpu_memory.*_mib", "MiB", LOWER, Tolerance(rel=0.10, abs=64.0), gating=True, alone=True,
-               description="peak GPU memory of a launch: allocated/reserved (the workload's torch allocator) or traced (nsys)"),
-    MetricSpec("energy.per_sample_j", "J", LOWER, Tolerance(rel=0.05), gating=True, alone=True,
-               description="GPU energy per sample over the measured steps (NVML)"),
-    MetricSpec("energy.per_step_j", "J", LOWER, Tolerance(rel=0.05), gating=False,
-               description="GPU energy per step over the measured steps (NVML; reported only)"),
-    MetricSpec("energy.power_*_w", "W", LOWER, Tolerance(rel=0.10), gating=False,
-               description="mean and peak GPU power over the measured steps (NVML; reported only)"),
-    MetricSpec("step_time_p99_ms", "ms", LOWER, Tolerance(rel=0.10), gating=False,
-               description="99th percentile of steps (an inference workload's p99 batch latency)"),
-)
-
-FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,
-                           description="a metric perfgate does not know: reported only")
-
-
-def spec_for(metric: str) -> MetricSpec:
-    """The first spec of METRIC_SPECS whose pattern matches ``metric`` (fnmatch), else FALLBACK_SPEC."""
-    for spec in METRIC_SPECS:
-        if fnmatch.fnmatchcase(metric, spec.name_pattern):
-            return spec
-    return FALLBACK_SPEC
-
-
-# --------------------------------------------------------------------------- tolerances
-
-_NUM = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUM})\s*%)?\s*(?:\+\s*(?P<abs>{_NUM}))?$")
-_GRAMMAR = "write e.g. '5%', '5% + 0.5' (relative and absolute floor in the metric's unit), '+0.02' or 'off'"
-
-
-def parse_tolerance(text: str | float | int, where: str = "tolerance") -> Tolerance:
-    """Parse "5%", "5%+0.5", "5% + 0.5", "+0.02", "0" (any significant worsening fails) or "off"."""
-    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise ConfigError(f"{where}: expected a string like '5%', got {text!r}")
-    if not isinstance(text, str):
-        if text == 0:
-            return Tolerance(rel=0.0)
-        raise ConfigError(f"{where}: bare number {text!r} is ambiguous; {_GRAMMAR}")
-    s = text.strip().lower()
-    if s in ("off", "none"):
-        return OFF
-    if s in ("0", "0%", "0.0"):
-        return Tolerance(rel=0.0)
-    m = _TOL_RE.match(s)
-    if not s or m is None or (m.group("rel") is None and m.group("abs") is None):
-        raise ConfigError(f"{where}: cannot parse tolerance {text!r}; {_GRAMMAR}")
-    rel = float(m.group("rel")) / 100.0 if m.group("rel") is not None else None
-    abs_ = float(m.group("abs")) if m.group("abs") is not None else None
-    if rel is not None and rel >= 10.0:
-        raise ConfigError(f"{where}: tolerance {text!r} is over 1000%; {_GRAMMAR}")
-    return Tolerance(rel=rel, abs=abs_)
-
-
-def parse_tolerances(values: Mapping[str, str | float | int], where: str = "tolerances") -> dict[str, Tolerance]:
-    """Parse a {metric name or fnmatch pattern: tolerance text} table (e.g. from pyproject.toml)."""
-    return {name: parse_tolerance(text, f"{where}.{name}") for name, text in values.items()}
-
-
-def _fmt_abs(value: float, unit: str) -> str:
-    s = f"{value:g}"
-    return f"{s} {unit}" if unit and unit != "fraction" else s
-
-
-def format_tolerance(tolerance: Tolerance, unit: str = "") -> str:
-    """'10% + 0.5 ms', '5%', '+0.03', 'off' or '0'."""
-    if tolerance.rel is not None and math.isinf(tolerance.rel):
-        return "off"
-    parts = []
-    if tolerance.rel is not None:
-        parts.append(f"{tolerance.rel * 100:g}%")
-    if tolerance.abs is not None:
-        parts.append(("+ " if parts else "+") + _fmt_abs(tolerance.abs, unit))
-    return " ".join(parts) if parts else "0"
-
-
 # --------------------------------------------------------------------------- policy and outcome
 
 
@@ -180,7 +56,9 @@ class ComparePolicy:
     """How strict the gate is.
 
     ``tolerances``: metric name or fnmatch pattern -> Tolerance, overriding the spec defaults (an exact
-    name beats a pattern; among patterns the longest wins). ``alpha``: one-sided false-alarm budget per
+    name beats a pattern; among patterns the longest wins). ``tolerance_overrides``: tables that beat
+    ``tolerances``, highest first: a metric takes its tolerance from the first table with an entry
+    for it (perfgate.config's precedence: option > workload table > global table). ``alpha``: one-sided false-alarm budget per
     primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
     ``gate_secondary``: False makes every non-primary metric report-only. ``gating``: metric name or
     pattern -> True/False overriding a spec's gating flag (e.g. {"sync_calls_per_step": True}).
@@ -190,6 +68,7 @@ class ComparePolicy:
     """
 
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    tolerance_overrides: tuple[Mapping[str, Tolerance], ...] = ()
     alpha: float = 0.01
     strict_new: bool = False
     gate_secondary: bool = True
@@ -197,12 +76,16 @@ class ComparePolicy:
     gate_alone: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.alpha < 0.5:
-            raise ConfigError(f"alpha: must be between 0 and 0.5 (got {self.alpha!r})")
+        problem = alpha_problem(self.alpha)
+        if problem:
+            raise ConfigError(f"alpha: {problem}, got {self.alpha!r}")
 
     def tolerance_for(self, metric: str) -> Tolerance:
-        found = _lookup(self.tolerances, metric)
-        return found if found is not None else spec_for(metric).default_tolerance
+        for table in (*self.tolerance_overrides, self.tolerances):
+            found = _lookup(table, metric)
+            if found is not None:
+                return found
+        return spec_for(metric).default_tolerance
 
     def is_gating(self, metric: str) -> bool:
         spec = spec_for(metric)
@@ -231,14 +114,19 @@ def _lookup(table: Mapping[str, Any], metric: str) -> Any:
 @dataclass(frozen=True)
 class Outcome:
     """Overall verdict, the per-metric rows (primary metrics first) and a one-line summary.
-    ``failed``: the verdict fails the build (REGRESSED, or NEW under strict_new)."""
+    ``strict``: judged with ``ComparePolicy.strict_new`` (a missing baseline fails)."""
 
     verdict: Verdict
     comparisons: list[MetricComparison]
     summary: str
-    failed: bool = False
+    strict: bool = False
     n_baseline: int = 0
     n_current: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """The verdict fails the build (model.fails: REGRESSED, or NEW under strict_new)."""
+        return fails(self.verdict, self.strict)
 
     def row(self, metric: str) -> MetricComparison | None:
         return next((c for c in self.comparisons if c.metric == metric), None)
@@ -348,7 +236,7 @@ def compare_launches(
     verdict = _overall(comparisons)
     n_b, n_c = len(baseline), len(current)
     return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c),
-                   failed=verdict == Verdict.REGRESSED, n_baseline=n_b, n_current=n_c)
+                   strict=policy.strict_new, n_baseline=n_b, n_current=n_c)
 
 
 def _gatekeep(rows: list[MetricComparison], policy: ComparePolicy) -> list[MetricComparison]:
@@ -467,37 +355,15 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
             current=_center(c, spec.log_scale) if c else None, change=None, delta=None,
             tolerance=policy.tolerance_for(metric), verdict=Verdict.NEW, gating=False, note="no baseline"))
     step = next((r for r in rows if r.metric == "step_time_ms" and r.current is not None), None)
-    what = f"; step_time_ms {_fmt_value(step.current, 'ms')}" if step else ""
+    what = f"; step_time_ms {fmt_value(step.current, 'ms')}" if step else ""
     summary = f"NEW: no baseline{what} ({len(current)} launch{'es' if len(current) != 1 else ''})"
     if policy.strict_new:
         summary += "; strict mode: a missing baseline fails"
-    return Outcome(verdict=Verdict.NEW, comparisons=rows, summary=summary, failed=policy.strict_new,
+    return Outcome(verdict=Verdict.NEW, comparisons=rows, summary=summary, strict=policy.strict_new,
                    n_baseline=0, n_current=len(current))
 
 
 # --------------------------------------------------------------------------- words
-
-
-def _fmt_value(v: float | None, unit: str) -> str:
-    if v is None:
-        return "-"
-    a = abs(v)
-    s = f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3g}"
-    return f"{s} {unit}" if unit and unit != "fraction" else s
-
-
-def _fmt_change(c: MetricComparison) -> str:
-    if c.change is not None and not (c.unit == "fraction" or c.tolerance.rel is None):
-        return f"{c.change * 100:+.1f}%"
-    return f"{c.delta:+.3g}" + (f" {c.unit}" if c.unit and c.unit != "fraction" else "") if c.delta is not None else "?"
-
-
-def describe(c: MetricComparison) -> str:
-    """'phase.forward.cpu_ms +42.1% (12.0 -> 17.1 ms, tolerance 10% + 0.5 ms, p=0.0012)'."""
-    base = _fmt_value(c.baseline, "")
-    cur = _fmt_value(c.current, c.unit)
-    p = f", p={c.p_value:.2g}" if c.p_value is not None else ""
-    return f"{c.metric} {_fmt_change(c)} ({base} -> {cur}, tolerance {format_tolerance(c.tolerance, c.unit)}{p})"
 
 
 def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int) -> str:
@@ -516,5 +382,5 @@ def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int)
     warned = [r for r in rows if r.gating and r.verdict == Verdict.PASS and "within tolerance" in r.note
               and r.note.startswith("significant")]
     if warned:
-        text += "; significant but within tolerance: " + ", ".join(f"{r.metric} {_fmt_change(r)}" for r in warned)
+        text += "; significant but within tolerance: " + ", ".join(f"{r.metric} {fmt_metric_change(r)}" for r in warned)
     return text

@@ -1,117 +1,211 @@
-"""Settings: the gate's configuration, resolved once per run.
+"""Settings: the gate's configuration, declared once and resolved once per run.
+
+:data:`SETTINGS` is the one declaration of every global setting: its ``[tool.perfgate]`` key (and
+``Settings`` field), kind, default, check and help, and whether it is a command-line option.
+The pytest options (``--perfgate-<name>``) and the ``perfgate`` command's options (``--<name>``)
+are both built from it by :func:`add_setting_options` (the way pytest-benchmark shares option
+builders between its plugin and its CLI), and :func:`load_settings` resolves and checks every
+value before anything runs, naming where a bad value came from.
 
 Precedence, highest first: command-line / pytest option > environment ``PERFGATE_<KEY>`` >
-``[tool.perfgate]`` in pyproject.toml > defaults. Per-workload tables
-``[tool.perfgate.workloads.<name>]`` and the tolerance table ``[tool.perfgate.tolerance]``
-come from pyproject; tolerance options (``--perfgate-tolerance METRIC=SPEC``) override entries.
+``[tool.perfgate]`` in pyproject.toml > default. Tolerances: an option (``--perfgate-tolerance
+METRIC=SPEC``) > the workload's ``[tool.perfgate.workloads.<name>] tolerance`` table > the
+``[tool.perfgate.tolerance]`` table > the metric's default; a metric takes its tolerance from the
+first of these with an entry for it (its exact name, else the longest matching pattern).
 """
 from __future__ import annotations
 
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ConfigError
+from perfgate.metrics import alpha_problem
 from perfgate.model import Tolerance
-from perfgate.names import check_name
+from perfgate.names import MAX_LENGTH, RULE, is_safe_name
 from perfgate.sequential import LaunchBudget
-
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from perfgate.pyproject import (  # noqa: F401 - also importable from here
+    LAUNCHERS,
+    WORKLOAD_KEYS,
+    WorkloadConfig,
+    coerce,
+    find_pyproject,
+    parse_tolerances,
+    parse_workload,
+    read_table,
+)
 
 ENV_PREFIX = "PERFGATE_"
+PYTEST_PREFIX = "perfgate-"
 SIZES = ("auto", "cpu", "gpu")
-LAUNCHERS = ("python", "torchrun")
+_LIST = r"[a-z0-9\-]+(,[a-z0-9\-]+)*"
 
-# Global keys: name -> (kind, default). Kinds: path, str, int, float, bool.
-GLOBAL_KEYS: dict[str, tuple[str, Any]] = {
-    "workloads_dir": ("path", "workloads"),
-    "baseline_dir": ("path", "baselines"),
-    "artifacts_dir": ("path", ".perfgate/runs"),
-    "report_dir": ("path", ".perfgate/report"),
-    "nsys": ("str", None),
-    "trace": ("str", "auto"),
-    "capture_range": ("str", "none"),
-    "timeout_s": ("float", 900.0),
-    "launches": ("int", None),         # a fixed design: exactly N launches (sets the three below)
-    "min_launches": ("int", 1),
-    "max_launches": ("int", 5),
-    "record_launches": ("int", 5),
-    "budget_s": ("float", 0.0),
-    "profile": ("str", "auto"),
-    "warmup_steps": ("int", None),
-    "size": ("str", "auto"),
-    "strict": ("bool", False),
-    "alpha": ("float", 0.01),
-    "machine_class": ("str", None),
-    "autostep": ("bool", True),
-    "pytorch_trace": ("str", "off"),
-    "cuda_memory_usage": ("bool", True),
-    "history_dir": ("path", None),
-}
-WORKLOAD_KEYS = frozenset({
-    "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
-    "warmup_steps", "timeout_s", "tolerance", "enabled", "variants", "gate_alone",
-})
-TABLE_KEYS = frozenset(GLOBAL_KEYS) | {"tolerance", "workloads"}
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"expected one of {', '.join(choices)}"
+
+
+def _at_least(low: float, what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"expected {what}"
+
+
+def _budget(v: float) -> str | None:
+    return None if v >= 0 and math.isfinite(v) else "expected a number of seconds >= 0 (0: no limit)"
+
+
+def _capture_range(v: str) -> str | None:
+    ok = v in ("none", "cudaProfilerApi") or re.fullmatch(r"nvtx:.+", v)
+    return None if ok else "expected none, cudaProfilerApi or nvtx:<range name>"
+
+
+def _trace(v: str) -> str | None:
+    ok = v == "auto" or re.fullmatch(_LIST, v)
+    return None if ok else "expected 'auto' or a comma-separated nsys trace list like 'cuda,nvtx,osrt'"
+
+
+def _pytorch_trace(v: str) -> str | None:
+    ok = re.fullmatch(_LIST, v) and (v in ("off", "auto") or not {"off", "auto"} & set(v.split(",")))
+    return None if ok else "expected off, auto or an nsys --pytorch mode list like 'functions-trace'"
+
+
+def _machine_class(v: str) -> str | None:
+    return None if is_safe_name(v) else f"not a safe name (use {RULE}; at most {MAX_LENGTH} characters)"
 
 
 @dataclass(frozen=True)
-class WorkloadConfig:
-    """One ``[tool.perfgate.workloads.<name>]`` table, validated."""
+class Setting:
+    """One global setting. ``option``: its command-line name without prefix (``--launches``,
+    ``--perfgate-launches``), None when it is set in pyproject or the environment only. A bool
+    option comes with its negation (``--no-perfgate-autostep``). ``check`` returns what is wrong
+    with a converted value (None: nothing)."""
 
-    name: str
-    module: str | None = None
-    args: tuple[str, ...] = ()
-    cpu_args: tuple[str, ...] = ()
-    gpu_args: tuple[str, ...] = ()
-    launcher: str = "python"
-    nproc: int | None = None              # torchrun processes; None: GPU count (2 on CPU)
-    batch_size: int | None = None
-    step_pattern: str | None = None
-    warmup_steps: int | None = None
-    timeout_s: float | None = None
-    tolerances: dict[str, Tolerance] = field(default_factory=dict)
-    enabled: bool = True
-    variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    gate_alone: tuple[str, ...] = ()      # metrics (or patterns) that gate on their own, as memory does
+    key: str
+    kind: str                                   # path | str | int | float | bool
+    default: Any
+    help: str
+    option: str | None = None
+    metavar: str | None = None
+    check: Callable[[Any], str | None] | None = None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+    def flag(self, prefix: str = "") -> str:
+        assert self.option is not None
+        return f"--{prefix}{self.option}"
+
+    def dest(self, prefix: str = "") -> str:
+        return (prefix + self.key).replace("-", "_")
+
+    def value(self, raw: Any, where: str, *, typed: bool = False) -> Any:
+        """``raw`` (from an option, the environment or the table) converted and checked;
+        ConfigError naming ``where``. ``typed``: a pyproject value, which must already be of its
+        TOML type (perfgate.pyproject.coerce)."""
+        value = coerce(raw, self.kind, where, typed=typed)
+        problem = self.check(value) if self.check is not None and value is not None else None
+        if problem:
+            raise ConfigError(f"{where}: {problem}, got {value!r}")
+        return value
+
+    def parse_option(self, text: str) -> Any:
+        """An option's ``type=``: the converted, checked value (argparse names the option)."""
+        import argparse
+
+        try:
+            return self.value(text, "") if self.kind != "path" else text
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(": ")) from None
+
+
+#: Every global setting, once. Adding one is a row here and its typed field in Settings
+#: (tests/test_config.py checks that the two agree).
+SETTINGS: tuple[Setting, ...] = (
+    Setting("workloads_dir", "path", "workloads", "folder whose <name>.py files are workloads"),
+    Setting("baseline_dir", "path", "baselines", "baseline folder", "baseline-dir", "DIR"),
+    Setting("artifacts_dir", "path", ".perfgate/runs", "where nsys reports and logs go", "artifacts-dir", "DIR"),
+    Setting("report_dir", "path", ".perfgate/report", "where junit/markdown/json reports go", "report-dir", "DIR"),
+    Setting("nsys", "str", None, "the nsys executable", "nsys", "PATH"),
+    Setting("trace", "str", "auto", "nsys --trace set of every launch (auto: nvtx for timing launches, "
+            "cuda,nvtx for the profile launch)",
+            "trace", "LIST", _trace),
+    Setting("capture_range", "str", "none", "none, cudaProfilerApi or nvtx:<range name>", check=_capture_range),
+    Setting("timeout_s", "float", 900.0, "timeout per launch, in seconds", "timeout", "SECONDS",
+            lambda v: None if v > 0 else "expected a positive number"),
+    Setting("launches", "int", None, "a fixed design: exactly N timing launches per workload, recording "
+            "included (sets min_launches, max_launches and record_launches)",
+            "launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.sequential)",
+            "min-launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("max_launches", "int", 5, "most timing launches per workload: one more per look while the verdict "
+            "is unclear", "max-launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("record_launches", "int", 5, "timing launches recorded into a new baseline",
+            "record-launches", "N", _at_least(1, "a whole number >= 1")),
+    Setting("budget_s", "float", 0.0, "no new launch of a workload after this many seconds (0: no limit)",
+            "budget", "SECONDS", _budget),
+    Setting("profile", "str", "auto", "the CUDA-traced profile launch for GPU metrics and the diagnosis, with a "
+            "GPU: auto (when recording and when the timing launches did not PASS), always or off",
+            "profile", "{auto,always,off}",
+            lambda v: None if v in ("auto", "always", "off") else "expected auto, always or off"),
+    Setting("skip_steps", "int", None, "step ranges of each process the analysis skips before measuring "
+            "(also read as warmup_steps)", check=_at_least(0, "a whole number >= 0")),
+    Setting("size", "str", "auto", "workload size preset passed as --size", "size", "{auto,cpu,gpu}",
+            _one_of(*SIZES)),
+    Setting("strict", "bool", False, "a workload without a baseline for this machine fails instead of passing as NEW",
+            "strict"),
+    Setting("alpha", "float", 0.01, "false-alarm budget per primary metric",
+            check=alpha_problem),
+    Setting("machine_class", "str", None, "overrides the detected machine class (the baseline key)",
+            check=_machine_class),
+    Setting("autostep", "bool", True, "NVTX ranges for DataLoader, backward and optimizer step from hooks in "
+            "the profiled process", "autostep"),
+    Setting("pytorch_trace", "str", "off", "nsys --pytorch: off, auto or a mode list like functions-trace",
+            check=_pytorch_trace),
+    Setting("cuda_memory_usage", "bool", True, "nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)"),
+    Setting("history_dir", "path", None, "opt in: one JSON line per run and workload (perfgate.history)"),
+)
+SETTING = {s.key: s for s in SETTINGS}
+#: Keys a table may still use for a setting that was renamed: old -> new.
+RENAMED = {"warmup_steps": "skip_steps"}
+TABLE_KEYS = frozenset(SETTING) | frozenset(RENAMED) | {"tolerance", "workloads"}
+TOLERANCE_OPTION = "tolerance"
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a gate run needs to know; paths are absolute."""
+    """Everything a gate run needs to know; paths are absolute. Built by :func:`load_settings`
+    only: the defaults are :data:`SETTINGS`'."""
 
     root: Path
     workloads_dir: Path
     baseline_dir: Path
     artifacts_dir: Path
     report_dir: Path
-    nsys: str | None = None
-    trace: str = "auto"                   # "auto": timing launches nvtx, a CUDA profile launch on a GPU
-    capture_range: str = "none"           # none | cudaProfilerApi | nvtx:<range name>
-    timeout_s: float = 900.0
-    launches: int | None = None           # a fixed design of N launches: min = max = record = N
-    min_launches: int = 1                 # timing launches before the first look (perfgate.sequential)
-    max_launches: int = 5                 # timing launches at most, one more per look while INCONCLUSIVE
-    record_launches: int = 5              # timing launches recorded into a new baseline
-    budget_s: float = 0.0                 # no new launch after this many seconds (0: no limit)
-    profile: str = "auto"                 # the CUDA profile launch: auto (record; gate runs that did not PASS) | always | off
-    warmup_steps: int | None = None
-    size: str = "auto"
-    strict: bool = False
-    alpha: float = 0.01
-    machine_class: str | None = None      # overrides the detected machine class
-    autostep: bool = True                 # NVTX ranges from hooks in the profiled process (perfgate.autostep)
-    pytorch_trace: str = "off"            # nsys --pytorch: off | auto | a mode list like functions-trace
-    cuda_memory_usage: bool = True        # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
-    history_dir: Path | None = None       # opt in: one JSON line per run and workload (perfgate.history)
-    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+    nsys: str | None
+    trace: str                            # "auto": timing launches nvtx, a CUDA profile launch on a GPU
+    capture_range: str                    # none | cudaProfilerApi | nvtx:<range name>
+    timeout_s: float
+    launches: int | None                  # a fixed design of N launches: min = max = record = N
+    min_launches: int                     # timing launches before the first look (perfgate.sequential)
+    max_launches: int                     # timing launches at most, one more per look while INCONCLUSIVE
+    record_launches: int                  # timing launches recorded into a new baseline
+    budget_s: float                       # no new launch after this many seconds (0: no limit)
+    profile: str                          # the CUDA profile launch: auto (record; gate runs that did not PASS) | always | off
+    skip_steps: int | None                # step ranges skipped per process (None: the analysis default)
+    size: str
+    strict: bool
+    alpha: float
+    machine_class: str | None             # overrides the detected machine class
+    autostep: bool                        # NVTX ranges from hooks in the profiled process (perfgate.autostep)
+    pytorch_trace: str                    # nsys --pytorch: off | auto | a mode list like functions-trace
+    cuda_memory_usage: bool               # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
+    history_dir: Path | None              # opt in: one JSON line per run and workload (perfgate.history)
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)         # [tool.perfgate.tolerance]
+    option_tolerances: dict[str, Tolerance] = field(default_factory=dict)  # --perfgate-tolerance / --tolerance
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     selected: tuple[str, ...] = ()        # workloads named on the command line
     pyproject: Path | None = None
@@ -123,27 +217,18 @@ class Settings:
         return LaunchBudget(self.min_launches, self.max_launches, self.budget_s)
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above ``start``."""
-    start = start.resolve()
-    for folder in (start, *start.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
+# --------------------------------------------------------------------------- resolving
 
 
-def read_table(pyproject: Path) -> dict[str, Any]:
-    """The ``[tool.perfgate]`` table of ``pyproject`` (empty when absent)."""
-    try:
-        with pyproject.open("rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{pyproject}: not valid TOML: {exc}") from exc
-    table = data.get("tool", {}).get("perfgate", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{pyproject} [tool.perfgate]: expected a table")
-    return table
+def _renamed(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``table`` with its renamed keys under their new names (both at once is an error)."""
+    out = dict(table)
+    for old, new in RENAMED.items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"{where}: {old} and {new} are the same setting; keep {new}")
+            out[new] = out.pop(old)
+    return out
 
 
 def load_settings(
@@ -152,46 +237,52 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     pyproject: Path | None = None,
+    option_prefix: str = PYTEST_PREFIX,
     options: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Resolve Settings for the project at ``root`` (default: the current directory).
+    """Resolve and check Settings for the project at ``root`` (default: the current directory).
 
-    ``overrides`` holds option values (``None`` means "not given"); keys are GLOBAL_KEYS plus
-    ``tolerance`` (mapping metric -> spec string) and ``selected`` (workload names). ``options``
-    names the option of each key as the caller offers it (``{"launches": "--perfgate-launches"}``)
-    for messages; default ``--<key>``."""
+    ``overrides`` holds option values (``None`` means "not given"); keys are :data:`SETTINGS`
+    keys plus ``tolerance`` (``METRIC=SPEC`` strings, or a mapping metric -> spec) and
+    ``selected`` (workload names). ``option_prefix`` spells the options in errors
+    (``option --perfgate-launches``; ``""`` for the ``perfgate`` command's ``--launches``);
+    ``options`` names a key's option as the caller offers it where it differs
+    (``{"timeout_s": "--timeout"}``). ``Settings.sources`` says where each value came from."""
     overrides = dict(overrides or {})
     env = os.environ if env is None else env
     pyproject = pyproject or find_pyproject(root or Path.cwd())
     root = (root or (pyproject.parent if pyproject else Path.cwd())).resolve()
-    table = read_table(pyproject) if pyproject else {}
     where = f"{pyproject} [tool.perfgate]" if pyproject else "[tool.perfgate]"
-    unknown = sorted(set(table) - TABLE_KEYS)
+    raw_table = read_table(pyproject) if pyproject else {}
+    unknown = sorted(set(raw_table) - TABLE_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(TABLE_KEYS))})")
+    table = _renamed(raw_table, where)
 
     options = dict(options or {})
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key, (kind, default) in GLOBAL_KEYS.items():
-        env_name = ENV_PREFIX + key.upper()
+    for s in SETTINGS:
+        old = next((o for o, n in RENAMED.items() if n == s.key), None)
+        env_names = [s.env, *([ENV_PREFIX + old.upper()] if old else [])]
+        env_name = next((n for n in env_names if env.get(n, "") != ""), None)
         typed = False                     # a pyproject value must be of its TOML type
-        if overrides.get(key) is not None:
-            source, raw = f"option {options.get(key, '--' + key.replace('_', '-'))}", overrides[key]
-        elif env.get(env_name, "") != "":
+        if overrides.get(s.key) is not None:
+            flag = options.get(s.key) or (s.flag(option_prefix) if s.option else f"--{s.key}")
+            source, raw = f"option {flag}", overrides[s.key]
+        elif env_name is not None:
             source, raw = f"environment variable {env_name}", env[env_name]
-        elif key in table:
-            source, raw, typed = f"{where} {key}", table[key], True
+        elif s.key in table:
+            key = old if old in raw_table else s.key
+            source, raw, typed = f"{where} {key}", table[s.key], True
         else:
-            values[key] = (root / default).resolve() if kind == "path" and default is not None else default
-            sources[key] = "default"
+            values[s.key] = (root / s.default).resolve() if s.kind == "path" and s.default is not None else s.default
+            sources[s.key] = "default"
             continue
-        sources[key] = source
-        value = _coerce(raw, kind, source, typed=typed)
-        _check_global(key, value, source)
-        if kind == "path" and value is not None:
-            value = (root / value).resolve()
-        values[key] = value
+        sources[s.key] = source
+        value = s.value(raw, source, typed=typed)
+        values[s.key] = (root / value).resolve() if s.kind == "path" and value is not None else value
+
     if values["launches"] is not None:   # a fixed design: exactly this many launches, no looks between
         n = values["launches"]
         values.update(min_launches=n, max_launches=n, record_launches=n)
@@ -201,8 +292,11 @@ def load_settings(
                           "the launches it starts with")
 
     tolerances = parse_tolerances(table.get("tolerance", {}), f"{where.rstrip(']')}.tolerance]")
-    tolerances.update(parse_tolerances(overrides.get("tolerance") or {},
-                                       f"option {options.get('tolerance', '--perfgate-tolerance')}"))
+    flag = options.get(TOLERANCE_OPTION) or f"--{option_prefix}{TOLERANCE_OPTION}"
+    given = overrides.get(TOLERANCE_OPTION) or {}
+    if not isinstance(given, Mapping):
+        given = dict(parse_tolerance_option(text, flag) for text in given)
+    option_tolerances = parse_tolerances(given, f"option {flag}")
     workloads_table = table.get("workloads", {})
     if not isinstance(workloads_table, dict):
         raise ConfigError(f"{where} workloads: expected a table of workload tables")
@@ -211,162 +305,17 @@ def load_settings(
         for name, spec in workloads_table.items()
     }
     return Settings(
-        root=root, tolerances=tolerances, workloads=workloads,
-        selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, sources=sources, **values,
+        root=root, tolerances=tolerances, option_tolerances=option_tolerances, workloads=workloads,
+        selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, sources=sources,
+        **values,
     )
 
 
-def parse_tolerances(table: Any, where: str) -> dict[str, Tolerance]:
-    """Metric (or fnmatch pattern) -> Tolerance, each spec parsed by compare.parse_tolerance."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where}: expected a table of metric = \"tolerance\" entries")
-    if not table:
-        return {}
-    from perfgate.compare import parse_tolerance
-    from perfgate.metric_names import check_metric_name
-
-    out: dict[str, Tolerance] = {}
-    for metric, spec in table.items():
-        if not isinstance(spec, str):
-            raise ConfigError(f"{where} {metric}: expected a string like \"5%\" or \"5%+0.5\", got {spec!r}")
-        check_metric_name(str(metric), where)
-        out[str(metric)] = parse_tolerance(spec, f"{where} {metric}")
-    return out
-
-
-def parse_tolerance_option(text: str, option: str = "--perfgate-tolerance") -> tuple[str, str]:
-    """``METRIC=SPEC`` from ``--perfgate-tolerance`` / ``--tolerance`` (``option``: which one, for messages)."""
+def parse_tolerance_option(text: str, flag: str = "--perfgate-tolerance") -> tuple[str, str]:
+    """``METRIC=SPEC`` from ``--perfgate-tolerance`` / ``--tolerance`` (``flag``, for errors)."""
     metric, sep, spec = text.partition("=")
     if not sep or not metric.strip() or not spec.strip():
-        raise ConfigError(f"option {option}: expected METRIC=SPEC (e.g. step_time_ms=5%), got {text!r}")
+        raise ConfigError(f"option {flag}: expected METRIC=SPEC (e.g. step_time_ms=5%), got {text!r}")
     return metric.strip(), spec.strip()
 
 
-def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
-    """Validate one ``[tool.perfgate.workloads.<name>]`` table."""
-    check_name(name, f"{where}: workload name")
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where}: expected a table")
-    unknown = sorted(set(spec) - WORKLOAD_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(WORKLOAD_KEYS))})")
-    launcher = spec.get("launcher", "python")
-    if launcher not in LAUNCHERS:
-        raise ConfigError(f"{where} launcher: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
-    variants_table = spec.get("variants", {})
-    if not isinstance(variants_table, dict):
-        raise ConfigError(f"{where} variants: expected a table of name = [args...]")
-    variants: dict[str, tuple[str, ...]] = {}
-    for variant, args in variants_table.items():
-        check_name(variant, f"{where} variants: variant name")
-        variants[variant] = _str_list(args, f"{where} variants.{variant}")
-    module = spec.get("module")
-    if module is not None and not (isinstance(module, str) and re.fullmatch(r"[\w.]+", module)):
-        raise ConfigError(f"{where} module: expected a dotted module name, got {module!r}")
-    step_pattern = spec.get("step_pattern")
-    if step_pattern is not None:
-        try:
-            re.compile(step_pattern)
-        except (re.error, TypeError) as exc:
-            raise ConfigError(f"{where} step_pattern: not a regular expression: {exc}") from exc
-    return WorkloadConfig(
-        name=name,
-        module=module,
-        args=_str_list(spec.get("args", []), f"{where} args"),
-        cpu_args=_str_list(spec.get("cpu_args", []), f"{where} cpu_args"),
-        gpu_args=_str_list(spec.get("gpu_args", []), f"{where} gpu_args"),
-        launcher=launcher,
-        nproc=_optional(spec, "nproc", "int", where),
-        batch_size=_optional(spec, "batch_size", "int", where),
-        step_pattern=step_pattern,
-        warmup_steps=_optional(spec, "warmup_steps", "int", where, allow_zero=True),
-        timeout_s=_optional(spec, "timeout_s", "float", where),
-        tolerances=parse_tolerances(spec.get("tolerance", {}), f"{where} tolerance"),
-        enabled=_coerce(spec.get("enabled", True), "bool", f"{where} enabled", typed=True),
-        variants=variants,
-        gate_alone=_str_list(spec.get("gate_alone", []), f"{where} gate_alone"),
-    )
-
-
-def _optional(spec: Mapping[str, Any], key: str, kind: str, where: str, *, allow_zero: bool = False) -> Any:
-    if spec.get(key) is None:
-        return None
-    value = _coerce(spec[key], kind, f"{where} {key}", typed=True)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{where} {key}: expected a positive number, got {spec[key]!r}")
-    return value
-
-
-def _str_list(value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
-    return tuple(str(v) for v in value)
-
-
-def _coerce(value: Any, kind: str, where: str, *, typed: bool = False) -> Any:
-    """Convert a TOML/env/option value to ``kind``; ConfigError names ``where``. ``typed``: a
-    pyproject value, which must already be of its TOML type (``strict = "yes"`` is an error, not
-    true: only an environment variable's or option's text is read as yes/no or a number)."""
-    if typed and kind == "bool" and not isinstance(value, bool):
-        raise ConfigError(f"{where}: expected true or false (a TOML boolean, unquoted), got {value!r}")
-    if typed and kind in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        label = "a whole number" if kind == "int" else "a positive number"
-        raise ConfigError(f"{where}: expected {label}, got {value!r} (a TOML number, unquoted)")
-    if kind in ("str", "path"):
-        if not isinstance(value, (str, Path)):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return str(value)
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
-    number_type = int if kind == "int" else float
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected a {'whole' if kind == 'int' else 'positive'} number, got {value!r}")
-    try:
-        number = number_type(value)
-    except (TypeError, ValueError, OverflowError):
-        label = "a whole number" if kind == "int" else "a positive number"
-        raise ConfigError(f"{where}: expected {label}, got {value!r}") from None
-    if not math.isfinite(number):
-        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
-    if kind == "int" and isinstance(value, float) and not value.is_integer():
-        raise ConfigError(f"{where}: expected a whole number, got {value!r}")
-    return number
-
-
-def _check_global(key: str, value: Any, where: str) -> None:
-    """Range checks of one global key; ``where`` names the option, variable or file."""
-    problem = None
-    if key == "size" and value not in SIZES:
-        problem = f"expected one of {', '.join(SIZES)}"
-    elif key == "timeout_s" and value <= 0:
-        problem = "expected a positive number"
-    elif key in ("launches", "min_launches", "max_launches", "record_launches") and value is not None and value < 1:
-        problem = "expected a whole number >= 1"
-    elif key == "budget_s" and not (value >= 0 and math.isfinite(value)):
-        problem = "expected a number of seconds >= 0 (0: no limit)"
-    elif key == "profile" and value not in ("auto", "always", "off"):
-        problem = "expected auto, always or off"
-    elif key == "warmup_steps" and value < 0:
-        problem = "expected a whole number >= 0"
-    elif key == "alpha" and not 0 < value < 1:
-        problem = "expected a number between 0 and 1"
-    elif key == "machine_class" and value is not None:
-        check_name(value, where)
-    elif key == "capture_range" and value not in ("none", "cudaProfilerApi") and not re.fullmatch(r"nvtx:.+", value):
-        problem = "expected none, cudaProfilerApi or nvtx:<range name>"
-    elif key == "trace" and value != "auto" and not re.fullmatch(r"[a-z0-9\-]+(,[a-z0-9\-]+)*", value):
-        problem = "expected 'auto' or a comma-separated nsys trace list like 'cuda,nvtx,osrt'"
-    elif key == "pytorch_trace" and (
-        not re.fullmatch(r"[a-z0-9\-]+(,[a-z0-9\-]+)*", value)
-        or (value not in ("off", "auto") and {"off", "auto"} & set(value.split(",")))
-    ):
-        problem = "expected off, auto or an nsys --pytorch mode list like 'functions-trace'"
-    if problem:
-        raise ConfigError(f"{where}: {problem}, got {value!r}")

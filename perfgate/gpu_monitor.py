@@ -79,7 +79,9 @@ class PynvmlReader:
     def open(self) -> int:
         nvml = self._nvml
         if nvml is None:
-            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+            import pynvml
+
+            nvml = pynvml
         nvml.nvmlInit()
         self._nvml = nvml
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]

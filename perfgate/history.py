@@ -195,7 +195,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from perfgate.baseline import baseline_path, write_baseline
-    from perfgate.cli import settings_from_args
+    from perfgate.options import settings_from_args
     from perfgate.machine import machine_info
 
     settings = settings_from_args(args)

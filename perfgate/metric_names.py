@@ -1,6 +1,6 @@
 """The metric names a tolerance may name (``[tool.perfgate.tolerance]``, a workload's
 ``tolerance`` table, ``--perfgate-tolerance`` / ``--tolerance``): the gate's metrics
-(perfgate.compare.METRIC_SPECS), ``phase.<phase>.cpu_ms`` / ``phase.<phase>.gpu_ms`` for any
+(perfgate.metrics.METRIC_SPECS), ``phase.<phase>.cpu_ms`` / ``phase.<phase>.gpu_ms`` for any
 phase, and fnmatch patterns matching at least one of them. Anything else is a typo that would
 otherwise change nothing, silently."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ _PHASE_RE = re.compile(r"phase\.(.+)\.([^.]+)")
 
 def fixed_metrics() -> list[str]:
     """The metric names without a phase in them (``step_time_ms``, ``gpu_idle_fraction``, ...)."""
-    from perfgate.compare import METRIC_SPECS
+    from perfgate.metrics import METRIC_SPECS
 
     return [s.name_pattern for s in METRIC_SPECS if not any(c in s.name_pattern for c in "*?[")]
 

@@ -272,6 +272,14 @@ class Verdict(str, enum.Enum):
         return self.value
 
 
+def fails(verdict: Verdict, strict: bool = False) -> bool:
+    """The gate's one rule for whether a verdict fails the build: REGRESSED and ERROR fail; NEW
+    (no baseline for this machine class) fails under strict mode. Everything that reports a
+    failure (the pytest item, the CLI's exit status, the JSON report, JUnit, annotations, the
+    commit status) asks this, through ``WorkloadResult.failed`` or ``compare.Outcome.failed``."""
+    return verdict in (Verdict.REGRESSED, Verdict.ERROR) or (strict and verdict is Verdict.NEW)
+
+
 class Direction(str, enum.Enum):
     LOWER_IS_BETTER = "lower_is_better"
     HIGHER_IS_BETTER = "higher_is_better"
@@ -322,6 +330,7 @@ class WorkloadResult:
     variant: str | None = None
     wall_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False              # judged in strict mode: a missing baseline (NEW) fails
     profile: Analysis | None = None   # the CUDA-traced profile launch (GPU metrics, diagnosis), if taken
 
     @property
@@ -330,4 +339,5 @@ class WorkloadResult:
 
     @property
     def failed(self) -> bool:
-        return self.verdict in (Verdict.REGRESSED, Verdict.ERROR)
+        """Whether this result fails the build (:func:`fails`)."""
+        return fails(self.verdict, self.strict)

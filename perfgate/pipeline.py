@@ -47,22 +47,23 @@ RESULT_FILE = "result.json"
 
 
 def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
-    """AnalysisOptions for ``spec`` (its step pattern, warm-up steps and batch size)."""
+    """AnalysisOptions for ``spec`` (its step pattern, skipped steps and batch size)."""
     from perfgate.analysis import AnalysisOptions
 
     kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
-    if spec.warmup_steps is not None:
-        kwargs["warmup_steps"] = spec.warmup_steps
+    if spec.skip_steps is not None:
+        kwargs["warmup_steps"] = spec.skip_steps
     return AnalysisOptions(**kwargs)
 
 
 def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> ComparePolicy:
-    """The ComparePolicy of a workload: global tolerances, the workload's on top."""
+    """The ComparePolicy of a workload. Tolerances, first match wins: the command line's, the
+    workload table's, the ``[tool.perfgate.tolerance]`` table's, the metric's default."""
     from perfgate.compare import ComparePolicy
 
-    tolerances = {**settings.tolerances, **(spec.tolerances if spec else {})}
-    return ComparePolicy(tolerances=tolerances, alpha=settings.alpha, strict_new=settings.strict,
-                         gate_alone=spec.gate_alone if spec else ())
+    overrides = (settings.option_tolerances, *([spec.tolerances] if spec else []))
+    return ComparePolicy(tolerances=settings.tolerances, tolerance_overrides=overrides, alpha=settings.alpha,
+                         strict_new=settings.strict, gate_alone=spec.gate_alone if spec else ())
 
 
 def new_run_dir(artifacts_dir: Path, name: str) -> Path:
@@ -111,7 +112,7 @@ def run_workload(
     this workload: it comes back as verdict ERROR with ``error``."""
     started = time.monotonic()
     say = progress or (lambda line: None)
-    result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR)
+    result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR, strict=settings.strict)
     try:
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
         result.machine = this_machine(settings)
@@ -341,10 +342,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     look_policy = replace(policy, alpha=settings.budget.look_alpha(policy.alpha))
     outcome = compare_launches(baseline.launch_metrics if baseline else None,
                                gate_metrics(analyses, result.profile), look_policy)
-    result.verdict = outcome.verdict
+    result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
     result.message = outcome.summary
-    result.extra["failed"] = outcome.failed
     notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
              if w.startswith("launch ")]
     if notes:
@@ -368,8 +368,10 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         base, cur = _explained_launches(baseline.launch_details, analyses, result.profile)
         attribution = _explain(base, cur, outcome)
         if attribution is not None:
+            from perfgate.diagnosis import render_attribution_text
+
             result.extra["attribution"] = attribution.to_dict()
-            result.message += "\n" + attribution.to_text()
+            result.message += "\n" + render_attribution_text(attribution)
 
 
 def _undecided(outcome: Outcome, noise: Any, settings: Settings, stopped: str | None) -> str:
@@ -392,10 +394,6 @@ def _explained_launches(base_details: Sequence[Mapping[str, Any]], timing: Seque
         return base_profiles, [profile]
     return [d for d in base_details if d.get("capture") != "profile"], list(timing)
 
-
-def result_fails(result: WorkloadResult, strict: bool = False) -> bool:
-    """Whether ``result`` fails the gate: REGRESSED or ERROR, and NEW under ``strict``."""
-    return result.failed or (strict and result.verdict == Verdict.NEW)
 
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:

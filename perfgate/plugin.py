@@ -1,7 +1,7 @@
 """pytest plugin: ``pytest --perfgate`` adds one item per workload (``perfgate::<name>``).
 
-Inert without ``--perfgate``: options are registered, nothing is collected or imported beyond
-this module. The work happens in perfgate.pipeline; reports come from perfgate.report.
+Inert without ``--perfgate``: options are registered (built from perfgate.config.SETTINGS, as the
+``perfgate`` command's are), nothing is collected or imported beyond this module and perfgate.config. The work happens in perfgate.pipeline; reports come from perfgate.report.
 """
 from __future__ import annotations
 
@@ -25,62 +25,20 @@ TERMINATED_KEY = pytest.StashKey[int]()
 PREVIOUS_HANDLERS_KEY = pytest.StashKey["dict[Any, Any]"]()
 NOT_ACTIVE = "perfgate: performance gate runs only with --perfgate"
 
-# option dest -> Settings key
-_OPTION_KEYS = {
-    "perfgate_launches": "launches", "perfgate_baseline_dir": "baseline_dir",
-    "perfgate_artifacts_dir": "artifacts_dir", "perfgate_report_dir": "report_dir",
-    "perfgate_nsys": "nsys", "perfgate_trace": "trace", "perfgate_timeout": "timeout_s",
-    "perfgate_size": "size", "perfgate_autostep": "autostep",
-    "perfgate_min_launches": "min_launches", "perfgate_max_launches": "max_launches",
-    "perfgate_record_launches": "record_launches", "perfgate_budget": "budget_s", "perfgate_profile": "profile",
-}
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from perfgate.config import PYTEST_PREFIX
+    from perfgate.options import add_setting_options
+
     group = parser.getgroup("perfgate", "perfgate: performance regression gate under Nsight Systems")
     add = group.addoption
     add("--perfgate", action="store_true", default=False,
         help="run the workloads under nsys and compare them with their baselines (one item each)")
     add("--perfgate-update-baselines", action="store_true", default=False,
         help="record the measured launches as the new baselines of this machine class")
-    add("--perfgate-strict", action="store_true", default=None,
-        help="a workload without a baseline for this machine fails (default: passes as NEW)")
     add("--perfgate-workload", action="append", default=[], metavar="NAME",
         help="run only this workload (NAME or NAME[variant]; repeatable; default: all enabled)")
-    add("--perfgate-launches", type=int, default=None, metavar="N",
-        help="a fixed design: exactly N timing launches per workload, recording included "
-             "(sets the three options below; [tool.perfgate] launches)")
-    add("--perfgate-min-launches", type=int, default=None, metavar="N",
-        help="timing launches before the first comparison (default 1)")
-    add("--perfgate-max-launches", type=int, default=None, metavar="N",
-        help="most timing launches per workload: one more per look while the verdict is unclear (default 5)")
-    add("--perfgate-record-launches", type=int, default=None, metavar="N",
-        help="timing launches recorded into a new baseline (default 5)")
-    add("--perfgate-budget", type=float, default=None, metavar="SECONDS",
-        help="no new launch of a workload after this many seconds (default 0: no limit)")
-    add("--perfgate-profile", default=None, choices=("auto", "always", "off"),
-        help="the CUDA-traced profile launch for GPU metrics and the diagnosis, with a GPU (default auto: "
-             "when recording and when the timing launches did not PASS)")
-    add("--perfgate-baseline-dir", default=None, metavar="DIR", help="baseline folder (default baselines)")
-    add("--perfgate-artifacts-dir", default=None, metavar="DIR",
-        help="where nsys reports and logs go (default .perfgate/runs)")
-    add("--perfgate-report-dir", default=None, metavar="DIR",
-        help="where junit/markdown/json reports go (default .perfgate/report)")
-    add("--perfgate-nsys", default=None, metavar="PATH", help="the nsys executable (default: found)")
-    add("--perfgate-trace", default=None, metavar="LIST",
-        help="nsys --trace set of every launch (default auto: nvtx for timing launches, cuda,nvtx for "
-             "the profile launch)")
-    add("--perfgate-timeout", type=float, default=None, metavar="SECONDS",
-        help="timeout per launch (default 900)")
-    add("--perfgate-size", default=None, choices=("auto", "cpu", "gpu"),
-        help="workload size preset passed as --size (default auto)")
-    add("--perfgate-autostep", action="store_const", const=True, dest="perfgate_autostep", default=None,
-        help="NVTX ranges for DataLoader, backward and optimizer step from hooks in the profiled "
-             "process (default on; [tool.perfgate] autostep)")
-    add("--no-perfgate-autostep", action="store_const", const=False, dest="perfgate_autostep", default=None,
-        help="no autostep hooks in the profiled process")
-    add("--perfgate-tolerance", action="append", default=[], metavar="METRIC=SPEC",
-        help="tolerance override, e.g. step_time_ms=5%% or 'phase.*.cpu_ms=10%%+0.5' (repeatable)")
+    add_setting_options(add, PYTEST_PREFIX)   # the settings' options, shared with the perfgate command
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,19 +47,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "through the `perfgate` fixture; skipped without --perfgate")
     if not config.getoption("perfgate"):
         return
-    from perfgate.config import find_pyproject, load_settings, parse_tolerance_option
+    from perfgate.config import PYTEST_PREFIX
+    from perfgate.options import settings_from_options
 
-    overrides: dict[str, Any] = {key: config.getoption(dest) for dest, key in _OPTION_KEYS.items()}
-    overrides["strict"] = config.getoption("perfgate_strict")
-    overrides["selected"] = config.getoption("perfgate_workload")
     try:
-        overrides["tolerance"] = dict(parse_tolerance_option(t) for t in config.getoption("perfgate_tolerance"))
-        start = config.invocation_params.dir
-        pyproject = find_pyproject(start)
-        options = {key: "--" + dest.replace("_", "-") for dest, key in _OPTION_KEYS.items()}
-        options.update(strict="--perfgate-strict", tolerance="--perfgate-tolerance")
-        settings = load_settings(pyproject.parent if pyproject else start, overrides=overrides, pyproject=pyproject,
-                                 options=options)
+        settings = settings_from_options(config.getoption, PYTEST_PREFIX, start=config.invocation_params.dir,
+                                         selected=config.getoption("perfgate_workload"))
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     config.stash[SETTINGS_KEY] = settings
@@ -295,7 +246,7 @@ def _progress(config: pytest.Config) -> Any:
 
 def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
-    from perfgate.pipeline import result_fails, run_workload
+    from perfgate.pipeline import run_workload
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
@@ -305,6 +256,6 @@ def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     from perfgate import history
 
     history.record(result, settings, update_baseline=update)   # with history_dir set
-    if result_fails(result, settings.strict):
+    if result.failed:
         raise PerfgateFailure(failure_message(result))
     return result

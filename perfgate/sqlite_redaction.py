@@ -49,7 +49,7 @@ def _sqlite_pass(conn: sqlite3.Connection, known: Sequence[str], write: bool) ->
     scan = _Scan()
     memo: dict[str, str] = {}
 
-    def redact(value: object) -> object:
+    def redact(value: str | bytes | int | float | None) -> str | bytes | int | float | None:
         if not isinstance(value, str):
             return value
         if value not in memo:

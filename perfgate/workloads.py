@@ -27,7 +27,7 @@ class WorkloadSpec:
     nproc: int = 1                        # processes (torchrun)
     batch_size: int | None = None
     step_pattern: str | None = None
-    warmup_steps: int | None = None
+    skip_steps: int | None = None         # step ranges of each process the analysis skips (None: its default)
     timeout_s: float | None = None
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     variant: str | None = None
@@ -101,6 +101,18 @@ def select_workloads(specs: list[WorkloadSpec], names: tuple[str, ...] | list[st
     return chosen
 
 
+def selected_specs(settings: Settings) -> list[WorkloadSpec]:
+    """The workloads a run runs on this machine: those named in ``settings.selected``, else all
+    enabled (ConfigError when there are none)."""
+    from perfgate.machine import machine_info
+
+    gpus = machine_info(None, settings.machine_class).gpu_count
+    specs = select_workloads(discover_workloads(settings, gpus), settings.selected)
+    if not specs:
+        raise ConfigError(f"no enabled workloads in {settings.workloads_dir} or [tool.perfgate.workloads]")
+    return specs
+
+
 def _specs_for(config: WorkloadConfig, default_module: str, settings: Settings, gpu_count: int) -> list[WorkloadSpec]:
     size = settings.size if settings.size != "auto" else ("gpu" if gpu_count > 0 else "cpu")
     args = config.args + (config.gpu_args if size == "gpu" else config.cpu_args)
@@ -115,7 +127,7 @@ def _specs_for(config: WorkloadConfig, default_module: str, settings: Settings, 
         nproc=nproc if config.launcher == "torchrun" else 1,
         batch_size=config.batch_size,
         step_pattern=config.step_pattern,
-        warmup_steps=config.warmup_steps if config.warmup_steps is not None else settings.warmup_steps,
+        skip_steps=config.skip_steps if config.skip_steps is not None else settings.skip_steps,
         timeout_s=config.timeout_s,
         tolerances=dict(config.tolerances),
         enabled=config.enabled,

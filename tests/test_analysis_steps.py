@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -14,7 +15,6 @@ from perfgate.analysis.steps import DEFAULT_STEP_REGEX, fold_name, summarize
 from perfgate.errors import ConfigError, TraceError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
-EMIT_NVTX = Path("/work/shared/fixtures/emit-nvtx-2xh100-nsys2026.2.1.sqlite")
 
 
 def _durations(path: Path, name_like: str) -> pd.DataFrame:
@@ -105,14 +105,27 @@ def test_no_matching_step_range_names_the_file_and_the_most_frequent_ranges() ->
     assert str(path) in str(err.value) and "'data_load' (12)" in str(err.value)
 
 
-def test_emit_nvtx_trace_without_step_ranges_gives_a_clear_error_or_an_analysis_with_a_pattern() -> None:
-    if not EMIT_NVTX.is_file():
-        pytest.skip(f"{EMIT_NVTX} not present (third-party sample, not committed)")
-    with pytest.raises(TraceError, match=r"no NVTX range matches the default step patterns.*aten::as_strided, op_id' \(2200\)"):
-        analyze_trace(EMIT_NVTX)
-    a = analyze_trace(EMIT_NVTX, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", warmup_steps=2))
+def emit_nvtx_like(tmp_path: Path) -> Path:
+    """The committed two-process, two-GPU DDP capture with every range named the way
+    ``torch.autograd.profiler.emit_nvtx()`` names them (``aten::<op>, op_id = <n>``): each step
+    range becomes an ``aten::linear`` one, every other range ``aten::as_strided``; no step ranges."""
+    path = tmp_path / "trace.sqlite"
+    shutil.copyfile(TRACES / "gpu-ddp-2proc" / "trace.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE NVTX_EVENTS SET text = CASE WHEN coalesce(text, '') = 'step' "
+                     "THEN 'aten::linear, op_id = ' || rowid ELSE 'aten::as_strided, op_id = ' || rowid END, "
+                     "textId = NULL WHERE eventType = 59")
+    return path
+
+
+def test_emit_nvtx_trace_without_step_ranges_gives_a_clear_error_or_an_analysis_with_a_pattern(tmp_path: Path) -> None:
+    trace = emit_nvtx_like(tmp_path)
+    with pytest.raises(TraceError, match=r"no NVTX range matches the default step patterns.*aten::as_strided, op_id' \(328\)"):
+        analyze_trace(trace)
+    a = analyze_trace(trace, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", warmup_steps=2))
     assert a.processes == 2 and a.devices == ("0", "1")
     assert set(a.gpu_idle.per_device) == {"0", "1"}
+    assert a.steps.count == 2 * (10 - 2 - 1)   # per process: 10 steps, 2 skipped, the last has no next start
 
 
 @pytest.mark.parametrize("raw, phase", [

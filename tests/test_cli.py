@@ -291,8 +291,10 @@ def test_run_names_where_a_bad_value_came_from(tmp_path: Path, capsys, monkeypat
     monkeypatch.chdir(root)
     assert main(["run", "--tolerance", "step_time_ms"]) == 2
     assert "option --tolerance: expected METRIC=SPEC" in capsys.readouterr().err
-    assert main(["run", "--timeout", "-3"]) == 2
-    assert "option --timeout: expected a positive number, got -3" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:                       # refused by the parser, naming the option
+        main(["run", "--timeout", "-3"])
+    assert exc.value.code == 2
+    assert "argument --timeout: expected a positive number, got -3" in capsys.readouterr().err
     assert main(["run", "--tolerance", "stepp_time_ms=5%"]) == 2
     assert "option --tolerance: no metric is named 'stepp_time_ms'" in capsys.readouterr().err
     monkeypatch.setenv("PERFGATE_NSYS", str(tmp_path / "no-nsys-here"))

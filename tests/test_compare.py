@@ -133,7 +133,7 @@ def test_a_slower_forward_phase_regresses_and_the_summary_names_it() -> None:
     assert fwd.p_value is not None and fwd.p_value < 0.01
     assert fwd.ci_low is not None and fwd.ci_low > 0.10
     assert out.summary.startswith("REGRESSED: phase.forward.cpu_ms +")
-    assert "tolerance 10% + 0.5 ms" in out.summary and "step_time_ms +" in out.summary
+    assert "tolerance 10 % and 0.500 ms" in out.summary and "step_time_ms +" in out.summary
     assert [c.metric for c in out.regressed][0] == "phase.forward.cpu_ms"
     assert out.comparisons[0].metric == "step_time_ms"  # primaries first
 

@@ -40,7 +40,7 @@ def test_twenty_percent_more_memory_regresses_while_step_time_passes() -> None:
     assert "no launch-to-launch variance" in memory.note           # identical peaks: tolerance decides
     assert step.verdict is Verdict.PASS
     assert forward.verdict is Verdict.REGRESSED and not forward.gating   # phases stay behind step time
-    assert out.summary.startswith("REGRESSED: gpu_memory.peak_allocated_mib +20.0% (4096 -> 4915 MiB, tolerance 10% + 64 MiB")
+    assert out.summary.startswith("REGRESSED: gpu_memory.peak_allocated_mib +20.0 % (4,096 MiB -> 4,915 MiB, tolerance 10 % and 64.0 MiB)")
 
 
 @pytest.mark.parametrize("before, after", [(4096.0, 4300.8), (250.0, 300.0)])

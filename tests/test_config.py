@@ -3,13 +3,19 @@ discovery from the workloads folder plus [tool.perfgate.workloads.*] tables."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import MISSING, fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from perfgate.config import load_settings, parse_tolerance_option
+from perfgate import cli, plugin
+from perfgate.config import SETTINGS, Settings, load_settings, parse_tolerance_option
+from perfgate.options import add_setting_options, settings_from_args
 from perfgate.errors import ConfigError
 from perfgate.model import Tolerance
+from perfgate.pipeline import compare_policy
 from perfgate.workloads import discover_workloads, select_workloads
 
 
@@ -46,7 +52,7 @@ def test_a_fixed_launch_count_sets_every_launch_count_and_bad_budgets_are_named(
     with pytest.raises(ConfigError, match="PERFGATE_BUDGET_S.*seconds >= 0"):
         load_settings(project(tmp_path / "d", ""), env={"PERFGATE_BUDGET_S": "-1"})
     with pytest.raises(ConfigError, match="option --profile: expected auto, always or off"):
-        load_settings(project(tmp_path / "e", ""), env={}, overrides={"profile": "sometimes"})
+        load_settings(project(tmp_path / "e", ""), env={}, overrides={"profile": "sometimes"}, option_prefix="")
 
 
 def test_option_beats_environment_beats_pyproject(tmp_path: Path) -> None:
@@ -112,8 +118,9 @@ def test_unknown_key_and_bad_capture_range_are_refused(tmp_path: Path) -> None:
 def test_tolerance_table_and_options_are_parsed_options_winning(tmp_path: Path) -> None:
     root = project(tmp_path, "[tool.perfgate.tolerance]\nstep_time_ms = '5%'\n'phase.*.cpu_ms' = '10%+0.5'\n")
     s = load_settings(root, env={}, overrides={"tolerance": {"step_time_ms": "8%"}})
-    assert s.tolerances["phase.*.cpu_ms"] == Tolerance(rel=0.10, abs=0.5)
-    assert s.tolerances["step_time_ms"] == Tolerance(rel=0.08)
+    assert s.tolerances == {"step_time_ms": Tolerance(rel=0.05), "phase.*.cpu_ms": Tolerance(rel=0.10, abs=0.5)}
+    assert s.option_tolerances == {"step_time_ms": Tolerance(rel=0.08)}
+    assert compare_policy(s).tolerance_for("step_time_ms") == Tolerance(rel=0.08)
 
 
 def test_bad_tolerance_names_where_it_came_from(tmp_path: Path) -> None:
@@ -203,7 +210,7 @@ def test_infinite_whole_number_in_pyproject_is_refused_not_a_crash(tmp_path: Pat
 @pytest.mark.parametrize("machine_class", ["../../outside", "a/b", ".hidden", "x\ny", "-rf", "a b"])
 def test_machine_class_must_be_one_safe_path_component(tmp_path: Path, machine_class: str) -> None:
     root = project(tmp_path, "")
-    with pytest.raises(ConfigError, match="environment variable PERFGATE_MACHINE_CLASS: .* is not a safe name"):
+    with pytest.raises(ConfigError, match="environment variable PERFGATE_MACHINE_CLASS: not a safe name"):
         load_settings(root, env={"PERFGATE_MACHINE_CLASS": machine_class})
     assert load_settings(root, env={"PERFGATE_MACHINE_CLASS": "nvidia-h100-x1.pool_2"}).machine_class == \
         "nvidia-h100-x1.pool_2"
@@ -219,6 +226,133 @@ def test_workload_file_and_variant_names_must_be_safe(tmp_path: Path) -> None:
     root = project(tmp_path / "v", "[tool.perfgate.workloads.fine.variants]\n'..' = ['--x']\n", workloads=("fine",))
     with pytest.raises(ConfigError, match=r"variants: variant name: '\.\.' is not a safe name"):
         load_settings(root, env={})
+
+
+# --------------------------------------------------------------------------- options declared once
+
+
+def _flags(add_options: Callable[[Callable[..., Any]], None]) -> dict[str, dict[str, Any]]:
+    """flag -> keyword arguments, of every option ``add_options(add)`` adds."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def add(*names: str, **kwargs: Any) -> None:
+        for name in names:
+            found[name] = kwargs
+
+    add_options(add)
+    return found
+
+
+class _Group:
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+
+    def addoption(self, *names: str, **kwargs: Any) -> None:
+        self.calls.append((names, kwargs))
+
+    def getgroup(self, *_args: Any) -> _Group:
+        return self
+
+
+def test_every_setting_is_one_row_with_its_default_only_there() -> None:
+    """Settings has a typed field per SETTINGS row and no default of its own (the launches default
+    was 3 in the table and 1 in the dataclass)."""
+    by_name = {f.name: f for f in fields(Settings)}
+    for s in SETTINGS:
+        assert s.key in by_name, s.key
+        assert by_name[s.key].default is MISSING, f"Settings.{s.key} declares a default of its own"
+    others = {"root", "tolerances", "option_tolerances", "workloads", "selected", "pyproject", "sources"}
+    assert set(by_name) - {s.key for s in SETTINGS} == others
+
+
+def test_pytest_and_cli_options_come_from_the_same_rows(tmp_path: Path) -> None:
+    group = _Group()
+    plugin.pytest_addoption(group)  # type: ignore[arg-type]
+    pytest_flags = {n: kw for names, kw in group.calls for n in names}
+    cli_flags = _flags(lambda add: add_setting_options(add))
+    expected = {f"--{s.option}" for s in SETTINGS if s.option} | {
+        f"--no-{s.option}" for s in SETTINGS if s.option and s.kind == "bool"} | {"--tolerance"}
+    assert set(cli_flags) == expected
+    assert {f for f in pytest_flags if f.startswith(("--perfgate-", "--no-perfgate-"))} == {
+        f.replace("--", "--perfgate-", 1).replace("--perfgate-no-", "--no-perfgate-") for f in expected} | {
+        "--perfgate-update-baselines", "--perfgate-workload"}
+    for flag, kwargs in cli_flags.items():  # same help, same checks, both "not given" by default
+        twin = pytest_flags[flag.replace("--", "--perfgate-", 1).replace("--perfgate-no-", "--no-perfgate-")]
+        assert kwargs["help"].replace("--perfgate-", "--") == twin["help"].replace("--perfgate-", "--")
+        assert kwargs.get("type") == twin.get("type") and kwargs["default"] == twin["default"]
+    args = cli.build_parser(["run"]).parse_args(["run", "--no-autostep", "--launches", "5", "--timeout", "60"])
+    s = settings_from_args(args)
+    assert (s.autostep, s.launches, s.timeout_s) == (False, 5, 60.0)
+
+
+def test_a_bad_option_is_refused_by_the_parser_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--launches", "0"])
+    assert exc.value.code == 2
+    assert "argument --launches: expected a whole number >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--size", "huge"])
+    assert "argument --size: expected one of auto, cpu, gpu, got 'huge'" in capsys.readouterr().err
+
+
+def test_a_bad_value_names_its_source(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate]\nlaunches = 0\n")
+    with pytest.raises(ConfigError, match=r"pyproject.toml \[tool.perfgate\] launches: expected a whole number >= 1, got 0"):
+        load_settings(root, env={})
+    with pytest.raises(ConfigError, match=r"^environment variable PERFGATE_TIMEOUT_S: expected a positive number"):
+        load_settings(project(tmp_path, ""), env={"PERFGATE_TIMEOUT_S": "-1"})
+    with pytest.raises(ConfigError, match=r"^option --launches: expected a whole number >= 1, got 0"):
+        load_settings(project(tmp_path, ""), env={}, overrides={"launches": 0}, option_prefix="")
+    with pytest.raises(ConfigError, match=r"^option --perfgate-launches: expected"):
+        load_settings(project(tmp_path, ""), env={}, overrides={"launches": 0})
+    with pytest.raises(ConfigError, match=r"^option --tolerance: expected METRIC=SPEC"):
+        load_settings(project(tmp_path, ""), env={}, overrides={"tolerance": ["step_time_ms"]}, option_prefix="")
+
+
+def test_alpha_is_checked_with_the_settings_not_after_the_captures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """alpha 0.7 passed the settings (0 < alpha < 1) and failed the comparison (alpha < 0.5) of
+    every workload after its launches had run; now the run stops before anything runs."""
+    root = project(tmp_path, "[tool.perfgate]\nalpha = 0.7\n", workloads=("tiny",))
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] alpha: expected a number between 0 and 0.5, got 0.7"):
+        load_settings(root, env={})
+    assert cli.main(["run", "--root", str(root), "--artifacts-dir", str(tmp_path / "runs")]) == 2
+    assert "alpha: expected a number between 0 and 0.5" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+    assert load_settings(root, env={"PERFGATE_ALPHA": "0.05"}).alpha == 0.05
+
+
+def test_tolerance_precedence_option_then_workload_table_then_global_table(tmp_path: Path) -> None:
+    """A per-workload tolerance from pyproject overrode the command line."""
+    root = project(tmp_path, """
+[tool.perfgate.tolerance]
+step_time_ms = "4%"
+"phase.*.cpu_ms" = "30%"
+[tool.perfgate.workloads.tiny]
+tolerance = { step_time_ms = "20%", "phase.forward.cpu_ms" = "25%" }
+""", workloads=("tiny",))
+    s = load_settings(root, env={}, overrides={"tolerance": ["step_time*=2%"]})
+    spec = select_workloads(discover_workloads(s), ["tiny"])[0]
+    policy = compare_policy(s, spec)
+    assert policy.tolerance_for("step_time_ms") == Tolerance(rel=0.02)        # option (a pattern) beats the table's exact name
+    assert policy.tolerance_for("phase.forward.cpu_ms") == Tolerance(rel=0.25)  # workload table beats the global one
+    assert policy.tolerance_for("phase.backward.cpu_ms") == Tolerance(rel=0.30)
+    assert policy.tolerance_for("gpu_idle_fraction") == Tolerance(abs=0.03)    # the metric's default
+    assert compare_policy(load_settings(root, env={}), spec).tolerance_for("step_time_ms") == Tolerance(rel=0.20)
+
+
+def test_the_old_warmup_steps_key_still_sets_the_skipped_steps(tmp_path: Path) -> None:
+    root = project(tmp_path, "[tool.perfgate]\nwarmup_steps = 2\n[tool.perfgate.workloads.tiny]\nwarmup_steps = 4\n",
+                   workloads=("tiny", "other"))
+    s = load_settings(root, env={})
+    assert s.skip_steps == 2 and s.workloads["tiny"].skip_steps == 4
+    specs = {w.name: w for w in discover_workloads(s)}
+    assert (specs["tiny"].skip_steps, specs["other"].skip_steps) == (4, 2)
+    assert load_settings(project(tmp_path, "[tool.perfgate]\nskip_steps = 1\n"), env={}).skip_steps == 1
+    assert load_settings(project(tmp_path, ""), env={"PERFGATE_WARMUP_STEPS": "3"}).skip_steps == 3
+    with pytest.raises(ConfigError, match="warmup_steps and skip_steps are the same setting"):
+        load_settings(project(tmp_path, "[tool.perfgate]\nwarmup_steps = 1\nskip_steps = 1\n"), env={})
+    with pytest.raises(ConfigError, match=r"\[tool.perfgate\] warmup_steps: expected a whole number >= 0"):
+        load_settings(project(tmp_path, "[tool.perfgate]\nwarmup_steps = -1\n"), env={})
 
 
 # ----------------------------------------------------------------------------- issue 16: honest errors

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.diagnosis import render_attribution_text
 from perfgate.model import Verdict
 
 HERE = Path(__file__).parent
@@ -63,11 +64,11 @@ def test_a_slowing_edit_is_regressed_and_its_first_reason_names_the_mechanism(co
     # and the share of the change the reasons account for is printed
     assert 0 < attribution.explained_ms <= attribution.step_mean_delta_ms + 1e-9
     assert f"explained: {attribution.explained_ms:.2f} of {attribution.step_mean_delta_ms:+.2f} ms/step" \
-        in attribution.to_text()
+        in render_attribution_text(attribution)
     # the JSON carries the same reasons, in the same words, as the text every report prints
     doc = attribution.to_dict()
     assert doc["first_reason"] == first and doc["reasons"][0]["text"] == first
-    assert f"1. {min(top.ms, attribution.step_mean_delta_ms):.2f} ms/step: {first}" in attribution.to_text()
+    assert f"1. {min(top.ms, attribution.step_mean_delta_ms):.2f} ms/step: {first}" in render_attribution_text(attribution)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.regresses], ids=lambda c: c.name)
@@ -80,7 +81,7 @@ def test_data_loading_reasons_name_workers_only_when_their_number_changed(corpus
     # nsys records the DataLoader's pt_data_worker processes: 4 on both sides of the slower transform
     slower = next(c for c in CASES if c.name == "slow_transform")
     _, attribution = _compare(corpus, slower)
-    assert "same 4 DataLoader workers" in attribution.first_reason and "num_workers=0" not in attribution.to_text()
+    assert "same 4 DataLoader workers" in attribution.first_reason and "num_workers=0" not in render_attribution_text(attribution)
     assert attribution.cause == "input pipeline"
     fewer = next(c for c in CASES if c.name == "workers_off")
     _, attribution = _compare(corpus, fewer)

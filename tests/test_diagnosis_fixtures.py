@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.diagnosis import diagnose, explain_regression, render_diagnosis_text
+from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text, render_diagnosis_text
 from perfgate.diagnosis.facts import trace_facts
 from perfgate.diagnosis.records import CPU_ONLY_NOTE
 from perfgate.trace import load_trace
@@ -104,4 +104,4 @@ def test_ladder_rung_removed_is_named(faster: str, slower: str, cause: str) -> N
         pytest.skip(f"ladder captures {faster}/{slower} not committed yet")
     base, cur = (analyze_trace(p) for p in paths)
     a = explain_regression(base, cur, baseline_trace=load_trace(paths[0]), current_trace=load_trace(paths[1]))
-    assert a.cause == cause, a.to_text()
+    assert a.cause == cause, render_attribution_text(a)

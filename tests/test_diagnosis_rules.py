@@ -311,3 +311,13 @@ def test_diagnosis_dict_is_json_and_renders_every_finding() -> None:
     text = render_diagnosis_text(doc)
     assert text.startswith(f"bottleneck: {d.bottleneck} (confidence")
     assert text.count("    try: ") == 3
+
+
+def test_every_rule_is_one_record_and_its_findings_carry_its_id() -> None:
+    ids = [r.id for r in rules.RULES]
+    assert len(set(ids)) == len(ids) == 12
+    assert all(r.check.__name__ == r.id and r.phrase for r in rules.RULES)
+    assert rules.RULE_BY_ID["dataloader_blocking"].reason_cause == "input pipeline"
+    assert rules.pageable_copies(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5)).rule == "pageable_copies"
+    fired = rules.run_rules(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5))
+    assert "pageable_copies" in {f.rule for f in fired} and {f.rule for f in fired} <= set(ids)

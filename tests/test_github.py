@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from report_results import make_result
 
-from perfgate.github import post_statuses, run_url, status_payload
+from perfgate.report.github import post_statuses, run_url, status_payload
 from perfgate.model import Verdict
 
 

@@ -13,7 +13,7 @@ from perfgate.compare import ComparePolicy
 from perfgate.config import load_settings
 from perfgate.errors import TraceError
 from perfgate.model import Verdict
-from perfgate.pipeline import compare_files, compare_policy, judge, metrics_from_document, result_fails, run_workload
+from perfgate.pipeline import compare_files, compare_policy, judge, metrics_from_document, run_workload
 from perfgate.workloads import discover_workloads, select_workloads
 
 SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")
@@ -60,7 +60,7 @@ def test_same_measurements_pass_against_their_baseline(gate) -> None:
           compare_policy(settings, spec))
     assert result.verdict == Verdict.PASS
     assert result.baseline_step_times_ms == load_baseline(recorded.baseline_path).step_durations_ms
-    assert not result_fails(result, strict=True)
+    assert not result.failed and not replace(result, strict=True).failed
 
 
 def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
@@ -70,13 +70,16 @@ def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
     judge(result, spec, strict, None, settings.baseline_dir / "absent.json", compare_policy(strict, spec))
     assert result.verdict == Verdict.NEW
     assert "--perfgate-update-baselines" in result.message
-    assert result_fails(result, strict=True) and not result_fails(result, strict=False)
+    assert result.strict and result.failed
+    lenient = replace(recorded, comparisons=[], extra={})
+    judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json", compare_policy(settings, spec))
+    assert lenient.verdict == Verdict.NEW and not lenient.failed
 
 
 def test_crashing_workload_becomes_an_error_result(gate) -> None:
     settings, spec, _recorded = gate
     result = run_workload(replace(spec, args=("--steps", "0")), settings)
-    assert result.verdict == Verdict.ERROR and result_fails(result)
+    assert result.verdict == Verdict.ERROR and result.failed
     assert "exited with code 2" in result.error and "--steps" in result.error
     assert json.loads((result.run_dir / "result.json").read_text())["verdict"] == "ERROR"
 
@@ -113,7 +116,7 @@ def test_a_full_disk_while_writing_result_json_is_an_error_naming_the_file(
 
     monkeypatch.setattr(pipeline, "new_run_dir", run_dir_with_a_full_result)
     result = run_workload(spec, settings)
-    assert result.verdict == Verdict.ERROR and result_fails(result)
+    assert result.verdict == Verdict.ERROR and result.failed
     assert result.error.startswith(f"{result.run_dir / 'result.json'}: No space left on device "
                                    "(the measured verdict was ")
     assert (result.run_dir / "launch-0" / "trace.sqlite").is_file()   # the partial artifacts stay

@@ -129,6 +129,13 @@ def test_no_baseline_passes_as_new_and_fails_when_strict(pytester: pytest.Pytest
     result = pytester.runpytest_subprocess("--perfgate", "--perfgate-strict")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*NEW*"])
+    # the same failure in the JSON report and in the commit status made from it
+    from perfgate.report.github import status_payload
+    from perfgate.report.json_report import results_from_report
+
+    doc = json.loads((pytester.path / ".perfgate" / "report" / "perfgate-report.json").read_text())
+    assert doc["verdict"] == "NEW" and doc["failed"] is True and doc["results"][0]["failed"] is True
+    assert status_payload(results_from_report(doc)[0])["state"] == "failure"
 
 
 def test_fixture_runs_a_workload_against_its_baseline(pytester: pytest.Pytester, recorded: dict) -> None:

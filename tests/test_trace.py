@@ -18,7 +18,6 @@ from perfgate.trace import load_trace
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 CPU = TRACES / "cpu-train-loop" / "trace.sqlite"
 H100 = TRACES / "toy-h100" / "trace.sqlite"
-CPU_NVTX_PACKAGE = Path("/work/shared/fixtures/toy-cpu-nsys2022.4.sqlite")
 
 
 def _copy(tmp_path: Path, src: Path = CPU) -> Path:
@@ -110,8 +109,14 @@ def test_an_export_whose_nvtx_table_holds_no_ranges_is_refused(tmp_path: Path) -
         load_trace(path)
 
 
-def test_the_pypi_nvtx_package_capture_on_2022_4_is_refused_as_rangeless() -> None:
-    if not CPU_NVTX_PACKAGE.is_file():
-        pytest.skip(f"{CPU_NVTX_PACKAGE} not present")
+def test_the_pypi_nvtx_package_capture_on_2022_4_is_refused_as_rangeless(tmp_path: Path) -> None:
+    """nsys 2022.4 records the ``nvtx`` package's ranges of a CPU process as nothing but one domain
+    creation (eventType 76): the committed 2022.4 export with its ranges replaced by that one row."""
+    path = _copy(tmp_path)
+    with sqlite3.connect(path) as conn:
+        tid, start = conn.execute("SELECT globalTid, min(start) FROM NVTX_EVENTS").fetchone()
+        conn.execute("DELETE FROM NVTX_EVENTS")
+        conn.execute("INSERT INTO NVTX_EVENTS (start, eventType, globalTid, domainId) VALUES (?, 76, ?, 0)",
+                     (start, tid))
     with pytest.raises(TraceError, match="holds no push/pop or start/end ranges"):
-        load_trace(CPU_NVTX_PACKAGE)
+        load_trace(path)

@@ -92,7 +92,7 @@ def test_warmup_steps_in_pyproject_match_both_presets(name: str, torch_module, r
     config = load_settings(repo_root, env={}).workloads[name]
     presets = importlib.import_module(f"workloads.{name}").PRESETS
     assert config.enabled is False
-    assert presets["cpu"]["warmup_steps"] == presets["gpu"]["warmup_steps"] == config.warmup_steps
+    assert presets["cpu"]["warmup_steps"] == presets["gpu"]["warmup_steps"] == config.skip_steps
 
 
 def test_importing_the_loops_imports_no_framework(torch_module, repo_root) -> None:

@@ -17,6 +17,7 @@ _ON_VALUES = ("1", "true", "yes", "on")
 
 
 def _note(message):
+    # type: (str) -> None
     try:
         sys.stderr.write("perfgate autostep: " + message + "\n")
         sys.stderr.flush()
@@ -25,6 +26,7 @@ def _note(message):
 
 
 def _install():
+    # type: () -> None
     if os.environ.get("PERFGATE_AUTOSTEP", "").strip().lower() not in _ON_VALUES:
         return
     try:
@@ -36,6 +38,7 @@ def _install():
 
 
 def _chain():
+    # type: () -> None
     """Run the next ``sitecustomize`` on sys.path (skipping this folder), if there is one."""
     import importlib.machinery
     import importlib.util
@@ -59,6 +62,7 @@ def _chain():
 
 
 def _main():
+    # type: () -> None
     if __name__ != "sitecustomize" or _MARKER in sys.modules:  # imported as perfgate._autostep_site...
         return
     sys.modules[_MARKER] = sys.modules.get(__name__) or sys

@@ -72,6 +72,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         busy = attribute_gpu_time(instances, ops)
         # only the phase instances' own ranges are looked up in the projection
         projected = project_ranges(trace.nvtx[trace.nvtx["row_id"].isin(instances["row_id"]).to_numpy()], ops)
+        assert api is not None  # trace.gpu aggregates the API calls of every window it is given
         work = gpu_work(ops, api, trace.strings, trace.memory_events, lo, hi, steps.count,
                         options.top_kernels)
     phases = phase_stats(instances, steps.count, total_step_ns, busy, projected)

@@ -7,38 +7,12 @@ and the attribution of a regression to phases, GPU idle time, rules and kernels.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
 from perfgate.diagnosis.attribution import explain_regression
-from perfgate.diagnosis.bottleneck import classify
-from perfgate.diagnosis.evidence import as_analysis, gpu_active
-from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping, trace_facts
+from perfgate.diagnosis.facts import TraceFacts, trace_facts
+from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import Attribution, Diagnosis, Finding, KernelDelta, PhaseDelta
 from perfgate.diagnosis.render import render_attribution_text, render_diagnosis_text
-from perfgate.diagnosis.rules import RULES, run_rules
-from perfgate.model import Analysis
-
-if TYPE_CHECKING:
-    from perfgate.trace import Trace
-
-
-def diagnose(analysis: Analysis | Mapping[str, Any], trace: Trace | None = None, *,
-             facts: TraceFacts | None = None) -> Diagnosis:
-    """Bottleneck class, evidence and findings of one run. ``trace`` (the Trace the analysis was
-    made from) lets the rules read raw events; ``facts`` passes TraceFacts computed before."""
-    a = as_analysis(analysis)
-    if facts is None and trace is not None:
-        facts = trace_facts(trace, a)
-    if facts is None and not isinstance(analysis, Analysis):
-        facts = facts_from_mapping(analysis)
-    verdict = classify(a, facts)
-    findings = run_rules(a, facts)
-    return Diagnosis(bottleneck=verdict.bottleneck, confidence=round(verdict.confidence, 4),
-                     evidence=verdict.evidence, findings=findings, gpu_active=gpu_active(a),
-                     scores={k: round(v, 4) for k, v in verdict.scores.items()},
-                     facts=None if facts is None else facts.to_dict())
-
+from perfgate.diagnosis.rules import RULES
 
 __all__ = [
     "RULES", "Attribution", "Diagnosis", "Finding", "KernelDelta", "PhaseDelta", "TraceFacts",

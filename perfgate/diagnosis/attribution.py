@@ -11,10 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 from perfgate.diagnosis.evidence import (
-    COMPUTE_PHASES,
     BETWEEN_STEPS,
     data_phase,
-    H2D_PHASE,
     as_analysis,
     gap_idle_by_phase_ms,
     idle_ms_per_step,
@@ -32,69 +30,13 @@ from perfgate.diagnosis.records import (
     PhaseDelta,
     Reason,
 )
+from perfgate.diagnosis.rules import RULE_BY_ID
 from perfgate.model import Analysis, MetricComparison, Verdict
 
 AnalysisLike = Analysis | Mapping[str, Any]
 
 KERNEL_DELTAS_SHOWN = 10
 MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a reason
-
-# What a newly firing rule says about the change (the seed-003 optimization ladder, reversed).
-NEW_RULE_PHRASES: dict[str, str] = {
-    "dataloader_blocking": "the DataLoader stopped keeping up: the loop now waits for each batch "
-                           "(a slower dataset or transform, or fewer workers?)",
-    "pageable_copies": "pageable H2D copies appeared → pin_memory disabled?",
-    "blocking_copy": "H2D copies became blocking (a sync per copy) → non_blocking=False?",
-    "synchronous_copies": "synchronous cudaMemcpy appeared → non_blocking=False?",
-    "copy_not_overlapped": "H2D copies stopped overlapping compute → copy stream removed?",
-    "no_mixed_precision": "GEMM/conv kernels went from half precision to fp32 → autocast disabled?",
-    "not_compiled": "Triton kernels disappeared, unfused elementwise kernels appeared → torch.compile "
-                    "disabled?",
-    "cpu_launch_bound": "kernels got many and short: the CPU cannot launch fast enough",
-    "synchronizing_api_calls": "the host started waiting for the GPU inside the step (new sync calls)",
-    "warmup_in_window": "warm-up/autotuning moved into the measured window",
-    "long_gpu_gaps": "long GPU idle gaps appeared",
-    "low_gpu_utilization": "the GPU became idle most of the time",
-}
-
-
-# A newly firing rule whose own cause names a setting the traces cannot see change: the reason
-# names what they do show (the loop waits for data; how many workers it has is not in the trace).
-REASON_CAUSES = {"dataloader_blocking": "input pipeline"}
-
-
-def _rule_delta_ms(rule: str, base: Analysis, cur: Analysis) -> float:
-    """The step-time-relevant change (ms/step) that a rule's cause would produce."""
-    def pd_(name: str) -> float:
-        return phase_ms(cur, name) - phase_ms(base, name)
-
-    def gpu(attr: str) -> float:   # 0 when a side has no GPU detail (unknown, not a change)
-        if base.gpu is None or cur.gpu is None:
-            return 0.0
-        return float(getattr(cur.gpu, attr) or 0.0) - float(getattr(base.gpu, attr) or 0.0)
-
-    def idle() -> float:
-        b, c = idle_ms_per_step(base), idle_ms_per_step(cur)
-        return 0.0 if b is None or c is None else c - b
-
-    table: dict[str, Callable[[], float]] = {
-        "dataloader_blocking": lambda: pd_(data_phase(cur)),
-        "pageable_copies": lambda: max(pd_(H2D_PHASE), gpu("h2d_ms_per_step")),
-        "blocking_copy": lambda: pd_(H2D_PHASE),
-        "synchronous_copies": lambda: pd_(H2D_PHASE),
-        # the copy's own phase: GPU idle that grew elsewhere (e.g. while data loads) is not the copy's
-        "copy_not_overlapped": lambda: pd_(H2D_PHASE),
-        "no_mixed_precision": lambda: max(gpu("kernel_ms_per_step"),
-                                          sum(pd_(p) for p in COMPUTE_PHASES)),
-        "not_compiled": lambda: max(gpu("kernel_ms_per_step"), sum(pd_(p) for p in COMPUTE_PHASES)),
-        "cpu_launch_bound": lambda: sum(pd_(p) for p in COMPUTE_PHASES),
-        "synchronizing_api_calls": lambda: gpu("cuda_api_ms_per_step"),
-        "warmup_in_window": lambda: cur.steps.summary_ms.p90 - base.steps.summary_ms.p90,
-        "long_gpu_gaps": idle,
-        "low_gpu_utilization": idle,
-    }
-    return table.get(rule, lambda: 0.0)()
-
 
 def _pick(values: Sequence[Any], key: Callable[[Any], float]) -> Any:
     """The element whose key is the (lower) median of ``values``."""
@@ -167,13 +109,14 @@ def _reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], phases: tu
     standing condition: never a reason."""
     out: list[Reason] = []
     for f in new:
-        delta = _rule_delta_ms(f.rule, base, cur)
+        rule = RULE_BY_ID.get(f.rule)
+        delta = rule.explains_ms(base, cur) if rule is not None else 0.0
         if f.cause is None or delta < MIN_REASON_MS:
             continue
         phase = f.phases[0] if f.phases else None
         out.append(Reason(f"rule:{f.rule}", phase, delta,
-                          f"{_where(phase, delta, idle_phase, cur)}: {NEW_RULE_PHRASES.get(f.rule, f.message)}",
-                          REASON_CAUSES.get(f.rule, f.cause)))
+                          f"{_where(phase, delta, idle_phase, cur)}: {rule.phrase if rule else f.message}",
+                          (rule.reason_cause if rule else None) or f.cause))
     by_phase = {p.name: p.delta_ms for p in phases}
     data = data_phase(cur)
     data_ms = by_phase.get(data, 0.0) + (by_phase.get(BETWEEN_STEPS, 0.0) if data != BETWEEN_STEPS else 0.0)
@@ -266,7 +209,7 @@ def explain_regression(
     ``to_dict()`` (a baseline launch detail) or a sequence of launches (the median launch by mean
     step time is used). ``comparisons``: MetricComparison rows or an object with
     ``.comparisons`` (compare.Outcome). Traces, when given, sharpen the rules (see TraceFacts)."""
-    from perfgate.diagnosis import diagnose
+    from perfgate.diagnosis.one_run import diagnose
 
     base, base_facts, base_diag = _one(baseline)
     cur, cur_facts, cur_diag = _one(current)
@@ -286,7 +229,8 @@ def explain_regression(
     if partial:
         notes.append("the baseline keeps no GPU detail (gpu, gpu_idle): rules, kernels and idle "
                      "by phase are not compared")
-        new, resolved = (), ()
+        new: tuple[Finding, ...] = ()
+        resolved: tuple[Finding, ...] = ()
     else:
         new = tuple(f for f in cur_diag.findings if f.rule not in before)
         resolved = tuple(f for f in base_diag.findings if f.rule not in after)

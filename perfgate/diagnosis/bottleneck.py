@@ -28,7 +28,7 @@ from perfgate.diagnosis.records import (
     SYNCHRONIZATION,
     UNDETERMINED,
 )
-from perfgate.diagnosis.rules import SMALL_KERNEL_US  # unattributed idle counts as launch idle below it
+from perfgate.diagnosis.checks import SMALL_KERNEL_US  # unattributed idle counts as launch idle below it
 from perfgate.model import Analysis
 
 COMPUTE_BOUND_IDLE_MAX = 0.15   # GPU idle fraction at or below which the run is GPU compute bound ...

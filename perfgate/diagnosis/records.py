@@ -139,18 +139,6 @@ class Attribution:
     reasons: tuple[Reason, ...] = ()   # ranked by the ms/step they account for
     explained_ms: float = 0.0          # of step_mean_delta_ms, by the reasons (at most all of it)
 
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def __radd__(self, other: str) -> str:
-        """``message + "\n" + attribution`` reads as text."""
-        return other + self.to_text()
-
-    def to_text(self) -> str:
-        from perfgate.diagnosis.render import render_attribution_text
-
-        return render_attribution_text(self)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "first_reason": self.first_reason,

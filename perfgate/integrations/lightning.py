@@ -29,18 +29,21 @@ exception never leaves a range open on the thread.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
+if TYPE_CHECKING:  # typed against lightning; pytorch_lightning is the same class under its old name
     from lightning.pytorch import Callback
-except ImportError:
+else:
     try:
-        from pytorch_lightning import Callback  # type: ignore[no-redef]
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "perfgate.integrations.lightning needs lightning (or pytorch_lightning): "
-            "pip install 'perfgate[lightning]'"
-        ) from exc
+        from lightning.pytorch import Callback
+    except ImportError:
+        try:
+            from pytorch_lightning import Callback
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "perfgate.integrations.lightning needs lightning (or pytorch_lightning): "
+                "pip install 'perfgate[lightning]'"
+            ) from exc
 
 from perfgate.integrations import STEP_RANGE
 from perfgate.integrations._ranges import OpenRanges

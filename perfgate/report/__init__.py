@@ -188,7 +188,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
         _written("--pr-comment", args.pr_comment, lambda: args.pr_comment.write_text(  # in place: FILE may be a pipe
             redact_text(render_pr_comment(results), known), encoding="utf-8"))
     if args.post_status:
-        from perfgate.github import post_statuses
+        from perfgate.report.github import post_statuses
 
         for warning in post_statuses(results, env=env):
             print(warning, file=sys.stderr)

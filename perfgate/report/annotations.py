@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from perfgate.model import Verdict, WorkloadResult
 from perfgate.report.digest import describe, one_line, regressed
 
-ERROR_VERDICTS = (Verdict.REGRESSED, Verdict.ERROR)
 WARNING_VERDICTS = (Verdict.INCONCLUSIVE, Verdict.NEW, Verdict.IMPROVED, Verdict.NO_DATA)
 GITHUB_LIMIT_PER_KIND = 10
 
@@ -67,9 +66,9 @@ def error_message(result: WorkloadResult) -> str:
 
 def render_annotations(results: Sequence[WorkloadResult], max_errors: int = GITHUB_LIMIT_PER_KIND,
                        max_warnings: int = GITHUB_LIMIT_PER_KIND) -> list[str]:
-    """``::error`` lines for REGRESSED/ERROR workloads and ``::warning`` lines for
-    INCONCLUSIVE/NEW/IMPROVED/NO-DATA ones, each kind within its limit."""
-    errors = [(f"perfgate {r.name}", error_message(r)) for r in results if r.verdict in ERROR_VERDICTS]
+    """``::error`` lines for the workloads that fail (REGRESSED, ERROR, NEW under strict mode) and
+    ``::warning`` lines for the other INCONCLUSIVE/NEW/IMPROVED/NO-DATA ones, each kind within its limit."""
+    errors = [(f"perfgate {r.name}", error_message(r)) for r in results if r.failed]
     warnings = [(f"perfgate {r.name}", f"{one_line(r, limit=1000)}. {_WARNING_HINTS[r.verdict]}")
-                for r in results if r.verdict in WARNING_VERDICTS]
+                for r in results if not r.failed and r.verdict in WARNING_VERDICTS]
     return _kind_lines("error", errors, max_errors) + _kind_lines("warning", warnings, max_warnings)

@@ -6,11 +6,25 @@ comparisons. Renderers (terminal, markdown, junit, annotations, status descripti
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
-from perfgate.model import MetricComparison, Tolerance, Verdict, WorkloadResult
+from perfgate.model import MetricComparison, Verdict, WorkloadResult
+from perfgate.wording import (  # re-exported: the renderers write a comparison in perfgate.wording's words
+    describe,
+    fmt_change,
+    fmt_metric_change,
+    fmt_number,
+    fmt_stats,
+    fmt_tolerance,
+    fmt_value,
+)
+
+__all__ = [
+    "Digest", "VERDICT_ICONS", "describe", "digest", "fmt_change", "fmt_metric_change", "fmt_number",
+    "fmt_stats", "fmt_step", "fmt_tolerance", "fmt_value", "fmt_worst_phase", "one_line", "phase_comparisons",
+    "phase_name", "regressed", "worst_phase",
+]
 
 STEP_METRIC = "step_time_ms"
 SAMPLES_METRIC = "samples_per_s"
@@ -108,78 +122,6 @@ def digest(result: WorkloadResult) -> Digest:
 
 
 # ----------------------------------------------------------------------------- formatting
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
-
-
-def fmt_number(value: float | None, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant figures (at least 1 decimal below 1000); "-" for None."""
-    if not _finite(value):
-        return "-" if value is None else str(value)
-    assert value is not None
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if value == 0:
-        return "0"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(value)))))
-    return f"{value:.{min(decimals, 6)}f}"
-
-
-def fmt_value(value: float | None, unit: str) -> str:
-    """A metric value with its unit: ``12.3 ms``, ``4.5 %`` (fractions), ``2,113 samples/s``."""
-    if value is None:
-        return "-"
-    if unit == "fraction":
-        return f"{value * 100:.1f} %"
-    text = fmt_number(value)
-    return f"{text} {unit}" if unit else text
-
-
-def fmt_change(change: float | None) -> str:
-    """Relative change as a signed percentage: ``+22.8 %``."""
-    if not _finite(change):
-        return "-"
-    assert change is not None
-    return f"{change * 100:+.1f} %"
-
-
-def fmt_metric_change(c: MetricComparison) -> str:
-    """A comparison's change: relative (``+22.8 %``), or in percentage points for fractions."""
-    if c.unit == "fraction":
-        return "-" if not _finite(c.delta) else f"{(c.delta or 0.0) * 100:+.1f} pp"
-    return fmt_change(c.change)
-
-
-def fmt_tolerance(tol: Tolerance, unit: str) -> str:
-    """``5 %``, ``0.2 ms`` or ``5 % and 0.2 ms`` (both must be exceeded to fail); ``off``."""
-    if tol.rel is not None and math.isinf(tol.rel):
-        return "off"
-    parts = []
-    if tol.rel is not None:
-        parts.append(f"{tol.rel * 100:g} %")
-    if tol.abs is not None:
-        parts.append(f"{tol.abs * 100:g} pp" if unit == "fraction" else fmt_value(tol.abs, unit))
-    return " and ".join(parts) if parts else "-"
-
-
-def fmt_stats(c: MetricComparison) -> str:
-    """``p=0.003, CI [+4.1 %, +9.0 %]`` when the comparison carries them, else ""."""
-    parts = []
-    if c.p_value is not None:
-        parts.append(f"p={c.p_value:.2g}")
-    if c.ci_low is not None and c.ci_high is not None:
-        parts.append(f"CI [{fmt_change(c.ci_low)}, {fmt_change(c.ci_high)}]")
-    return ", ".join(parts)
-
-
-def describe(c: MetricComparison) -> str:
-    """``phase.forward.cpu_ms +48.3 % (4.10 ms -> 6.08 ms, tolerance 10 %, p=0.001)``."""
-    extra = fmt_stats(c)
-    return (f"{c.metric} {fmt_metric_change(c)} ({fmt_value(c.baseline, c.unit)} -> "
-            f"{fmt_value(c.current, c.unit)}, tolerance {fmt_tolerance(c.tolerance, c.unit)}"
-            f"{', ' + extra if extra else ''})")
 
 
 def fmt_step(d: Digest) -> str:

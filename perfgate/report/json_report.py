@@ -5,7 +5,7 @@ Shape (schema version :data:`SCHEMA_VERSION`)::
     {"schema_version": 1, "perfgate_version": "...", "created_utc": "...",
      "verdict": "REGRESSED", "failed": true,
      "counts": {"PASS": 2, "REGRESSED": 1},
-     "results": [{"workload", "variant", "name", "verdict", "failed", "message", "error",
+     "results": [{"workload", "variant", "name", "verdict", "failed", "strict", "message", "error",
                   "run_dir", "baseline_path", "wall_s", "machine": {...} | null,
                   "baseline_step_times_ms": [...], "comparisons": [{...}], "analyses": [{...}],
                   "extra": {...}}]}
@@ -82,7 +82,7 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
     """A WorkloadResult as JSON-ready data (analyses via ``Analysis.to_dict()``)."""
     return _jsonable({
         "workload": r.workload, "variant": r.variant, "name": r.name,
-        "verdict": r.verdict, "failed": r.failed, "message": r.message, "error": r.error,
+        "verdict": r.verdict, "failed": r.failed, "strict": r.strict, "message": r.message, "error": r.error,
         "run_dir": r.run_dir, "baseline_path": r.baseline_path, "wall_s": r.wall_s,
         "machine": None if r.machine is None else asdict(r.machine),
         "baseline_step_times_ms": list(r.baseline_step_times_ms),
@@ -182,20 +182,23 @@ def _machine_from(f: _Fields) -> MachineInfo:
 
 
 def _result_from(f: _Fields) -> WorkloadResult:
+    verdict = f.enum("verdict", Verdict)
     machine = f.get("machine", (dict,))
     comparisons = f.get("comparisons", (list,), [])
     steps = f.get("baseline_step_times_ms", (list,), [])
-    step_fields = _Fields(dict(enumerate(steps)), f.where, f"{f.path}.baseline_step_times_ms")
+    step_fields = _Fields({str(k): v for k, v in enumerate(steps)}, f.where, f"{f.path}.baseline_step_times_ms")
     return WorkloadResult(
-        workload=f.name("workload", required=True) or "", verdict=f.enum("verdict", Verdict),
+        workload=f.name("workload", required=True) or "", verdict=verdict,
         comparisons=[_comparison_from(_Fields(c, f.where, f"{f.path}.comparisons[{k}]"))
                      for k, c in enumerate(comparisons)],
         machine=_machine_from(_Fields(machine, f.where, f"{f.path}.machine")) if machine else None,
         baseline_path=Path(p) if (p := f.get("baseline_path", (str,))) else None,
-        baseline_step_times_ms=[step_fields.number(k, non_negative=True) or 0.0 for k in range(len(steps))],
+        baseline_step_times_ms=[step_fields.number(str(k), non_negative=True) or 0.0 for k in range(len(steps))],
         run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
         error=f.get("error", (str,)), message=f.get("message", (str,), ""), variant=f.name("variant"),
         wall_s=f.number("wall_s", non_negative=True),
+        # reports from before "strict" say a strict NEW failed only by "failed"
+        strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
         extra={**f.get("extra", (dict,), {}), "analyses": f.get("analyses", (list,), [])},
     )
 

@@ -44,12 +44,13 @@ def junit_case(result: WorkloadResult) -> TestCase:
     """The JUnit test case of one workload."""
     case = TestCase(result.name, classname=CLASSNAME, elapsed_sec=result.wall_s,
                     stdout="\n".join(metric_lines(result)))
-    if result.verdict is Verdict.REGRESSED:
-        case.add_failure_info(message=one_line(result, limit=1000), output=failure_message(result),
-                              failure_type="perfgate.regression")
-    elif result.verdict is Verdict.ERROR:
+    if result.verdict is Verdict.ERROR:
         case.add_error_info(message=one_line(result, limit=1000), output=failure_message(result),
                             error_type="perfgate.error")
+    elif result.failed:  # REGRESSED, or NEW under strict mode
+        kind = "perfgate.regression" if result.verdict is Verdict.REGRESSED else "perfgate.missing-baseline"
+        case.add_failure_info(message=one_line(result, limit=1000), output=failure_message(result),
+                              failure_type=kind)
     elif result.verdict is Verdict.NO_DATA:
         case.add_skipped_info(message=one_line(result, limit=1000))
     return case

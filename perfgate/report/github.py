@@ -24,19 +24,21 @@ DEFAULT_SERVER_URL = "https://github.com"
 DESCRIPTION_LIMIT = 140
 TIMEOUT_S = 10.0
 
-_STATE = {Verdict.REGRESSED: "failure", Verdict.ERROR: "error"}
 
 
-def status_state(verdict: Verdict) -> str:
-    """GitHub status state: REGRESSED -> failure, ERROR -> error, everything else -> success."""
-    return _STATE.get(verdict, "success")
+def status_state(result: WorkloadResult) -> str:
+    """GitHub status state: ERROR -> error, any other failing result (REGRESSED, NEW under strict
+    mode: ``result.failed``) -> failure, everything else -> success."""
+    if result.verdict is Verdict.ERROR:
+        return "error"
+    return "failure" if result.failed else "success"
 
 
 def status_payload(result: WorkloadResult, context_prefix: str = "perfgate",
                    target_url: str | None = None) -> dict[str, str]:
     """The JSON body of the status of one workload."""
     body = {
-        "state": status_state(result.verdict),
+        "state": status_state(result),
         "context": f"{context_prefix}/{result.name}",
         "description": one_line(result, limit=DESCRIPTION_LIMIT),
     }

@@ -1,0 +1,265 @@
+"""The import graph of perfgate/ against the layers docs/ARCHITECTURE.md describes.
+
+The graph is read with ``ast`` (no import runs): every ``import``/``from ... import`` of a perfgate
+module, at module level or inside a function. Importing ``a.b.c`` from outside the package
+``a.b`` also runs ``a/b/__init__.py``, so it is an edge to ``a.b`` too. Imports under
+``if TYPE_CHECKING:`` never run: they count for the layering, not as cycles.
+
+The layers are read from the ``## Layers`` block of docs/ARCHITECTURE.md, so the document and
+the code cannot drift apart: a module may import its own layer and the layers below it.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "perfgate"
+ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
+
+#: Third-party imports only some units may make (the rest of perfgate never imports them).
+RESTRICTED = {"pytest": {"plugin"}, "_pytest": set()}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str            # importing module, e.g. "perfgate.cli"
+    target: str            # imported perfgate module, e.g. "perfgate.pipeline"
+    line: int
+    runtime: bool          # False under ``if TYPE_CHECKING:``
+
+
+def module_names(package: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under ``package``."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                for sub in ast.walk(child):
+                    if hasattr(sub, "lineno"):
+                        lines.add(sub.lineno)
+    return lines
+
+
+def imports_of(module: str, source: str, known: Iterable[str], *, is_package: bool = False,
+               root: str = "perfgate") -> tuple[list[Edge], list[tuple[str, int]]]:
+    """The perfgate edges of one module's source and its other (top-level name, line) imports."""
+    known = set(known)
+    tree = ast.parse(source)
+    typing_only = _type_checking_lines(tree)
+    package = module if is_package else module.rpartition(".")[0]
+    targets: list[tuple[str, int]] = []
+    external: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                targets.append((alias.name, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                name = node.module or ""
+            submodules = [f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in known]
+            if len(submodules) < len(node.names):  # a name defined by ``name`` itself
+                targets.append((name, node.lineno))
+            targets += [(sub, node.lineno) for sub in submodules]  # ``from perfgate.analysis import intervals``
+    edges: list[Edge] = []
+    for name, line in targets:
+        if name != root and not name.startswith(root + "."):
+            external.append((name.split(".")[0], line))
+            continue
+        while name not in known and "." in name:  # ``import perfgate.x.attr`` -> perfgate.x
+            name = name.rpartition(".")[0]
+        runtime = line not in typing_only
+        # importing a.b.c runs the __init__ of every package on the way that we are not inside
+        parts = name.split(".")
+        for k in range(2, len(parts) + 1):
+            target = ".".join(parts[:k])
+            inside = module == target or module.startswith(target + ".")
+            if target in known and target != module and (k == len(parts) or not inside):
+                edges.append(Edge(module, target, line, runtime))
+    return edges, external
+
+
+def import_graph(package: Path = PACKAGE) -> tuple[list[Edge], dict[str, list[tuple[str, int]]]]:
+    modules = module_names(package)
+    edges: list[Edge] = []
+    external: dict[str, list[tuple[str, int]]] = {}
+    for name, path in modules.items():
+        found, other = imports_of(name, path.read_text(encoding="utf-8"), modules,
+                                  is_package=path.name == "__init__.py", root=package.name)
+        edges += found
+        external[name] = other
+    return edges, external
+
+
+def find_cycle(edges: Iterable[Edge]) -> list[str] | None:
+    """One import cycle among the runtime edges (``[a, b, a]``), or None."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if e.runtime:
+            graph.setdefault(e.source, set()).add(e.target)
+    state: dict[str, int] = {}   # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def unit(module: str) -> str:
+    """What the layers name: a top-level module or a subpackage (``perfgate.report.digest`` ->
+    ``report``); the package itself is ``perfgate``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layers_from(text: str) -> dict[str, int]:
+    """``## Layers`` of ARCHITECTURE.md: a code block, highest layer first, one per line as
+    ``<layer name>: <unit> <unit> ...``. Returns unit -> rank (0 = lowest)."""
+    section = text.split("## Layers", 1)[1]
+    block = re.search(r"```\n(.*?)```", section, re.S)
+    assert block is not None, "ARCHITECTURE.md: ## Layers has no code block"
+    rows = [line.split(":", 1)[1].split() for line in block.group(1).splitlines() if ":" in line]
+    ranks: dict[str, int] = {}
+    for rank, units in enumerate(reversed(rows)):
+        for name in (u.removesuffix("/").removesuffix(".py") for u in units):
+            assert name not in ranks, f"ARCHITECTURE.md ## Layers: {name} is in two layers"
+            ranks[name] = rank
+    return ranks
+
+
+def violations(edges: Iterable[Edge], ranks: Mapping[str, int]) -> list[str]:
+    """Every edge from a unit to a unit of a higher layer, as ``source:line imports target``."""
+    out = []
+    for e in edges:
+        s, t = unit(e.source), unit(e.target)
+        if s != t and s in ranks and t in ranks and ranks[t] > ranks[s]:  # unknown: test_every_module_is_in_a_layer
+            out.append(f"{e.source}:{e.line} imports {e.target} ({s} may not import {t}: a higher layer)")
+    return out
+
+
+# --------------------------------------------------------------------------- perfgate itself
+
+
+@pytest.fixture(scope="module")
+def graph() -> tuple[list[Edge], dict[str, list[tuple[str, int]]]]:
+    return import_graph()
+
+
+@pytest.fixture(scope="module")
+def ranks() -> dict[str, int]:
+    return layers_from(ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def test_perfgate_has_no_import_cycle(graph: tuple[list[Edge], dict]) -> None:
+    assert find_cycle(graph[0]) is None, " -> ".join(find_cycle(graph[0]) or [])
+
+
+def test_every_module_is_in_a_layer(ranks: dict[str, int]) -> None:
+    missing = sorted({unit(m) for m in module_names(PACKAGE)} - set(ranks))
+    stale = sorted(set(ranks) - {unit(m) for m in module_names(PACKAGE)})
+    assert not missing, f"not in ARCHITECTURE.md ## Layers: {missing}"
+    assert not stale, f"ARCHITECTURE.md ## Layers names what perfgate/ does not have: {stale}"
+
+
+def test_no_import_against_the_layers(graph: tuple[list[Edge], dict], ranks: dict[str, int]) -> None:
+    assert violations(graph[0], ranks) == []
+
+
+def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dict]) -> None:
+    bad = [f"{module}:{line} imports {name}" for module, found in graph[1].items() for name, line in found
+           if name in RESTRICTED and unit(module) not in RESTRICTED[name]]
+    assert bad == []
+
+
+def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
+    assert [e for e in graph[0] if e.source in ("perfgate.model", "perfgate.errors")] == []
+
+
+# --------------------------------------------------------------------------- the checks check
+
+
+KNOWN = ["perfgate", "perfgate.model", "perfgate.cli", "perfgate.report", "perfgate.report.digest",
+         "perfgate.github", "perfgate.compare"]
+
+
+def test_a_function_level_import_is_an_edge() -> None:
+    source = "def f():\n    from perfgate.cli import main\n    return main\n"
+    edges, _ = imports_of("perfgate.compare", source, KNOWN)
+    assert [(e.target, e.line, e.runtime) for e in edges] == [("perfgate.cli", 2, True)]
+
+
+def test_a_submodule_import_runs_the_package_init_unless_inside_it() -> None:
+    outside, _ = imports_of("perfgate.github", "from perfgate.report.digest import one_line\n", KNOWN)
+    inside, _ = imports_of("perfgate.report.digest", "from perfgate.report import x\n", KNOWN)
+    sibling, _ = imports_of("perfgate.report.x", "from perfgate.report import digest\n", KNOWN)
+    assert {e.target for e in sibling} == {"perfgate.report.digest"}
+    relative, _ = imports_of("perfgate.report", "from .digest import one_line\n", KNOWN, is_package=True)
+    assert {e.target for e in outside} == {"perfgate.report", "perfgate.report.digest"}
+    assert {e.target for e in inside} == {"perfgate.report"}
+    assert {e.target for e in relative} == {"perfgate.report.digest"}
+
+
+def test_a_type_checking_import_is_no_cycle_but_still_layered() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from perfgate.cli import main\n"
+    edges, external = imports_of("perfgate.model", source, KNOWN)
+    assert [(e.target, e.runtime) for e in edges] == [("perfgate.cli", False)]
+    assert external == [("typing", 1)]
+    assert find_cycle([*edges, Edge("perfgate.cli", "perfgate.model", 1, True)]) is None
+    assert violations(edges, {"model": 0, "cli": 1}) != []
+
+
+def test_a_cycle_is_found() -> None:
+    edges = [Edge("perfgate.a", "perfgate.b", 1, True), Edge("perfgate.b", "perfgate.c", 1, True),
+             Edge("perfgate.c", "perfgate.a", 1, True), Edge("perfgate.c", "perfgate.d", 1, True)]
+    assert find_cycle(edges) == ["perfgate.a", "perfgate.b", "perfgate.c", "perfgate.a"]
+    assert find_cycle(edges[:2]) is None
+
+
+def test_an_import_of_a_higher_layer_is_a_violation() -> None:
+    ranks = layers_from("## Layers\n\n```\nfront ends: cli\nstages: compare report/\nrecords: model\n```\n")
+    assert ranks == {"cli": 2, "compare": 1, "report": 1, "model": 0}
+    edges, _ = imports_of("perfgate.compare", "import perfgate.model\nfrom perfgate import cli\n", KNOWN)
+    assert violations(edges, ranks) == [
+        "perfgate.compare:2 imports perfgate.cli (compare may not import cli: a higher layer)"]
+    same_layer, _ = imports_of("perfgate.compare", "from perfgate.report.digest import x\n", KNOWN)
+    assert violations(same_layer, ranks) == []
+
+
+def test_adding_a_forbidden_import_to_perfgate_fails(graph: tuple[list[Edge], dict], ranks: dict[str, int]) -> None:
+    """What the layering test would say if model.py imported the pipeline."""
+    added, _ = imports_of("perfgate.model", "def f():\n    from perfgate.pipeline import run_workload\n",
+                          module_names(PACKAGE))
+    assert violations([*graph[0], *added], ranks) == [
+        "perfgate.model:2 imports perfgate.pipeline (model may not import pipeline: a higher layer)"]
+    assert find_cycle([*graph[0], *added]) is not None

@@ -1,0 +1,22 @@
+"""The type checker over perfgate/ (mypy, pinned in requirements/ci.txt, configured in
+pyproject.toml's [tool.mypy]): part of the README's test command, so part of .ci/run."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_mypy_finds_no_type_error_in_perfgate() -> None:
+    if importlib.util.find_spec("mypy") is None:
+        if os.environ.get("PERFGATE_REQUIRE_REAL") == "1":
+            pytest.fail("mypy is required in CI (PERFGATE_REQUIRE_REAL=1) but missing", pytrace=False)
+        pytest.skip("mypy not installed (pip install -r requirements/ci.txt)")
+    proc = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
