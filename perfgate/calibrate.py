@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats as _sps
 
 from perfgate.compare import ComparePolicy, compare_launches
 from perfgate.sequential import LaunchBudget
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.model import Verdict
+from perfgate.stats import coefficient_of_variation, disjoint_splits, upper_bound_95  # noqa: F401
 
 if TYPE_CHECKING:
     from perfgate.config import Settings
@@ -35,52 +34,7 @@ AA = "aa"
 CV_METRICS = ("step_time_ms", "step_time_mean_ms")
 
 
-# --------------------------------------------------------------------------- pure helpers
-
-
-def coefficient_of_variation(values: Sequence[float]) -> float:
-    """Sample standard deviation (ddof=1) / mean; 0.0 for fewer than two values."""
-    a = np.asarray(values, dtype=float)
-    if a.size < 2:
-        return 0.0
-    return float(a.std(ddof=1) / a.mean())
-
-
-def upper_bound_95(events: int, trials: int) -> float:
-    """One-sided 95 % Clopper–Pearson upper bound of a rate (0 of 300 -> 0.0099, the rule of three)."""
-    if trials <= 0:
-        return 1.0
-    if events >= trials:
-        return 1.0
-    return float(_sps.beta.ppf(0.95, events + 1, trials - events))
-
-
-def disjoint_splits(n_base: int, n_head: int, k: int, *, same_pool: bool, max_comparisons: int,
-                    rng: np.random.Generator) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Up to ``max_comparisons`` distinct (base indices, head indices) pairs of k launches each.
-    From one pool (A/A) the two subsets never share a launch. All pairs when there are few enough,
-    else a seeded random sample without repeats."""
-    if k < 1 or n_base < k or n_head < k or (same_pool and n_base < 2 * k):
-        return []
-    total = math.comb(n_base, k) * (math.comb(n_base - k, k) if same_pool else math.comb(n_head, k))
-    if total <= max_comparisons:
-        from itertools import combinations
-
-        out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-        for b in combinations(range(n_base), k):
-            rest = [i for i in range(n_head) if not (same_pool and i in b)]
-            out.extend((b, h) for h in combinations(rest, k))
-        return out
-    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
-    while len(seen) < max_comparisons:
-        if same_pool:
-            pick = rng.choice(n_base, size=2 * k, replace=False)
-            pair = (tuple(sorted(pick[:k].tolist())), tuple(sorted(pick[k:].tolist())))
-        else:
-            pair = (tuple(sorted(rng.choice(n_base, size=k, replace=False).tolist())),
-                    tuple(sorted(rng.choice(n_head, size=k, replace=False).tolist())))
-        seen.add(pair)
-    return sorted(seen)
+# the pure helpers (coefficient_of_variation, upper_bound_95, disjoint_splits) live in perfgate.stats
 
 
 @dataclass(frozen=True)

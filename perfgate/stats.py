@@ -17,6 +17,9 @@ from scipy import stats as _sps
 from perfgate.model import Summary, Verdict
 
 __all__ = [
+    "coefficient_of_variation",
+    "upper_bound_95",
+    "disjoint_splits",
     "summarize",
     "geometric_mean",
     "ShiftTest",
@@ -320,3 +323,51 @@ def stability(
         noise_fraction=sigma / med,
         reasons=tuple(reasons),
     )
+
+
+# --------------------------------------------------------------------------- calibration helpers
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Sample standard deviation (ddof=1) / mean; 0.0 for fewer than two values."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2:
+        return 0.0
+    return float(a.std(ddof=1) / a.mean())
+
+
+def upper_bound_95(events: int, trials: int) -> float:
+    """One-sided 95 % Clopper–Pearson upper bound of a rate (0 of 300 -> 0.0099, the rule of three)."""
+    if trials <= 0:
+        return 1.0
+    if events >= trials:
+        return 1.0
+    return float(_sps.beta.ppf(0.95, events + 1, trials - events))
+
+
+def disjoint_splits(n_base: int, n_head: int, k: int, *, same_pool: bool, max_comparisons: int,
+                    rng: np.random.Generator) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Up to ``max_comparisons`` distinct (base indices, head indices) pairs of k launches each.
+    From one pool (A/A) the two subsets never share a launch. All pairs when there are few enough,
+    else a seeded random sample without repeats."""
+    if k < 1 or n_base < k or n_head < k or (same_pool and n_base < 2 * k):
+        return []
+    total = math.comb(n_base, k) * (math.comb(n_base - k, k) if same_pool else math.comb(n_head, k))
+    if total <= max_comparisons:
+        from itertools import combinations
+
+        out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        for b in combinations(range(n_base), k):
+            rest = [i for i in range(n_head) if not (same_pool and i in b)]
+            out.extend((b, h) for h in combinations(rest, k))
+        return out
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    while len(seen) < max_comparisons:
+        if same_pool:
+            pick = rng.choice(n_base, size=2 * k, replace=False)
+            pair = (tuple(sorted(pick[:k].tolist())), tuple(sorted(pick[k:].tolist())))
+        else:
+            pair = (tuple(sorted(rng.choice(n_base, size=k, replace=False).tolist())),
+                    tuple(sorted(rng.choice(n_head, size=k, replace=False).tolist())))
+        seen.add(pair)
+    return sorted(seen)
