@@ -115,12 +115,18 @@ def baseline_from_analyses(
     timing = [{m: v for m, v in a.metrics().items() if math.isfinite(v)} for a in analyses]
     launches = [_launch(a, metrics) for a, metrics in zip(analyses, timing)]
     if profile is not None:
-        measured = {name for m in timing for name in m}
-        gpu_only = {m: v for m, v in profile.metrics().items() if m not in measured and math.isfinite(v)}
+        gpu_only = {m: v for m, v in profile_metrics(profile, timing).items() if math.isfinite(v)}
         launches.append(replace(_launch(profile, gpu_only), step_durations_ms=()))
     machine_dict = {k: v for k, v in asdict(machine).items() if k != "hostname"}
     return Baseline(workload=workload, variant=variant, machine_class=machine.machine_class,
                     launches=tuple(launches), machine=machine_dict, provenance=dict(provenance))
+
+
+def profile_metrics(profile: Analysis, timing: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The metrics of a profile launch that the timing launches ``timing`` do not have (GPU idle, GPU
+    time per phase, kernels, copies: its step and CPU times are those of a CUDA-traced process)."""
+    measured = {name for m in timing for name in m}
+    return {name: v for name, v in profile.metrics().items() if name not in measured}
 
 
 def _launch(a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.baseline import FORMAT as BASELINE_FORMAT
-from perfgate.baseline import checked_metrics, parse_baseline
+from perfgate.baseline import checked_metrics, parse_baseline, profile_metrics
 from perfgate.errors import BaselineError, TraceError
 from perfgate.model import Analysis, Verdict
 
@@ -32,12 +32,6 @@ def gate_metrics(timing: Sequence[Analysis], profile: Analysis | None) -> list[d
     if profile is None:
         return metrics
     return [*metrics, profile_metrics(profile, metrics)]
-
-
-def profile_metrics(profile: Analysis, timing: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """The metrics of a profile launch that the timing launches ``timing`` do not have."""
-    measured = {name for m in timing for name in m}
-    return {name: v for name, v in profile.metrics().items() if name not in measured}
 
 
 def _explained_launches(base_details: Sequence[Mapping[str, Any]], timing: Sequence[Analysis],

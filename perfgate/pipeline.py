@@ -133,9 +133,9 @@ def run_workload(
             record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
         else:
             baseline = load_baseline(path) if path.exists() else None
-            launcher = _Launcher(spec, settings, result.run_dir, cwd, extra_args, say, started)
+            launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
-            result.analyses, result.profile = launcher.timing, launcher.take_profile()
+            result.analyses, result.profile = launcher.timing, launcher.profile
             result.extra["looks"] = [{"launches": lk.launches, "verdict": str(lk.outcome.verdict),
                                       "elapsed_s": round(lk.elapsed_s, 3)} for lk in looks]
             result.extra["stopped"] = reason
@@ -170,11 +170,11 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
     from perfgate.sequential import noise_report
 
-    launcher = _Launcher(spec, settings, result.run_dir, cwd, extra_args, say, time.monotonic(), recording=True)
+    launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
     for k in range(settings.record_launches):
         launcher.timing_launch(k)
     launcher.profile_launch()
-    result.analyses, result.profile = launcher.timing, launcher.take_profile()
+    result.analyses, result.profile = launcher.timing, launcher.profile
     assert result.machine is not None
     baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
                                       provenance(settings.root, command_line()), spec.variant,
@@ -195,19 +195,19 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
 
 
 class _Launcher:
-    """Takes the launches of one gate run into ``run_dir`` (``launch-<k>/`` timing, ``profile/``) and
-    reports each as it ends."""
+    """Takes the launches of one gate run into the result's run folder (``launch-<k>/`` timing,
+    ``profile/``) and reports each as it ends."""
 
-    def __init__(self, spec: WorkloadSpec, settings: Settings, run_dir: Path | None, cwd: Path | None,
+    def __init__(self, spec: WorkloadSpec, settings: Settings, result: WorkloadResult, cwd: Path | None,
                  extra_args: Sequence[str], say: Progress, started: float, *, recording: bool = False) -> None:
         from perfgate.capture import profile_launch_wanted
 
-        assert run_dir is not None
-        self.spec, self.settings, self.run_dir, self.cwd, self.extra_args = spec, settings, run_dir, cwd, extra_args
+        assert result.run_dir is not None and result.machine is not None
+        self.spec, self.settings, self.run_dir, self.cwd, self.extra_args = spec, settings, result.run_dir, cwd, extra_args
         self.say, self.started, self.recording = say, started, recording
         self.timing: list[Analysis] = []
         self.profile: Analysis | None = None
-        self.wants_profile = profile_launch_wanted(settings, this_machine(settings).gpu_count)
+        self.wants_profile = profile_launch_wanted(settings, result.machine.gpu_count)
 
     def timing_launch(self, k: int) -> Analysis:
         from perfgate.capture import TIMING
@@ -235,9 +235,6 @@ class _Launcher:
         self.say(f"{self.spec.full_name}: profile launch (CUDA traced): "
                  + (f"GPU idle {idle.fraction * 100:.1f} %" if idle is not None else "no GPU activity")
                  + f"; {time.monotonic() - self.started:.0f} s")
-
-    def take_profile(self) -> Analysis | None:
-        return self.profile
 
 
 def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,

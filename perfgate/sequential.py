@@ -170,16 +170,12 @@ class Look:
     elapsed_s: float
 
 
-def needs_another(outcome: Outcome) -> bool:
-    """Whether another launch could settle the verdict (perfgate.compare.needs_more_launches)."""
+def stop_reason(outcome: Outcome, launches: int, elapsed_s: float, budget: LaunchBudget) -> str | None:
+    """Why the run stops after this look, or None to take another launch (while
+    perfgate.compare.needs_more_launches: a gating metric INCONCLUSIVE, nothing failed)."""
     from perfgate.compare import needs_more_launches
 
-    return needs_more_launches(outcome)
-
-
-def stop_reason(outcome: Outcome, launches: int, elapsed_s: float, budget: LaunchBudget) -> str | None:
-    """Why the run stops after this look, or None to take another launch."""
-    if not needs_another(outcome):
+    if not needs_more_launches(outcome):
         return "decided"
     if launches >= budget.max_launches:
         return f"max_launches ({budget.max_launches}) reached"
