@@ -43,3 +43,23 @@ def test_cpu_dry_run_of_the_inference_part(repo_root: Path, tmp_path: Path, nsys
     text = (dest / "results.md").read_text()
     assert "| eager | PASS (0) |" in text and "| compiled, the compile call lost (the change) |" in text
     assert (dest / "reports.tgz").stat().st_size > 1000
+
+
+def test_results_table_takes_gpu_columns_from_the_profile_launch(repo_root: Path) -> None:
+    """Kernels, graph launches and API time per batch come from the CUDA profile launch (the timing
+    launches trace no CUDA); its step time never enters the timing medians."""
+    import sys
+
+    sys.path.insert(0, str(repo_root / "scripts" / "gpu"))
+    try:
+        from resources_table import summarize
+    finally:
+        sys.path.pop(0)
+    timing = [{"metrics": {"step_time_ms": v}, "gpu": None, "self_report": {}} for v in (6.2, 6.3, 6.4)]
+    profile = {"metrics": {"step_time_ms": 9.9, "kernels_per_step": 243.0, "cuda_api_ms_per_step": 1.5},
+               "gpu": {"graph_launches_per_step": 0.0}}
+    row = summarize("infer-lost", {"name": "resnet_infer[compiled]", "analyses": timing, "profile": profile,
+                                   "message": "", "comparisons": []}, "1")
+    assert row["median"]["step_time_ms"] == 6.3
+    assert row["median"]["kernels_per_batch"] == 243.0 and row["median"]["cuda_api_ms_per_batch"] == 1.5
+    assert row["median"]["graph_launches_per_batch"] == 0.0

@@ -61,6 +61,14 @@ def summarize(tag: str, result: dict[str, Any], exit_code: str | None, what: str
             "latency_ms_p50": rep.get("latency_ms_p50"), "latency_ms_p99": rep.get("latency_ms_p99"),
             "compiled": rep.get("compiled"),
         })
+    profile = result.get("profile")
+    if isinstance(profile, dict):   # kernels, graph launches, API time and traced memory: the CUDA profile launch
+        m, gpu = profile.get("metrics") or {}, profile.get("gpu") or {}
+        per_launch.append({**{k: None for k in (per_launch[0] if per_launch else {})},
+                           "gpu_memory.peak_traced_mib": m.get("gpu_memory.peak_traced_mib"),
+                           "kernels_per_batch": m.get("kernels_per_step"),
+                           "graph_launches_per_batch": gpu.get("graph_launches_per_step"),
+                           "cuda_api_ms_per_batch": m.get("cuda_api_ms_per_step")})
     message = result.get("message") or ""
     first = next((ln.split(": ", 1)[1] for ln in message.splitlines() if ln.startswith("first reason: ")), None)
     regressed = [c["metric"] for c in result.get("comparisons") or []
