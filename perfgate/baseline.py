@@ -144,6 +144,7 @@ def _launch(a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
             "gpu": asdict(a.gpu) if a.gpu is not None else None,
             "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
             "diagnosis": a.extra.get("diagnosis"),
+            **({"ranks": [asdict(r) for r in a.ranks]} if a.ranks else {}),
         },
     )
 

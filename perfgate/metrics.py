@@ -89,6 +89,11 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
                description="mean and peak GPU power over the measured steps (NVML; reported only)"),
     MetricSpec("step_time_p99_ms", "ms", LOWER, Tolerance(rel=0.10), gating=False,
                description="99th percentile of steps (an inference workload's p99 batch latency)"),
+    # issue 19: a multi-process job's ranks (perfgate/analysis/ranks.py); the job's step time gates
+    MetricSpec("rank.*.step_time_ms", "ms", LOWER, Tolerance(rel=0.03), gating=False,
+               description="median iteration period of one rank's measured steps (reported only)"),
+    MetricSpec("rank_skew_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
+               description="median over steps of the slowest minus the fastest rank's period (reported only)"),
 )
 
 FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,

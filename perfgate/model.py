@@ -139,6 +139,18 @@ class GpuWork:
 
 
 @dataclass(frozen=True)
+class RankStats:
+    """One process of a multi-process job (perfgate/analysis/ranks.py). ``rank``: the order in which
+    the processes started (torchrun starts local ranks in order: on one node, the RANK)."""
+
+    rank: int
+    pid: int
+    steps: int                        # measured steps of this process
+    step_time_ms: float               # median iteration period of its measured steps
+    phase_cpu_ms: dict[str, float]    # CPU time per step of each phase on this process
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Everything perfgate reads out of one trace. ``metrics()`` is what the gate compares."""
 
@@ -154,6 +166,8 @@ class Analysis:
     devices: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # later stages may attach (e.g. "diagnosis")
+    ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
+    rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
 
     def metrics(self) -> dict[str, float]:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
@@ -180,6 +194,10 @@ class Analysis:
             out["cuda_api_ms_per_step"] = self.gpu.cuda_api_ms_per_step
             if self.gpu.peak_memory_bytes is not None:
                 out["gpu_memory.peak_traced_mib"] = self.gpu.peak_memory_bytes / 2**20
+        for r in self.ranks:
+            out[f"rank.{r.rank}.step_time_ms"] = r.step_time_ms
+        if self.rank_skew_ms is not None:
+            out["rank_skew_ms"] = self.rank_skew_ms
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
         # memory from the workload's allocator, energy and power from NVML (perfgate.resources)
@@ -224,6 +242,9 @@ class Analysis:
             "warnings": list(self.warnings),
             "metrics": self.metrics(),
         }
+        if self.ranks:
+            d["ranks"] = [asdict(r) for r in self.ranks]
+            d["rank_skew_ms"] = self.rank_skew_ms
         d.update(self.extra)
         return d
 

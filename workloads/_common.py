@@ -47,6 +47,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "slow_phase": None,
     "slow_ms": 0.0,
     "slow_gpu_ms": 0.0,
+    "slow_rank": None,
     "sync_phase": None,
     "ladder_rung": None,
     "threads": None,
@@ -83,6 +84,7 @@ class Knobs:
     slow_phase: str | None
     slow_ms: float
     slow_gpu_ms: float
+    slow_rank: int | None
     sync_phase: str | None
     ladder_rung: int | None
     threads: int | None
@@ -218,6 +220,8 @@ def build_parser(workload: Workload) -> argparse.ArgumentParser:
     add("--slow-gpu-ms", type=_non_negative_float,
         help="GPU milliseconds (a spinning kernel) launched inside --slow-phase every step: slows a "
              "GPU-bound step where a CPU sleep would hide behind the queued GPU work (cpu: a sleep)")
+    add("--slow-rank", type=int, metavar="RANK",
+        help="apply --slow-phase only on this distributed rank (a straggler; default: every rank)")
     add("--sync-phase", choices=PHASES, help="an extra device synchronization inside this phase (cuda)")
     add("--threads", type=_positive_int, help="torch intra-op threads (cpu preset: 1; default: torch's)")
     add("--ladder-rung", type=int, choices=range(MAX_RUNG + 1), metavar="{0..7}",
@@ -255,6 +259,8 @@ def resolve_knobs(workload: Workload, args: argparse.Namespace,
         fail("--slow-ms and --slow-gpu-ms need --slow-phase PHASE")
     if values["slow_phase"] is not None and not (values["slow_ms"] or values["slow_gpu_ms"]):
         fail("--slow-phase needs --slow-ms or --slow-gpu-ms MS greater than 0")
+    if values["slow_rank"] is not None and values["slow_phase"] is None:
+        fail("--slow-rank needs --slow-phase PHASE")
     common = {k: values.pop(k) for k in list(values) if k in _COMMON_KEYS}
     return Knobs(workload=workload.name, device=device, size=size, extra=values, **common)
 
@@ -380,7 +386,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     gpu_cycles = _cycles_per_ms(device) * knobs.slow_gpu_ms if knobs.slow_gpu_ms and on_cuda else 0
 
     def extra(phase: str) -> None:
-        if phase == knobs.slow_phase:
+        if phase == knobs.slow_phase and knobs.slow_rank in (None, dist.rank):
             time.sleep((knobs.slow_ms + (0.0 if on_cuda else knobs.slow_gpu_ms)) / 1e3)
             if gpu_cycles:
                 torch.cuda._sleep(int(gpu_cycles))

@@ -14,6 +14,7 @@ from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
+from perfgate.analysis.ranks import rank_stats
 from perfgate.analysis.steps import iteration_periods, select_steps, step_stats
 from perfgate.analysis.table import render_table
 from perfgate.errors import ConfigError
@@ -80,6 +81,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     device_busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(ops, lo, hi)) if len(ops) else None
     idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps, device_busy)
     devices = tuple(device_label(d) for d in np.unique(ops.device_id))
+    ranks, skew = rank_stats(measured, period_ns, instances)
     return Analysis(
         source=str(trace.path),
         nsys_version=trace.nsys_version,
@@ -92,6 +94,8 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         processes=int(sel.measured["pid"].nunique()),
         devices=devices,
         warnings=sel.warnings + _source_note(sel.source),
+        ranks=ranks,
+        rank_skew_ms=skew,
     )
 
 

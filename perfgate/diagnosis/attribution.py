@@ -20,7 +20,7 @@ from perfgate.diagnosis.evidence import (
     step_mean_ms,
 )
 from perfgate.diagnosis import resources
-from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MIN_MS, differences
+from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MIN_MS, differences, straggler_reason
 from perfgate.diagnosis.facts import STEP_CODE, TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import (
     Attribution,
@@ -242,6 +242,9 @@ def explain_regression(
     kernels = () if partial else _kernel_deltas(base, cur)
     step_delta = step_mean_ms(cur) - step_mean_ms(base)
     reasons = _reasons(base, cur, new, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
+    straggler = straggler_reason(base.ranks, cur.ranks, step_delta) if step_delta > 0 else None
+    if straggler is not None:     # which rank: said before what changed in the job's phases
+        reasons.insert(0, straggler)
     reason, cause = _first_reason(reasons, cur, phases, idle_phase_delta, kernels, step_delta)
     rows = _comparisons(comparisons)
     lead = resources.leading_reason(rows, base, cur)   # memory, energy, launches per batch

@@ -12,9 +12,10 @@ the GPU idle time that grew, less what data loading explains.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from perfgate.diagnosis.records import Reason
+from perfgate.model import RankStats
 from perfgate.short_names import shortened
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason
@@ -134,3 +135,39 @@ def _merge_model_phases(reasons: list[Reason]) -> list[Reason]:
     merged = Reason(lead.mechanism, lead.where, sum(r.ms for r in model), f"{lead.text}; also {others}",
                     lead.cause)
     return [r for r in reasons if r not in model] + [merged]
+
+
+# a phase in which DDP's ranks wait for each other (the gradient all-reduce ends in backward): its
+# growth on the ranks that wait is the straggler's delay, not their own
+COLLECTIVE_PHASE = re.compile(r"backward|all_?reduce|allgather|reduce_scatter|barrier|sync|comm", re.IGNORECASE)
+STRAGGLER_RATIO = 2.0        # the slow rank's phase grew at least this many times more than any other's
+
+
+def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_delta: float) -> Reason | None:
+    """One rank whose phase CPU time per step grew much more than the same phase on every other rank
+    (a straggler the other ranks wait for), named with the others' change. Phases where ranks wait
+    for each other are looked at last: the waiting ranks' time grows there."""
+    if len(base) < 2 or len(base) != len(cur):
+        return None
+    candidates: list[tuple[bool, float, int, str]] = []
+    for b, c in zip(base, cur):
+        for phase in c.phase_cpu_ms:
+            d = c.phase_cpu_ms[phase] - b.phase_cpu_ms.get(phase, 0.0)
+            candidates.append((bool(COLLECTIVE_PHASE.search(phase)), -d, c.rank, phase))
+    for waits, neg, rank, phase in sorted(candidates):
+        delta = -neg
+        if delta < max(MIN_MS, 0.1 * step_delta):
+            continue
+        others = {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0)
+                  for b, c in zip(base, cur) if c.rank != rank}
+        if delta < STRAGGLER_RATIO * max(max(others.values()), 0.0) + MIN_MS:
+            continue
+        if len(others) == 1:
+            (other, od), = others.items()
+            them = f"rank {other} {od:+.1f} ms/step"
+        else:
+            them = f"the other ranks at most {max(others.values()):+.1f} ms/step"
+        return Reason("straggler", phase, delta,
+                      f"rank {rank} {phase} {delta:+.1f} ms/step ({them}): one slow rank holds every step "
+                      "of the job back", "straggler rank")
+    return None

@@ -16,6 +16,7 @@ from perfgate.model import (
     KernelStat,
     PhaseStats,
     RangeStat,
+    RankStats,
     StepStats,
     Summary,
 )
@@ -214,7 +215,7 @@ def _phases_from_metrics(metrics: Mapping[str, Any], step_ms: float) -> dict[str
 
 
 _KNOWN_KEYS = {"source", "nsys_version", "schema_version", "steps", "gpu_idle_fraction", "gpu_idle",
-               "phases", "ranges", "gpu", "processes", "devices", "warnings", "metrics"}
+               "phases", "ranges", "gpu", "processes", "devices", "warnings", "metrics", "ranks", "rank_skew_ms"}
 
 
 def as_analysis(value: Analysis | Mapping[str, Any]) -> Analysis:
@@ -257,8 +258,11 @@ def as_analysis(value: Analysis | Mapping[str, Any]) -> Analysis:
         gpu = _build(GpuWork, g, top_kernels=top)
     ranges = {n: _build(RangeStat, r) for n, r in (d.get("ranges") or {}).items()}
     extra = {k: v for k, v in d.items() if k not in _KNOWN_KEYS}
+    ranks = tuple(_build(RankStats, r, phase_cpu_ms=dict(r.get("phase_cpu_ms") or {}))
+                  for r in d.get("ranks") or ())
     return Analysis(
         source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
         schema_version=d.get("schema_version"), steps=steps, phases=phases, ranges=ranges,
         gpu_idle=idle, gpu=gpu, processes=int(d.get("processes") or 1),
-        devices=tuple(d.get("devices") or ()), warnings=tuple(d.get("warnings") or ()), extra=extra)
+        devices=tuple(d.get("devices") or ()), warnings=tuple(d.get("warnings") or ()), extra=extra,
+        ranks=ranks, rank_skew_ms=d.get("rank_skew_ms"))
