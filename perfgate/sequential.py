@@ -136,9 +136,9 @@ class NoiseReport:
     def warning(self, workload: str) -> str | None:
         if not self.too_noisy:
             return None
-        from perfgate.compare import format_tolerance
+        from perfgate.wording import fmt_tolerance
 
-        return (f"{workload} is too noisy for its step-time tolerance of {format_tolerance(self.tolerance)}: "
+        return (f"{workload} is too noisy for its step-time tolerance of {fmt_tolerance(self.tolerance, 'ms')}: "
                 f"{self.describe()}. Raise max_launches, widen the tolerance, or make the workload steadier "
                 "(more measured steps, fixed clocks, no other load)")
 

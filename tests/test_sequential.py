@@ -118,7 +118,7 @@ def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -
     assert "caught 9 times in 10 from +3." in steady.describe()
     noisy = noise_report(launches(rng, 5, 0.08), LaunchBudget(1, 5), POLICY)
     assert noisy.too_noisy and noisy.detectable > 0.1
-    assert "w is too noisy for its step-time tolerance of 3%" in noisy.warning("w")
+    assert "w is too noisy for its step-time tolerance of 3 %" in noisy.warning("w")
     assert "record 2 or more" in noise_report(launches(rng, 1, 0.01), LaunchBudget(), POLICY).describe()
 
 
