@@ -281,7 +281,7 @@ def evaluate_sequential(
             outcomes.append(looks[-1].outcome)
             used.append(len(current))
         step = _geomean(pool, "step_time_ms")
-        realized = step / base_step - 1.0 if step and base_step and name != AA else (0.0 if name == AA else None)
+        realized = step / base_step - 1.0 if step and base_step else None   # the A/A pool: 0.0
         rows.append(_rate_row(name, None if name == AA else (injected or {}).get(name), realized, outcomes, None))
         mean_launches[name] = float(np.mean(used))
     return SequentialTable(record_launches=record_launches, budget=budget, alpha=policy.alpha, rows=rows,

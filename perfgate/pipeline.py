@@ -282,17 +282,6 @@ def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: 
     return _diagnosed(analysis, trace)
 
 
-def capture_and_analyze(
-    spec: WorkloadSpec, settings: Settings, run_dir: Path, *, cwd: Path | None = None,
-    extra_args: Sequence[str] = (),
-) -> list[Analysis]:
-    """``settings.record_launches`` timing launches into ``run_dir/launch-<k>/``, each analyzed."""
-    from perfgate.capture import TIMING
-
-    return [capture_launch(spec, settings, run_dir / f"launch-{k}", k, TIMING, cwd=cwd, extra_args=extra_args)
-            for k in range(settings.record_launches)]
-
-
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
     """``analysis`` with the launch's measurement checks: whether its measured steps look stationary
     (no drift, no second level inside the window: stats.stability) and, with NVML, its GPU clocks
