@@ -122,3 +122,29 @@ def test_h100_calibration_pools_reproduce_the_published_table(tmp_path, repo_roo
     assert (table["false_alarms"]["comparisons"], table["false_alarms"]["regressed"]) == (140, 0)
     for row in table["detection"]:
         assert row["regressed"] == row["comparisons"] == row["phase_named"] == 500, row
+
+
+def test_evaluate_sequential_runs_the_adaptive_gate_over_the_pools() -> None:
+    """A steady A/A pool raises no alarm and decides after one launch; a +10 % pool is caught every
+    time; too small an A/A pool for a baseline plus the budget is refused."""
+    import numpy as np
+
+    from perfgate.calibrate import evaluate_sequential
+    from perfgate.errors import ConfigError
+    from perfgate.sequential import LaunchBudget
+
+    rng = np.random.default_rng(11)
+
+    def pool(n: int, change: float) -> list[dict[str, float]]:
+        return [{"step_time_ms": v, "step_time_mean_ms": v}
+                for v in 100.0 * (1 + change) * np.exp(rng.normal(0.0, 0.003, n))]
+
+    table = evaluate_sequential({"aa": pool(10, 0.0), "+10%": pool(6, 0.10)}, 5, LaunchBudget(1, 5),
+                                runs=100, injected={"+10%": 0.10})
+    aa, slow = table.rows
+    assert (aa.pool, aa.regressed, aa.comparisons, aa.realized_change) == ("aa", 0, 100, 0.0)
+    assert (slow.regressed, slow.injected_fraction) == (100, 0.10)
+    assert table.mean_launches == {"aa": 1.0, "+10%": 1.0}
+    assert "| aa | - | +0.0% | 100 | 0 |" in table.to_markdown()
+    with pytest.raises(ConfigError, match="need 10"):
+        evaluate_sequential({"aa": pool(9, 0.0)}, 5, LaunchBudget(1, 5))
