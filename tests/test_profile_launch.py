@@ -32,8 +32,12 @@ def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: 
     back = load_baseline(path)
     assert back.launch_metrics == side                       # the profile launch read back as written
     assert back.step_durations_ms == [*timing.steps.durations_ms, *timing.steps.durations_ms]
-    outcome = compare_launches(back.launch_metrics, side)
+    outcome = compare_launches(back.launch_metrics, side[:2])
     assert outcome.verdict == Verdict.PASS
+    # The launch counts are of timing launches: the profile launch only adds GPU facts
+    # (an H100 run printed "[6 vs 1 launches]" for 5 timing launches and a profile launch).
+    assert (outcome.n_baseline, outcome.n_current) == (2, 2) and outcome.summary.endswith("[2 vs 2 launches]")
+    outcome = compare_launches(back.launch_metrics, side)
     idle = outcome.row("gpu_idle_fraction")
     assert idle is not None and idle.verdict == Verdict.PASS and outcome.row("step_time_ms").baseline is not None
 

@@ -52,3 +52,26 @@ def test_the_step_time_shown_is_named_for_what_it_is() -> None:
     assert "median" not in header and "step time (base -> current)" in header
     assert "61.6 -> 61.6 ms" in row
     assert legend == "step time: each launch's median step, geometric mean over the launches (what the gate compares)"
+
+
+def test_headline_shows_the_mean_when_the_mean_alone_regressed() -> None:
+    """A data-bound loop on the H100 (resnet_cifar, a slower dataset): the launch's median step fell
+    -2.5 % while its mean rose +11.3 % and decided REGRESSED; the headline showed the median
+    ("69.0 -> 67.2 ms (-2.5 %)") beside REGRESSED. It shows the step time that decided."""
+    from perfgate.compare import compare_launches
+    from perfgate.model import WorkloadResult
+    from perfgate.report.digest import digest, one_line
+
+    base = [{"step_time_ms": m, "step_time_mean_ms": a}
+            for m, a in ((70.07, 75.9), (71.69, 76.4), (66.88, 74.1), (66.54, 75.0), (69.96, 75.6))]
+    outcome = compare_launches(base, [{"step_time_ms": 67.25, "step_time_mean_ms": 83.9}])
+    assert outcome.verdict == Verdict.REGRESSED
+    assert outcome.row("step_time_ms").verdict != Verdict.REGRESSED
+    result = WorkloadResult(workload="w", verdict=outcome.verdict, comparisons=list(outcome.comparisons))
+    d = digest(result)
+    assert d.step_metric == "step_time_mean_ms" and abs(d.step_current_ms - 83.9) < 1e-9 and d.step_change > 0.10
+    assert one_line(result).startswith("REGRESSED: step 75.4 -> 83.9 ms (+11.")
+    assert one_line(result).split(";")[0].endswith(", mean)")
+    same = compare_launches(base, base[:2])
+    assert digest(WorkloadResult(workload="w", verdict=same.verdict,
+                                 comparisons=list(same.comparisons))).step_metric == "step_time_ms"

@@ -134,13 +134,24 @@ def test_retained_outputs_and_extra_matmuls_do_what_they_say(torch_module) -> No
     from workloads._memory import StepExtras, gpu_memory_report
 
     extras = StepExtras({"retain_outputs": 2, "extra_matmuls": 0}, torch.device("cpu"))
-    outputs = [torch.full((4,), float(k)) for k in range(3)]
-    for out in outputs:
+    outputs = [torch.full((4,), float(k)) for k in range(4)]
+    for out in outputs[:3]:
         extras.after_forward(out)
+        extras.end_step()
     assert [float(t[0]) for t in extras.kept] == [1.0, 2.0]
     assert all(t.data_ptr() == o.data_ptr() for t, o in zip(extras.kept, outputs[1:]))   # the same memory, kept alive
+    # Through the next step's forward and backward (where the peak is) the kept outputs stay: the
+    # oldest leaves only when that step ends, so even N = 1 adds one output to the peak.
+    one = StepExtras({"retain_outputs": 1}, torch.device("cpu"))
+    one.after_forward(outputs[0])
+    one.end_step()
+    one.after_forward(outputs[1])
+    assert [float(t[0]) for t in one.kept] == [0.0]
+    one.end_step()
+    assert [float(t[0]) for t in one.kept] == [1.0]
     none = StepExtras({}, torch.device("cpu"))
     none.after_forward(outputs[0])
+    none.end_step()
     assert len(none.kept) == 0 and none.matmuls == 0
     assert gpu_memory_report(torch.device("cpu")) is None
     with pytest.raises(ValueError):

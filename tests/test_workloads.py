@@ -276,3 +276,22 @@ def test_ddp_runs_alone_as_world_size_one(torch_module, repo_root) -> None:
     assert report is not None
     assert (report["world_size"], report["steps"], report["warmup_steps"]) == (1, 2, 0)
     assert json.loads(json.dumps(report)) == report
+
+
+def test_slow_data_ms_costs_each_batch_that_much_in_the_dataset(torch_module) -> None:
+    """``--slow-data-ms`` sleeps in ``__getitem__`` (where a DataLoader worker runs the transform):
+    one batch of 4 samples costs 40 ms more to load, none of it in the training loop's phases."""
+    import time
+
+    from workloads import _common, resnet_cifar
+
+    knobs = _common.parse_knobs(resnet_cifar.WORKLOAD, ["--device", "cpu", "--batch-size", "4",
+                                                         "--slow-data-ms", "40"])
+    assert knobs.slow_data_ms == 40.0 and knobs.slow_phase is None
+    parts = resnet_cifar.build(knobs, 8)
+    slow = _common._SlowItems(parts.dataset, knobs.slow_data_ms / 1e3 / knobs.batch_size)
+    loader = _common.make_loader(slow, knobs, 8, _common.Dist(), False)
+    began = time.perf_counter()
+    next(iter(loader))
+    assert time.perf_counter() - began >= 0.040
+    assert len(slow) == len(parts.dataset) and slow[0][1] == parts.dataset[0][1]

@@ -47,6 +47,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "slow_phase": None,
     "slow_ms": 0.0,
     "slow_gpu_ms": 0.0,
+    "slow_data_ms": 0.0,
     "slow_rank": None,
     "sync_phase": None,
     "ladder_rung": None,
@@ -84,6 +85,7 @@ class Knobs:
     slow_phase: str | None
     slow_ms: float
     slow_gpu_ms: float
+    slow_data_ms: float
     slow_rank: int | None
     sync_phase: str | None
     ladder_rung: int | None
@@ -220,6 +222,9 @@ def build_parser(workload: Workload) -> argparse.ArgumentParser:
     add("--slow-gpu-ms", type=_non_negative_float,
         help="GPU milliseconds (a spinning kernel) launched inside --slow-phase every step: slows a "
              "GPU-bound step where a CPU sleep would hide behind the queued GPU work (cpu: a sleep)")
+    add("--slow-data-ms", type=_non_negative_float, metavar="MS",
+        help="each batch costs MS more to load: a sleep of MS / batch size per sample in the dataset, "
+             "so it runs where the transform runs (the DataLoader workers), as a heavier transform would")
     add("--slow-rank", type=int, metavar="RANK",
         help="apply --slow-phase only on this distributed rank (a straggler; default: every rank)")
     add("--sync-phase", choices=PHASES, help="an extra device synchronization inside this phase (cuda)")
@@ -285,6 +290,21 @@ def make_loader(dataset: Dataset, knobs: Knobs, samples: int, dist: Dist,
         drop_last=True,
         generator=generator,
     )
+
+
+class _SlowItems(Dataset):
+    """``dataset`` with ``sleep_s`` more per item (``--slow-data-ms``)."""
+
+    def __init__(self, dataset: Dataset, sleep_s: float) -> None:
+        self.dataset, self.sleep_s = dataset, sleep_s
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        item = self.dataset[index]
+        time.sleep(self.sleep_s)
+        return item
 
 
 def _to_device(batch: Sequence[torch.Tensor], device: torch.device, knobs: Knobs,
@@ -375,7 +395,9 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     if knobs.compile:
         model = torch.compile(model)
     model.train()
-    loader = make_loader(parts.dataset, knobs, samples, dist, parts.samples_with_replacement)
+    dataset = _SlowItems(parts.dataset, knobs.slow_data_ms / 1e3 / knobs.batch_size) if knobs.slow_data_ms \
+        else parts.dataset
+    loader = make_loader(dataset, knobs, samples, dist, parts.samples_with_replacement)
     batches: Iterator[Any] = iter(loader)
     on_cuda = device.type == "cuda"
     extras = _memory.StepExtras(knobs.extra, device)     # --retain-outputs, --extra-matmuls
@@ -431,6 +453,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 extra("optimizer")
+            extras.end_step()
             loss_value = loss.item()                      # as real loops log it: bounds run-ahead
         if measured:
             step_s.append(time.perf_counter() - began)

@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 STEP_METRIC = "step_time_ms"
+STEP_MEAN_METRIC = "step_time_mean_ms"
 SAMPLES_METRIC = "samples_per_s"
 IDLE_METRIC = "gpu_idle_fraction"
 PHASE_PREFIX = "phase."
@@ -55,6 +56,7 @@ class Digest:
     gpu_idle_fraction: float | None
     worst_phase: MetricComparison | None
     regressed: tuple[MetricComparison, ...]
+    step_metric: str = STEP_METRIC     # which step time the headline shows (the one that decided)
 
 
 def _comparison(result: WorkloadResult, metric: str) -> MetricComparison | None:
@@ -99,9 +101,19 @@ def worst_phase(result: WorkloadResult) -> MetricComparison | None:
     return max(rows, key=lambda c: (c.verdict is Verdict.REGRESSED, c.change or 0.0))
 
 
+def _headline_step(result: WorkloadResult) -> MetricComparison | None:
+    """The step-time comparison the headline shows: the median, unless the mean decided the verdict
+    alone (a data-bound loop's median can fall while its mean, the throughput, regresses)."""
+    median, mean = _comparison(result, STEP_METRIC), _comparison(result, STEP_MEAN_METRIC)
+    order = {Verdict.REGRESSED: 0, Verdict.INCONCLUSIVE: 1}
+    if mean is not None and median is not None and order.get(mean.verdict, 2) < order.get(median.verdict, 2):
+        return mean
+    return median
+
+
 def digest(result: WorkloadResult) -> Digest:
     """The headline numbers of ``result``; falls back to the analyses when no comparison exists."""
-    step = _comparison(result, STEP_METRIC)
+    step = _headline_step(result)
     recorded = bool(result.extra.get("baseline_updated"))   # the run is the baseline: nothing to compare
     base = step.baseline if step else None if recorded else _median(list(result.baseline_step_times_ms))
     cur = step.current if step and step.current is not None else _current_metric(result, STEP_METRIC)
@@ -118,6 +130,7 @@ def digest(result: WorkloadResult) -> Digest:
         gpu_idle_fraction=idle.current if idle and idle.current is not None else _current_metric(result, IDLE_METRIC),
         worst_phase=worst_phase(result),
         regressed=regressed(result),
+        step_metric=step.metric if step else STEP_METRIC,
     )
 
 
@@ -130,8 +143,9 @@ def fmt_step(d: Digest) -> str:
         return "-"
     if d.step_baseline_ms is None:
         return f"{fmt_number(d.step_current_ms)} ms"
+    which = ", mean" if d.step_metric == STEP_MEAN_METRIC else ""
     return (f"{fmt_number(d.step_baseline_ms)} -> {fmt_number(d.step_current_ms)} ms"
-            f" ({fmt_change(d.step_change)})")
+            f" ({fmt_change(d.step_change)}{which})")
 
 
 def fmt_worst_phase(d: Digest) -> str:

@@ -92,7 +92,8 @@ def failure_message(result: WorkloadResult) -> str:
         lines += _table(("metric", "baseline", "current", "change", "tolerance", "statistics"),
                         rows, indent="  ")
     elif d.step_current_ms is not None:
-        lines.append(f"step time (each launch's median step, geometric mean over launches): {fmt_step(d)}")
+        kind = "mean" if d.step_metric == "step_time_mean_ms" else "median"
+        lines.append(f"step time (each launch's {kind} step, geometric mean over launches): {fmt_step(d)}")
     if result.message:
         lines.append(result.message.strip())
     if result.baseline_path is not None:

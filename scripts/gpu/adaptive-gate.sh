@@ -3,6 +3,8 @@
 #   scripts/gpu/adaptive-gate.sh gate WORKLOAD [SLOW_PCT]   # bare run, record, unchanged rerun, and
 #                                                           # with SLOW_PCT a slowdown of that % of the
 #                                                           # bare step injected in forward
+#   scripts/gpu/adaptive-gate.sh gate WORKLOAD args ARGS... # the same, the slowdown given as workload
+#                                                           # arguments (e.g. --slow-data-ms 50)
 #   scripts/gpu/adaptive-gate.sh calibrate WORKLOAD POOL [WORKLOAD ARGS]   # perfgate calibrate, +3 %
 # Wall times are the whole pytest command. Writes logs and reports under $OUT and prints the lines.
 set -uo pipefail
@@ -32,18 +34,25 @@ if [ "$mode" = gate ]; then
   gate record --perfgate-update-baselines
   gate rerun
   if [ $# -gt 0 ]; then
-    ms=$(python3 -c "print('%.3f' % ($1 / 100 * $(own_ms "$OUT/$name-bare.log")))")
+    if [ "$1" = args ]; then
+      shift; slow_args=("$@"); tag=slow
+      echo "[$name slow] workload arguments: ${slow_args[*]}"
+    else
+      ms=$(python3 -c "print('%.3f' % ($1 / 100 * $(own_ms "$OUT/$name-bare.log")))")
+      slow_args=(--slow-phase forward --slow-ms "$ms"); tag="slow$1"
+      echo "[$name slow] +$1 % of the bare step: --slow-ms $ms in forward"
+    fi
     cp pyproject.toml "$work/pyproject.orig"
-    python3 - "$name" "$ms" <<'PY'
-import sys
-name, ms = sys.argv[1], sys.argv[2]
+    python3 - "$name" "${slow_args[@]}" <<'PY'
+import json, sys
+name, args = sys.argv[1], sys.argv[2:]
 src = open("pyproject.toml").read()
 head = f"[tool.perfgate.workloads.{name}]\n"
-src = src.replace(head, head + f'args = ["--slow-phase", "forward", "--slow-ms", "{ms}"]\n')
+assert head in src, f"pyproject.toml has no {head.strip()} table"
+src = src.replace(head, head + f"args = {json.dumps(args)}\n")
 open("pyproject.toml", "w").write(src)
 PY
-    echo "[$name slow] +$1 % of the bare step: --slow-ms $ms in forward"
-    gate "slow$1"
+    gate "$tag"
     cp "$work/pyproject.orig" pyproject.toml
   fi
 elif [ "$mode" = calibrate ]; then
