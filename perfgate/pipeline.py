@@ -345,7 +345,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         result.message += f"\nwarning: {warning}"
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict == Verdict.REGRESSED:
-        base, cur = _explained_launches(baseline.launch_details, analyses, result.profile)
+        base, cur = _explained_launches(baseline.launch_analyses, analyses, result.profile)
         attribution = _explain(base, cur, outcome)
         if attribution is not None:
             from perfgate.diagnosis import render_attribution_text
