@@ -245,7 +245,7 @@ def explain_regression(
         reasons.insert(0, straggler)
     reason, cause = _first_reason(reasons, cur, phases, idle_phase_delta, kernels, step_delta)
     rows = _comparisons(comparisons)
-    lead = resources.leading_reason(rows, base, cur)   # memory, energy, launches per batch
+    lead = resources.leading_reason(rows, base, cur)   # memory, energy, kernel launches per batch
     if lead is not None:
         reason, cause = lead[0], lead[1]
         notes += [f"also regressed: {t}" for t in lead[2]]

@@ -134,7 +134,7 @@ def kernel_class_ms(kernels: tuple[KernelStat, ...]) -> dict[str, float]:
 
 
 def kernel_class_counts(kernels: tuple[KernelStat, ...]) -> dict[str, int]:
-    """Launch counts of ``kernels`` by class: triton, elementwise, half, all."""
+    """Kernel launch counts of ``kernels`` by class: triton, elementwise, half, all."""
     out = {"triton": 0, "elementwise": 0, "half": 0, "all": 0}
     for k in kernels:
         out["all"] += k.count
