@@ -263,7 +263,7 @@ def analysis_options_from(args: argparse.Namespace) -> Any:
 
     kwargs: dict[str, Any] = {"step_pattern": args.step_pattern, "batch_size": args.batch_size}
     if args.skip_steps is not None:
-        kwargs["warmup_steps"] = args.skip_steps
+        kwargs["skip_steps"] = args.skip_steps
     return AnalysisOptions(**kwargs)
 
 

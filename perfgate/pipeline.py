@@ -62,7 +62,7 @@ def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
 
     kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
     if spec.skip_steps is not None:
-        kwargs["warmup_steps"] = spec.skip_steps
+        kwargs["skip_steps"] = spec.skip_steps
     return AnalysisOptions(**kwargs)
 
 

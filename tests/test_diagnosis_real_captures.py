@@ -33,7 +33,7 @@ for i in range(12):
     nvtx.range_push("optimizer"); opt.step(); nvtx.range_pop()
     nvtx.range_pop()
 '''
-OPTIONS = AnalysisOptions(warmup_steps=2)
+OPTIONS = AnalysisOptions(skip_steps=2)
 
 
 def _capture(nsys: str, folder: Path, name: str, load_ms: int) -> Path:

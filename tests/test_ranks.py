@@ -82,7 +82,7 @@ def test_gloo_job_with_one_slow_rank_is_regressed_and_names_it(nsys_path: str, t
     from perfgate.compare import ComparePolicy
     from perfgate.pipeline import compare_and_explain
 
-    options = AnalysisOptions(warmup_steps=1)
+    options = AnalysisOptions(skip_steps=1)
     base = _capture_ddp(nsys_path, repo_root, tmp_path / "base")
     step_ms = analyze_trace(base, options).steps.summary_ms.median
     slow = _capture_ddp(nsys_path, repo_root, tmp_path / "slow", "--slow-rank", "1", "--slow-phase", "forward",
