@@ -136,8 +136,15 @@ class Baseline:
 
     @property
     def launch_analyses(self) -> list[Analysis]:
-        """Each launch as an Analysis (for diagnosis.explain_regression)."""
-        return [launch.analysis() for launch in self.launches]
+        """Each launch as an Analysis (for diagnosis.explain_regression). A launch whose record
+        this perfgate cannot read beyond its metrics (checked when loaded) is compared, not explained."""
+        out = []
+        for launch in self.launches:
+            try:
+                out.append(launch.analysis())
+            except (TypeError, ValueError, AttributeError):
+                continue
+        return out
 
     def summaries(self) -> dict[str, dict[str, float]]:
         """Per metric across launches: count, median, mean, stdev (0 for one launch)."""

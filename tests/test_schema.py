@@ -99,3 +99,15 @@ def test_a_launch_recorded_by_history_keeps_only_metrics_and_still_gives_an_anal
     assert a.phases["forward"].cpu_per_step_ms == 4.0
     assert a.phases["forward"].share_of_step == pytest.approx(4.0 / 11.0)
     assert a.gpu_idle is not None and a.gpu_idle.fraction == 0.25
+
+
+def test_a_launch_record_with_unreadable_detail_is_compared_not_explained(tmp_path: Path) -> None:
+    """The diagnosis reads a baseline's launches as Analyses; one whose detail is malformed is left
+    out of the attribution (as it was when the attribution read the dicts), never a crash of the gate."""
+    doc = json.loads(COMMITTED[0].read_text(encoding="utf-8"))
+    doc["launches"][0]["phases"] = ["not", "a", "table"]
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc))
+    baseline = load_baseline(path)
+    assert len(baseline.launch_metrics) == len(doc["launches"])
+    assert len(baseline.launch_analyses) == len(doc["launches"]) - 1
