@@ -22,7 +22,7 @@ for _ in range(5):
     nvtx.range_pop()
 print("PERFGATE_SELF_REPORT " + json.dumps({"workload": "tiny", "steps": 5, "batch_size": 2}))
 '''
-ANALYZE_KEYS = {"source", "nsys_version", "steps", "phases", "ranges", "metrics", "gpu_idle_fraction", "warnings"}
+ANALYZE_KEYS = {"record_version", "source", "nsys_version", "steps", "phases", "ranges", "metrics", "gpu_idle_fraction", "warnings"}
 
 
 @pytest.fixture(scope="module")
