@@ -34,6 +34,14 @@ VERSION = 2
 PRIMARY_METRIC = "step_time_ms"
 
 
+#: What a baseline's launch record keeps of the analysis record (besides ``metrics``, the measured
+#: step durations, ``capture`` and, for 2+ processes, ``ranks``): what diagnosis.explain_regression
+#: diffs against (phases, GPU work, idle gaps, the rules that fired) ...
+LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
+#: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
+STEP_KEYS = ("range", "source", "basis", "count", "warmup_skipped", "batch_size")
+
+
 @dataclass(frozen=True)
 class BaselineLaunch:
     """One recorded launch. Its record (``to_dict``, read back by ``from_dict``) is an analysis
@@ -47,24 +55,12 @@ class BaselineLaunch:
 
     @classmethod
     def of(cls, a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
-        """The launch record of ``a``, with ``metrics`` (those of its metrics the baseline keeps)."""
-        return cls(
-            metrics=metrics,
-            step_durations_ms=tuple(a.steps.durations_ms),
-            detail={
-                "capture": a.extra.get("capture", "timing"),
-                "steps": {"range": a.steps.range_name, "source": a.steps.source, "basis": a.steps.basis,
-                          "count": a.steps.count,
-                          "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
-                "phases": {name: asdict(p) for name, p in a.phases.items()},
-                "nsys_version": a.nsys_version,
-                # what diagnosis.explain_regression diffs against: GPU work, idle gaps, rules fired
-                "gpu": asdict(a.gpu) if a.gpu is not None else None,
-                "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
-                "diagnosis": a.extra.get("diagnosis"),
-                **({"ranks": [asdict(r) for r in a.ranks]} if a.ranks else {}),
-            },
-        )
+        """The launch record of ``a``, with ``metrics`` (those of its metrics the baseline keeps):
+        its analysis record (``Analysis.to_dict``) projected onto LAUNCH_KEYS and STEP_KEYS."""
+        record = a.to_dict()
+        detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in STEP_KEYS},
+                  **{k: record.get(k) for k in LAUNCH_KEYS}, **({"ranks": record["ranks"]} if a.ranks else {})}
+        return cls(metrics=metrics, step_durations_ms=tuple(a.steps.durations_ms), detail=detail)
 
     def to_dict(self) -> dict[str, Any]:
         return {VERSION_KEY: RECORD_VERSION, "metrics": self.metrics,

@@ -111,3 +111,12 @@ def test_a_launch_record_with_unreadable_detail_is_compared_not_explained(tmp_pa
     baseline = load_baseline(path)
     assert len(baseline.launch_metrics) == len(doc["launches"])
     assert len(baseline.launch_analyses) == len(doc["launches"]) - 1
+
+
+def test_a_baseline_launch_record_is_the_analysis_record_projected() -> None:
+    """One schema: the launch record keeps keys of the analysis record, with the same values."""
+    analysis = make_result("w", Verdict.PASS).analyses[0]
+    record, launch = analysis.to_dict(), BaselineLaunch.of(analysis, analysis.metrics()).to_dict()
+    assert launch["steps"].items() <= record["steps"].items()
+    assert all(launch[k] == record.get(k) for k in launch if k not in ("steps", "step_durations_ms", "capture"))
+    assert launch["step_durations_ms"] == record["steps"]["durations_ms"]
