@@ -13,6 +13,7 @@ from perfgate.baseline import BaselineLaunch, baseline_document, load_baseline
 from perfgate.errors import BaselineError, PerfgateError, TraceError
 from perfgate.files import compare_files
 from perfgate.model import Analysis, Verdict
+from perfgate.report import render_markdown, render_summary
 from perfgate.report.json_report import render_report_json, result_dict, results_from_report
 from perfgate.schema import RECORD_VERSION, VERSION_KEY
 from report_results import make_analysis, make_result
@@ -120,3 +121,25 @@ def test_a_baseline_launch_record_is_the_analysis_record_projected() -> None:
     assert launch["steps"].items() <= record["steps"].items()
     assert all(launch[k] == record.get(k) for k in launch if k not in ("steps", "step_durations_ms", "capture"))
     assert launch["step_durations_ms"] == record["steps"]["durations_ms"]
+
+
+def _reports(results: list) -> tuple[str, str]:
+    return "\n".join(render_summary(results)), render_markdown(results)
+
+
+def test_a_report_read_back_renders_what_the_run_rendered() -> None:
+    """``perfgate report --from`` rendered results whose analyses it had kept as dicts: samples/s,
+    a NEW workload's step time and its phases were missing from the summary and the job summary."""
+    new = make_result("c", Verdict.NEW)
+    new.comparisons = []
+    results = [make_result("a", Verdict.REGRESSED, forward_ms=6.0), make_result("b", Verdict.PASS), new]
+    back = results_from_report(json.loads(json.dumps(render_report_json(results), default=str)))
+    assert _reports(back) == _reports(results)
+    assert [a.to_dict() for a in back[0].analyses] == [a.to_dict() for a in results[0].analyses]
+
+
+def test_an_analysis_record_the_report_cannot_read_is_named() -> None:
+    report = json.loads(json.dumps(render_report_json([make_result("w", Verdict.PASS)]), default=str))
+    report["results"][0]["analyses"][0]["phases"] = ["forward"]
+    with pytest.raises(PerfgateError, match=r"^r.json: results\[0\].analyses\[0\]: not an analysis record"):
+        results_from_report(report, "r.json")

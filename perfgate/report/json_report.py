@@ -12,8 +12,8 @@ Shape (schema version :data:`SCHEMA_VERSION`)::
 
 Each result is a result record (``result_dict``; ``result.json`` holds one), of the record schema
 (perfgate.schema, docs/schema.md); the report's ``schema_version`` is the same version.
-``results_from_report`` reads the ``results`` back into WorkloadResults (without analyses'
-internals: analyses come back as their dictionaries under ``extra["analyses"]``).
+``results_from_report`` reads the ``results`` back into WorkloadResults, their analyses and profile
+launch included (``Analysis.from_dict``): a report re-rendered from it says what the run's said.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from typing import Any
 from perfgate import __version__
 from perfgate.errors import PerfgateError
 from perfgate.model import (
+    Analysis,
     Direction,
     MachineInfo,
     MetricComparison,
@@ -205,8 +206,21 @@ def _result_from(f: _Fields) -> WorkloadResult:
         wall_s=f.number("wall_s", non_negative=True),
         # reports from before "strict" say a strict NEW failed only by "failed"
         strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
-        extra={**f.get("extra", (dict,), {}), "analyses": f.get("analyses", (list,), [])},
+        extra=f.get("extra", (dict,), {}),
+        analyses=[_analysis_from(a, f, f"analyses[{k}]") for k, a in enumerate(f.get("analyses", (list,), []))],
+        profile=_analysis_from(p, f, "profile") if (p := f.get("profile", (dict,))) else None,
     )
+
+
+def _analysis_from(record: Any, f: _Fields, key: str) -> Analysis:
+    """An analysis record of a result, read back (``Analysis.from_dict``); PerfgateError naming it."""
+    where = f"{f.where}: {f.path}.{key}"
+    if not isinstance(record, Mapping):
+        raise PerfgateError(f"{where}: expected an object, got {type(record).__name__}")
+    try:
+        return Analysis.from_dict(record, where)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise PerfgateError(f"{where}: not an analysis record ({type(exc).__name__}: {exc})") from None
 
 
 def results_from_report(doc: Any, where: str = "perfgate-report.json") -> list[WorkloadResult]:
