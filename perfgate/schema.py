@@ -35,9 +35,19 @@ def check_record_version(record: Mapping[str, Any], where: str,
 def from_record(cls: type[Any], data: Mapping[str, Any]) -> Any:
     """The dataclass ``cls`` back from ``dataclasses.asdict`` output: nested dataclasses and tuples
     rebuilt from their field types, keys that are not fields ignored, missing ones defaulted."""
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     return cls(**{f.name: _value(hints[f.name], data[f.name])
                   for f in dataclasses.fields(cls) if f.name in data})
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of ``cls`` (read once per class)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _value(kind: Any, value: Any) -> Any:
