@@ -73,7 +73,7 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _analyze_with_memory(path: Path) -> tuple[object, int]:
     tracemalloc.start()
-    a = analyze_trace(path, AnalysisOptions(warmup_steps=5))
+    a = analyze_trace(path, AnalysisOptions(skip_steps=5))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return a, peak
@@ -85,7 +85,7 @@ def test_analyze_toy_h100(benchmark) -> None:
 
 
 def test_analyze_scaled_export_of_a_million_gpu_ops(benchmark, large: Path) -> None:
-    a = benchmark.pedantic(analyze_trace, args=(large, AnalysisOptions(warmup_steps=5)), rounds=3, iterations=1)
+    a = benchmark.pedantic(analyze_trace, args=(large, AnalysisOptions(skip_steps=5)), rounds=3, iterations=1)
     _, peak = _analyze_with_memory(large)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     benchmark.extra_info.update(peak_python_mb=peak / 2**20, max_rss_mb=rss)

@@ -3,7 +3,7 @@ interleaved (base, head, head, base, base, head, ...), and decide with the launc
 
 ``run_ab`` holds the schedule and the sequential decision and takes the launcher as a function
 (``launch(side, k) -> metrics``), so it is testable without nsys; ``capture_launcher`` is the real
-launcher (perfgate.capture.run_capture in a git worktree + perfgate.analysis.analyze_trace) and
+launcher (the gate's perfgate.pipeline.capture_launch, in a git worktree) and
 ``git_worktree`` checks a ref out into a temporary worktree. ``add_parser`` registers ``perfgate ab``.
 """
 from __future__ import annotations
@@ -150,15 +150,11 @@ def capture_launcher(spec: WorkloadSpec, settings: Settings, trees: Mapping[str,
     ``run_dir/<side>-<k>/``) and returns the analysis' metrics."""
 
     def launch(side: str, k: int) -> Mapping[str, float]:
-        from perfgate.analysis import analyze_trace
-        from perfgate.capture import run_capture
-        from perfgate.errors import TraceError
-        from perfgate.pipeline import analysis_options
+        from perfgate.capture import TIMING
+        from perfgate.pipeline import capture_launch
 
-        capture = run_capture(spec, settings, run_dir / f"{side}-{k}", cwd=trees[side], extra_args=extra_args)
-        if capture.sqlite_path is None or not capture.sqlite_path.exists():
-            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
-        return analyze_trace(capture.sqlite_path, analysis_options(spec)).metrics()
+        return capture_launch(spec, settings, run_dir / f"{side}-{k}", k, TIMING, cwd=trees[side],
+                              extra_args=extra_args).metrics()
 
     return launch
 

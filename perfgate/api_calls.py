@@ -156,7 +156,7 @@ def _calls(con: Any, columns: set[str], where: str = "", order: str = "") -> Ite
 
 def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, int] | None,
                  keep_names: frozenset[int] = frozenset()) -> tuple[GpuOps, ApiCalls | None]:
-    """``ops`` with their launch columns, and the calls of ``window`` aggregated (None without a
+    """``ops`` with their API-call columns, and the calls of ``window`` aggregated (None without a
     window). One pass over the table; a second, sorted one only if a thread's calls are not in
     start order in the export (nsys writes them in start order)."""
     join = _Join(ops)
@@ -185,7 +185,7 @@ def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, in
         k = open_ & np.isin(name, keep)
         if k.any():
             kept.append((s[k], c["end"][inside][k], tid[k]))
-    launched = ops.with_launches(*join.api)
+    launched = ops.with_calls(*join.api)
     if window is None:
         return launched, None
     if not union.ordered:

@@ -22,8 +22,9 @@ from typing import Any
 
 from perfgate.errors import BaselineError
 from perfgate.sequential import NOISE_METRIC, launch_noise
-from perfgate.model import Analysis, MachineInfo
+from perfgate.model import Analysis, GpuIdle, MachineInfo, PhaseStats
 from perfgate.names import RULE, check_name, is_safe_name
+from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version
 
 FORMAT = "perfgate-baseline"
 #: 2: step time is the iteration period (start of a step range to the next one's start); version 1
@@ -33,13 +34,78 @@ VERSION = 2
 PRIMARY_METRIC = "step_time_ms"
 
 
+#: What a baseline's launch record keeps of the analysis record (besides ``metrics``, the measured
+#: step durations, ``capture`` and, for 2+ processes, ``ranks``): what diagnosis.explain_regression
+#: diffs against (phases, GPU work, idle gaps, the rules that fired) ...
+LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
+#: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
+STEP_KEYS = ("range", "source", "basis", "count", "warmup_skipped", "batch_size")
+
+
 @dataclass(frozen=True)
 class BaselineLaunch:
-    """One recorded launch: its metrics, its measured step durations and phase detail."""
+    """One recorded launch. Its record (``to_dict``, read back by ``from_dict``) is an analysis
+    record (perfgate.schema, docs/schema.md) reduced to what a later comparison reads: the metrics,
+    the measured step durations (``step_durations_ms``), ``steps`` without summary or durations,
+    the phases, GPU work and idle, the diagnosis, per-rank statistics and the launch kind."""
 
     metrics: dict[str, float]
     step_durations_ms: tuple[float, ...] = ()
-    detail: dict[str, Any] = field(default_factory=dict)   # phases, steps summary, self report
+    detail: dict[str, Any] = field(default_factory=dict)   # the record's other keys
+
+    @classmethod
+    def of(cls, a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
+        """The launch record of ``a``, with ``metrics`` (those of its metrics the baseline keeps):
+        its analysis record (``Analysis.to_dict``) projected onto LAUNCH_KEYS and STEP_KEYS."""
+        record = a.to_dict()
+        detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in STEP_KEYS},
+                  **{k: record.get(k) for k in LAUNCH_KEYS}, **({"ranks": record["ranks"]} if a.ranks else {})}
+        return cls(metrics=metrics, step_durations_ms=tuple(a.steps.durations_ms), detail=detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {VERSION_KEY: RECORD_VERSION, "metrics": self.metrics,
+                "step_durations_ms": list(self.step_durations_ms), **self.detail}
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> BaselineLaunch:
+        """A launch record read back and checked (BaselineError naming ``where``): a version this
+        perfgate reads, metrics (checked_metrics), step durations of finite non-negative numbers."""
+        if not isinstance(raw, dict):
+            raise BaselineError(f"{where} must be an object")
+        check_record_version(raw, where, BaselineError)
+        metrics = checked_metrics(raw.get("metrics"), f"{where}.metrics", profile=raw.get("capture") == "profile")
+        durations = raw.get("step_durations_ms", [])
+        if not isinstance(durations, list):
+            raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
+        return cls(metrics=metrics,
+                   step_durations_ms=tuple(measured_number(d, f"{where}.step_durations_ms[{i}]")
+                                           for i, d in enumerate(durations)),
+                   detail={k: v for k, v in raw.items() if k not in ("metrics", "step_durations_ms", VERSION_KEY)})
+
+    def analysis(self) -> Analysis:
+        """The launch as an Analysis (what the diagnosis compares). What the record does not keep
+        comes from its metrics: the steps summary, and for a launch that keeps only metrics (one
+        ``perfgate history`` recorded) one step of the mean step time, the phases' CPU time per step
+        and the GPU-idle fraction."""
+        m = self.metrics
+        a = Analysis.from_dict({**self.detail, "metrics": dict(m),
+                                "steps": self.detail.get("steps") or {"count": 1, "basis": "period"}})
+        if not a.phases:
+            step_ms = a.steps.summary_ms.mean
+            a = replace(a, phases={name: PhaseStats(
+                name=name, count=1, cpu_total_ms=v, cpu_median_ms=v, cpu_mean_ms=v, cpu_per_step_ms=v,
+                share_of_step=v / step_ms if step_ms > 0 else 0.0, gpu_per_step_ms=m.get(f"phase.{name}.gpu_ms"))
+                for name, v in _phase_cpu_ms(m).items()})
+        if a.gpu_idle is None and "gpu_idle_fraction" in m:
+            a = replace(a, gpu_idle=GpuIdle(fraction=m["gpu_idle_fraction"], per_device={},
+                                            window_ms=a.steps.summary_ms.mean * a.steps.count))
+        return a
+
+
+def _phase_cpu_ms(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``phase.<name>.cpu_ms`` metrics by phase name."""
+    return {key[len("phase."):-len(".cpu_ms")]: float(v) for key, v in metrics.items()
+            if key.startswith("phase.") and key.endswith(".cpu_ms")}
 
 
 @dataclass(frozen=True)
@@ -65,9 +131,16 @@ class Baseline:
         return [d for launch in self.launches for d in launch.step_durations_ms]
 
     @property
-    def launch_details(self) -> list[dict[str, Any]]:
-        """Per launch: metrics plus the recorded detail (for diagnosis.explain_regression)."""
-        return [{"metrics": dict(launch.metrics), **launch.detail} for launch in self.launches]
+    def launch_analyses(self) -> list[Analysis]:
+        """Each launch as an Analysis (for diagnosis.explain_regression). A launch whose record
+        this perfgate cannot read beyond its metrics (checked when loaded) is compared, not explained."""
+        out = []
+        for launch in self.launches:
+            try:
+                out.append(launch.analysis())
+            except (TypeError, ValueError, AttributeError):
+                continue
+        return out
 
     def summaries(self) -> dict[str, dict[str, float]]:
         """Per metric across launches: count, median, mean, stdev (0 for one launch)."""
@@ -113,10 +186,10 @@ def baseline_from_analyses(
     ``profile`` launch with only the metrics the timing launches do not measure (its steps are
     those of a CUDA-traced process: not recorded as step times)."""
     timing = [{m: v for m, v in a.metrics().items() if math.isfinite(v)} for a in analyses]
-    launches = [_launch(a, metrics) for a, metrics in zip(analyses, timing)]
+    launches = [BaselineLaunch.of(a, metrics) for a, metrics in zip(analyses, timing)]
     if profile is not None:
         gpu_only = {m: v for m, v in profile_metrics(profile, timing).items() if math.isfinite(v)}
-        launches.append(replace(_launch(profile, gpu_only), step_durations_ms=()))
+        launches.append(replace(BaselineLaunch.of(profile, gpu_only), step_durations_ms=()))
     machine_dict = {k: v for k, v in asdict(machine).items() if k != "hostname"}
     return Baseline(workload=workload, variant=variant, machine_class=machine.machine_class,
                     launches=tuple(launches), machine=machine_dict, provenance=dict(provenance))
@@ -129,26 +202,6 @@ def profile_metrics(profile: Analysis, timing: Sequence[Mapping[str, float]]) ->
     return {name: v for name, v in profile.metrics().items() if name not in measured}
 
 
-def _launch(a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
-    return BaselineLaunch(
-        metrics=metrics,
-        step_durations_ms=tuple(a.steps.durations_ms),
-        detail={
-            "capture": a.extra.get("capture", "timing"),
-            "steps": {"range": a.steps.range_name, "source": a.steps.source, "basis": a.steps.basis,
-                      "count": a.steps.count,
-                      "warmup_skipped": a.steps.warmup_skipped, "batch_size": a.steps.batch_size},
-            "phases": {name: asdict(p) for name, p in a.phases.items()},
-            "nsys_version": a.nsys_version,
-            # what diagnosis.explain_regression diffs against: GPU work, idle gaps, rules fired
-            "gpu": asdict(a.gpu) if a.gpu is not None else None,
-            "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
-            "diagnosis": a.extra.get("diagnosis"),
-            **({"ranks": [asdict(r) for r in a.ranks]} if a.ranks else {}),
-        },
-    )
-
-
 def baseline_document(baseline: Baseline) -> dict[str, Any]:
     """The JSON object written for ``baseline``."""
     return {
@@ -159,10 +212,7 @@ def baseline_document(baseline: Baseline) -> dict[str, Any]:
         "machine_class": baseline.machine_class,
         "machine": baseline.machine,
         "provenance": baseline.provenance,
-        "launches": [
-            {"metrics": launch.metrics, "step_durations_ms": list(launch.step_durations_ms), **launch.detail}
-            for launch in baseline.launches
-        ],
+        "launches": [launch.to_dict() for launch in baseline.launches],
         "summary": baseline.summaries(),
         # the launch-to-launch noise of step time (sd of log values), which sizes the gate's test
         # (perfgate.sequential; recomputed from the launches when read)
@@ -215,22 +265,7 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     raw_launches = doc.get("launches")
     if not isinstance(raw_launches, list) or not raw_launches:
         raise BaselineError(f"{path}: \"launches\" must be a non-empty list")
-    launches = []
-    for k, raw in enumerate(raw_launches):
-        where = f"{path}: launches[{k}]"
-        is_profile = isinstance(raw, dict) and raw.get("capture") == "profile"
-        checked = checked_metrics(raw.get("metrics") if isinstance(raw, dict) else None, f"{where}.metrics",
-                                  profile=is_profile)
-        durations = raw.get("step_durations_ms", [])
-        if not isinstance(durations, list):
-            raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
-        detail = {k2: v for k2, v in raw.items() if k2 not in ("metrics", "step_durations_ms")}
-        launches.append(BaselineLaunch(
-            metrics=checked,
-            step_durations_ms=tuple(measured_number(d, f"{where}.step_durations_ms[{i}]")
-                                    for i, d in enumerate(durations)),
-            detail=detail,
-        ))
+    launches = [BaselineLaunch.from_dict(raw, f"{path}: launches[{k}]") for k, raw in enumerate(raw_launches)]
     for key in ("workload", "machine_class"):
         if not isinstance(doc.get(key), str):
             raise BaselineError(f"{path}: missing \"{key}\"")

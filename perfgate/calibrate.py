@@ -190,19 +190,16 @@ def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], ph
 
 
 def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path, base_args: Sequence[str] = ()) -> Launch:
-    """The real launcher: run_capture + analyze_trace; artifacts in ``run_dir/<label>/``."""
+    """The real launcher: the gate's perfgate.pipeline.capture_launch; artifacts in ``run_dir/<label>/``."""
 
     def launch(label: str, extra_args: Sequence[str]) -> tuple[Mapping[str, float], float]:
-        from perfgate.analysis import analyze_trace
-        from perfgate.capture import run_capture
-        from perfgate.errors import TraceError
-        from perfgate.pipeline import analysis_options
+        from perfgate.capture import TIMING
+        from perfgate.pipeline import captured_launch
 
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
-        capture = run_capture(spec, settings, run_dir / safe, extra_args=(*base_args, *extra_args))
-        if capture.sqlite_path is None or not capture.sqlite_path.exists():
-            raise TraceError(f"{capture.run_dir}: nsys left no SQLite export")
-        return analyze_trace(capture.sqlite_path, analysis_options(spec)).metrics(), capture.wall_s
+        capture, analysis = captured_launch(spec, settings, run_dir / safe, 0, TIMING,
+                                            extra_args=(*base_args, *extra_args))
+        return analysis.metrics(), capture.wall_s
 
     return launch
 

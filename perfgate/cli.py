@@ -84,7 +84,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             continue
         try:
             module = importlib.import_module(f"perfgate.{name}")
-        except ImportError:
+        except ImportError as exc:   # a missing dependency: said, never a command that vanishes
+            if wanted == name:
+                raise ConfigError(f"perfgate {name} cannot run: importing perfgate.{name} failed ({exc}); "
+                                  "install perfgate's dependencies (pip install -e .)") from exc
+            sub.add_parser(name, help=f"{PLUGGABLE_HELP[name]} (unavailable: {exc})", add_help=False)
             continue
         add_parser = getattr(module, "add_parser", None)
         if callable(add_parser):
@@ -111,7 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from perfgate.process_tree import EXIT_INTERRUPTED, Terminated, stop_all, terminate_raises
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
+    try:
+        parser = build_parser(argv)
+    except PerfgateError as exc:
+        _error(str(exc))
+        return EXIT_ERROR
     args = parser.parse_args(argv)
     try:
         with terminate_raises():
@@ -255,7 +263,7 @@ def analysis_options_from(args: argparse.Namespace) -> Any:
 
     kwargs: dict[str, Any] = {"step_pattern": args.step_pattern, "batch_size": args.batch_size}
     if args.skip_steps is not None:
-        kwargs["warmup_steps"] = args.skip_steps
+        kwargs["skip_steps"] = args.skip_steps
     return AnalysisOptions(**kwargs)
 
 

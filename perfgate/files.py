@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.baseline import FORMAT as BASELINE_FORMAT
 from perfgate.baseline import checked_metrics, parse_baseline, profile_metrics
-from perfgate.errors import BaselineError, TraceError
+from perfgate.errors import BaselineError, PerfgateError, TraceError
 from perfgate.model import Analysis, Verdict
+from perfgate.schema import check_record_version
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
@@ -34,14 +35,14 @@ def gate_metrics(timing: Sequence[Analysis], profile: Analysis | None) -> list[d
     return [*metrics, profile_metrics(profile, metrics)]
 
 
-def _explained_launches(base_details: Sequence[Mapping[str, Any]], timing: Sequence[Analysis],
-                        profile: Analysis | None) -> tuple[list[Any], list[Any]]:
+def _explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analysis],
+                        profile: Analysis | None) -> tuple[list[Analysis], list[Analysis]]:
     """The launches the diagnosis compares: the profile launches of both sides when both have one
     (CUDA-traced, with GPU facts), else the timing launches (like with like, never mixed)."""
-    base_profiles = [d for d in base_details if d.get("capture") == "profile"]
+    base_profiles = [a for a in base_launches if a.extra.get("capture") == "profile"]
     if profile is not None and base_profiles:
         return base_profiles, [profile]
-    return [d for d in base_details if d.get("capture") != "profile"], list(timing)
+    return [a for a in base_launches if a.extra.get("capture") != "profile"], list(timing)
 
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
@@ -116,11 +117,11 @@ def _single_result(doc: Any, path: Path) -> Any:
 
 @dataclass(frozen=True)
 class _Side:
-    """One side of a file comparison, read and analyzed once: its per-launch metrics, what the
-    attribution reads (Analyses, or launch dicts of a JSON document) and, for a trace, the Trace."""
+    """One side of a file comparison, read and analyzed once: its per-launch metrics, the launches
+    the attribution reads and, for a trace, the Trace."""
 
     metrics: list[dict[str, float]]
-    launches: list[Any]
+    launches: list[Analysis]
     trace: Trace | None = None
 
 
@@ -131,23 +132,34 @@ def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) ->
     doc = _read_json(path)
     metrics = metrics_from_document(doc, path)
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
-        return _Side(metrics, parse_baseline(doc, path).launch_details)
+        return _Side(metrics, parse_baseline(doc, path).launch_analyses)
     doc = _single_result(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
-        return _Side(metrics, [a for a in doc["analyses"] if isinstance(a, dict)])
-    return _Side(metrics, [doc])
+        check_record_version(doc, str(path), TraceError)      # a result record
+        records = [(a, f"{path}: analyses[{k}]") for k, a in enumerate(doc["analyses"]) if isinstance(a, dict)]
+    else:
+        records = [(doc, str(path))]
+    launches = [_analysis_record(a, where) for a, where in records]
+    return _Side(metrics, [a for a in launches if a is not None])
+
+
+def _analysis_record(record: Mapping[str, Any], where: str) -> Analysis | None:
+    """The Analysis of an analysis record of a result or ``analyze --format json`` file; None for
+    one without its steps (a metrics-only document) or malformed: compared, not explained."""
+    if not isinstance(record.get("steps"), dict):
+        return None
+    try:
+        return Analysis.from_dict(record, where)
+    except PerfgateError as exc:            # a newer record_version
+        raise TraceError(str(exc)) from exc
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _step_basis(side: _Side) -> set[str]:
     """What the side's step times measure ("period" or "range"); documents from before the
     iteration period say nothing and measured the range. Metrics-only documents: unknown."""
-    found: set[str] = set()
-    for launch in side.launches:
-        if isinstance(launch, Analysis):
-            found.add(launch.steps.basis)
-        elif isinstance(launch, dict) and isinstance(launch.get("steps"), dict):
-            found.add(str(launch["steps"].get("basis") or "range"))
-    return found
+    return {launch.steps.basis for launch in side.launches}
 
 
 def _check_same_basis(base_path: Path, base: _Side, cur_path: Path, cur: _Side) -> None:
@@ -198,7 +210,7 @@ def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
     return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
 
 
-def _explain(baseline_launches: Sequence[Any], analyses: Sequence[Any], outcome: Outcome,
+def _explain(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,
              **traces: Any) -> Any | None:
     """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
     an attribution bug must not fail the gate)."""

@@ -23,7 +23,7 @@ PID_MASK = -0x1000000  # globalTid & ~0xFFFFFF == globalPid (as a signed 64-bit 
 # narrow types where the values are small: at 10^7 ops every byte per op is 10 MB
 DTYPES = {"kind": np.int8, "device_id": np.int32, "stream_id": np.int32, "pid": np.int32,
           "name_id": np.int32, "copy_kind": np.int8, "src_kind": np.int8, "dst_kind": np.int8}
-LAUNCH_COLUMNS = ("api_start", "api_end", "api_tid")
+CALL_COLUMNS = ("api_start", "api_end", "api_tid")
 
 # (GpuOps column, export column); a column the table lacks reads as -1
 _SOURCES: tuple[tuple[str, str], ...] = (
@@ -63,11 +63,11 @@ class GpuOps:
         """The ops selected by a boolean mask or an index array, in that order."""
         return GpuOps(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
-    def launch_time(self) -> np.ndarray:
+    def call_time(self) -> np.ndarray:
         """When each op was launched: its API call's start, its own start where that was not traced."""
         return np.where(self.api_start >= 0, self.api_start, self.start)
 
-    def with_launches(self, api_start: np.ndarray, api_end: np.ndarray, api_tid: np.ndarray) -> GpuOps:
+    def with_calls(self, api_start: np.ndarray, api_end: np.ndarray, api_tid: np.ndarray) -> GpuOps:
         return replace(self, api_start=api_start, api_end=api_end, api_tid=api_tid)
 
     def frame(self) -> Any:
@@ -83,14 +83,14 @@ def empty_ops() -> GpuOps:
     return GpuOps(**{f.name: np.zeros(0, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)})
 
 
-def not_launched(n: int) -> np.ndarray:
-    """A launch column of ``n`` ops none of which is joined yet: -1 everywhere, no memory."""
+def no_call(n: int) -> np.ndarray:
+    """An API-call column of ``n`` ops none of which is joined yet: -1 everywhere, no memory."""
     return np.broadcast_to(np.int64(-1), (n,))
 
 
 def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[str]],
                  capacity: Callable[[str], int]) -> GpuOps:
-    """Every GPU op of the export (launch columns -1 until joined). Each table is streamed into
+    """Every GPU op of the export (API-call columns -1 until joined). Each table is streamed into
     arrays allocated for at most ``capacity(table)`` rows (its largest rowid), so nothing is held
     twice."""
     present = []
@@ -100,7 +100,7 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
             present.append((kind, table, cols))
     n = int(sum(capacity(t) for _, t, _ in present))
     out = {f.name: np.full(n, -1, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)
-           if f.name not in ("kind", "pid", *LAUNCH_COLUMNS)}
+           if f.name not in ("kind", "pid", *CALL_COLUMNS)}
     kind_col = np.zeros(n, dtype=np.int8)
     at = 0
     for kind, table, cols in present:
@@ -118,4 +118,4 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
             at += k
     out = {k: v[:at] for k, v in out.items()}
     out["pid"] = ((out["global_pid"] >> 24) & 0xFFFFFF).astype(np.int32)
-    return GpuOps(kind=kind_col[:at], **out, **{c: not_launched(at) for c in LAUNCH_COLUMNS})
+    return GpuOps(kind=kind_col[:at], **out, **{c: no_call(at) for c in CALL_COLUMNS})

@@ -3,16 +3,20 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Leaf module: imports nothing from perfgate. Records are frozen dataclasses; every field that
+Records layer (imports only perfgate.schema). Records are frozen dataclasses; every field that
 carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
-``to_dict()`` methods give the JSON shapes that the CLI and the reports print.
+``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
+``from_dict()`` beside it reads it back (versioned: perfgate.schema, docs/schema.md).
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
 
 
 # --------------------------------------------------------------------------- capture
@@ -71,6 +75,42 @@ class StepStats:
     #: What ``durations_ms`` measures; baselines and results record it, and compare refuses to
     #: compare a period with a range duration.
     basis: str = "period"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``steps`` object of an analysis record."""
+        s, r = self.summary_ms, self.range_summary_ms
+        return {"range": self.range_name, "source": self.source, "basis": self.basis, "count": self.count,
+                "warmup_skipped": self.warmup_skipped, "median_ms": s.median, "mean_ms": s.mean, "p10_ms": s.p10,
+                "p90_ms": s.p90, "stdev_ms": s.stdev, "min_ms": s.min, "max_ms": s.max, "batch_size": self.batch_size,
+                "samples_per_s": self.samples_per_s, "durations_ms": list(self.durations_ms),
+                "range_median_ms": None if r is None else r.median, "range_mean_ms": None if r is None else r.mean,
+                "window_start_ns": self.window_start_ns, "window_end_ns": self.window_end_ns}
+
+    @classmethod
+    def from_dict(cls, st: Mapping[str, Any], metrics: Mapping[str, Any]) -> StepStats:
+        """StepStats of a ``steps`` object. A baseline's launch record keeps no summary and no
+        durations there: the summary comes from the record's ``metrics`` (median, mean, p90), the
+        other quantiles default to the median. Records from before ``basis`` measured the range."""
+        durations = tuple(float(x) for x in st.get("durations_ms") or ())
+        median = st.get("median_ms", metrics.get("step_time_ms"))
+        mean = st.get("mean_ms", metrics.get("step_time_mean_ms"))
+        if mean is None:
+            mean = sum(durations) / len(durations) if durations else (median or 0.0)
+        median = float(mean if median is None else median)
+        count = int(st.get("count") or len(durations))
+        summary = Summary(count=count, mean=float(mean), median=median, stdev=float(st.get("stdev_ms") or 0.0),
+                          p10=float(st.get("p10_ms") or median),
+                          p90=float(st.get("p90_ms") or metrics.get("step_time_p90_ms") or median),
+                          min=float(st.get("min_ms") or median), max=float(st.get("max_ms") or median))
+        rm = st.get("range_median_ms", metrics.get("step_range_ms"))
+        range_summary = None if rm is None else Summary(count, float(st.get("range_mean_ms") or rm), float(rm),
+                                                        0.0, float(rm), float(rm), float(rm), float(rm))
+        return cls(range_name=str(st.get("range", "step")), count=count,
+                   warmup_skipped=int(st.get("warmup_skipped") or 0), durations_ms=durations,
+                   summary_ms=summary, window_start_ns=int(st.get("window_start_ns") or 0),
+                   window_end_ns=int(st.get("window_end_ns") or 0), batch_size=st.get("batch_size"),
+                   samples_per_s=st.get("samples_per_s"), source=str(st.get("source") or "nvtx"),
+                   range_summary_ms=range_summary, basis=str(st.get("basis") or "range"))
 
 
 @dataclass(frozen=True)
@@ -205,48 +245,44 @@ class Analysis:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``perfgate analyze --format json`` object (a superset of the documented contract)."""
-        st = self.steps
+        """The analysis record: the ``perfgate analyze --format json`` object, each analysis of a
+        result (``extra`` merged into the top level); ``from_dict`` reads it back."""
+        idle, gpu = self.gpu_idle, self.gpu
         d: dict[str, Any] = {
-            "source": self.source,
-            "nsys_version": self.nsys_version,
-            "schema_version": self.schema_version,
-            "steps": {
-                "range": st.range_name,
-                "source": st.source,
-                "basis": st.basis,
-                "count": st.count,
-                "warmup_skipped": st.warmup_skipped,
-                "median_ms": st.summary_ms.median,
-                "mean_ms": st.summary_ms.mean,
-                "p10_ms": st.summary_ms.p10,
-                "p90_ms": st.summary_ms.p90,
-                "stdev_ms": st.summary_ms.stdev,
-                "min_ms": st.summary_ms.min,
-                "max_ms": st.summary_ms.max,
-                "batch_size": st.batch_size,
-                "samples_per_s": st.samples_per_s,
-                "durations_ms": list(st.durations_ms),
-                "range_median_ms": None if st.range_summary_ms is None else st.range_summary_ms.median,
-                "range_mean_ms": None if st.range_summary_ms is None else st.range_summary_ms.mean,
-                "window_start_ns": st.window_start_ns,
-                "window_end_ns": st.window_end_ns,
-            },
-            "gpu_idle_fraction": None if self.gpu_idle is None else self.gpu_idle.fraction,
-            "gpu_idle": None if self.gpu_idle is None else asdict(self.gpu_idle),
+            VERSION_KEY: RECORD_VERSION, "source": self.source, "nsys_version": self.nsys_version,
+            "schema_version": self.schema_version, "steps": self.steps.to_dict(),
+            "gpu_idle_fraction": None if idle is None else idle.fraction,
+            "gpu_idle": None if idle is None else asdict(idle),
             "phases": {n: asdict(p) for n, p in self.phases.items()},
             "ranges": {n: asdict(r) for n, r in self.ranges.items()},
-            "gpu": None if self.gpu is None else asdict(self.gpu),
-            "processes": self.processes,
-            "devices": list(self.devices),
-            "warnings": list(self.warnings),
-            "metrics": self.metrics(),
+            "gpu": None if gpu is None else asdict(gpu), "processes": self.processes,
+            "devices": list(self.devices), "warnings": list(self.warnings), "metrics": self.metrics(),
         }
         if self.ranks:
             d["ranks"] = [asdict(r) for r in self.ranks]
             d["rank_skew_ms"] = self.rank_skew_ms
         d.update(self.extra)
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "analysis record") -> Analysis:
+        """The Analysis of an analysis record (``to_dict``; a baseline's launch record is one whose
+        ``steps`` holds no summary: StepStats.from_dict). Keys it does not know go to ``extra``;
+        PerfgateError naming ``where`` for a record of a newer version (perfgate.schema)."""
+        check_record_version(d, where)
+        metrics = d.get("metrics") or {}
+        own = {f.name for f in fields(cls)} - {"extra"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
+        return cls(
+            source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
+            schema_version=d.get("schema_version"), steps=StepStats.from_dict(d.get("steps") or {}, metrics),
+            phases={n: from_record(PhaseStats, {**p, "name": n}) for n, p in (d.get("phases") or {}).items()},
+            ranges={n: from_record(RangeStat, r) for n, r in (d.get("ranges") or {}).items()},
+            gpu_idle=from_record(GpuIdle, d["gpu_idle"]) if d.get("gpu_idle") else None,
+            gpu=from_record(GpuWork, d["gpu"]) if d.get("gpu") else None,
+            processes=int(d.get("processes") or 1), devices=tuple(d.get("devices") or ()),
+            warnings=tuple(d.get("warnings") or ()), extra={k: v for k, v in d.items() if k not in own},
+            ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
+            rank_skew_ms=d.get("rank_skew_ms"))
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:

@@ -29,7 +29,7 @@ from perfgate.baseline import (
 from perfgate.config import Settings
 from perfgate.errors import PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
-from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.model import Analysis, Capture, MachineInfo, Verdict, WorkloadResult
 from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
@@ -62,7 +62,7 @@ def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
 
     kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
     if spec.skip_steps is not None:
-        kwargs["warmup_steps"] = spec.skip_steps
+        kwargs["skip_steps"] = spec.skip_steps
     return AnalysisOptions(**kwargs)
 
 
@@ -260,7 +260,14 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
 def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
                    cwd: Path | None = None, extra_args: Sequence[str] = ()) -> Analysis:
     """One launch of ``kind`` (perfgate.capture.TIMING or PROFILE) into ``launch_dir``, analyzed,
-    checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number."""
+    checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
+    one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``."""
+    return captured_launch(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args)[1]
+
+
+def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
+                    cwd: Path | None = None, extra_args: Sequence[str] = ()) -> tuple[Capture, Analysis]:
+    """``capture_launch``, with the Capture it analyzed (its wall time, its artifacts)."""
     from perfgate.analysis import analyze
     from perfgate.capture import run_capture
     from perfgate.trace import load_trace
@@ -279,7 +286,7 @@ def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: 
         extra["self_report"] = capture.self_report
     analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
-    return _diagnosed(analysis, trace)
+    return capture, _diagnosed(analysis, trace)
 
 
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
@@ -345,7 +352,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         result.message += f"\nwarning: {warning}"
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict == Verdict.REGRESSED:
-        base, cur = _explained_launches(baseline.launch_details, analyses, result.profile)
+        base, cur = _explained_launches(baseline.launch_analyses, analyses, result.profile)
         attribution = _explain(base, cur, outcome)
         if attribution is not None:
             from perfgate.diagnosis import render_attribution_text

@@ -115,7 +115,7 @@ class Trace:
 
     @property
     def gpu_ops(self) -> pd.DataFrame:
-        """GPU ops with their launch columns, as a frame (``kind`` categorical)."""
+        """GPU ops with their API-call columns, as a frame (``kind`` categorical)."""
         return self.gpu()[0].frame()
 
     @property

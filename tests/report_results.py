@@ -28,7 +28,7 @@ from perfgate.model import (
     WorkloadResult,
 )
 
-WARMUP_STEPS = 2
+SKIP_STEPS = 2
 STEPS = 14
 BATCH_SIZE = 32
 PHASE_MS = {"data_load": 2.0, "forward": 4.0, "backward": 4.0, "optimizer": 1.0}
@@ -85,7 +85,7 @@ def real_results(nsys: str, root: Path) -> list[WorkloadResult]:
     from perfgate.compare import compare_launches
 
     traces = capture_all(nsys, root)
-    options = AnalysisOptions(warmup_steps=WARMUP_STEPS, batch_size=BATCH_SIZE)
+    options = AnalysisOptions(skip_steps=SKIP_STEPS, batch_size=BATCH_SIZE)
     analyses = {name: analyze_trace(path, options) for name, path in traces.items()}
     machine = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver=None,
                           cuda=None, torch=None, nsys="2022.4", hostname="report-tests")

@@ -18,13 +18,13 @@ def analysis():
     return analyze_trace(H100, AnalysisOptions(batch_size=64))
 
 
-def test_default_options_skip_five_warmup_steps() -> None:
+def test_default_options_skip_five_steps() -> None:
     opts = AnalysisOptions()
-    assert (opts.step_pattern, opts.warmup_steps, opts.batch_size, opts.top_kernels, opts.longest_gaps) == (None, 5, None, 10, 5)
+    assert (opts.step_pattern, opts.skip_steps, opts.batch_size, opts.top_kernels, opts.longest_gaps) == (None, 5, None, 10, 5)
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
+    ({"skip_steps": -1}, "skip_steps must be >= 0"),
     ({"batch_size": 0}, "batch_size must be a positive integer"),
 ])
 def test_invalid_options_are_config_errors_naming_the_option(kwargs: dict, message: str) -> None:

@@ -81,7 +81,7 @@ def test_open_instance_in_blocks_matches_a_scan_of_every_instance() -> None:
 
 def test_attribution_and_iteration_periods_do_not_depend_on_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
     trace = load_trace(TRACES / "gpu-ddp-2proc" / "trace.sqlite")   # two processes, two GPUs
-    whole = analyze(trace, AnalysisOptions(warmup_steps=3))
+    whole = analyze(trace, AnalysisOptions(skip_steps=3))
     monkeypatch.setattr(steps, "BLOCK", 5)
     monkeypatch.setattr(phases, "BLOCK", 5)
     fresh = load_trace(TRACES / "gpu-ddp-2proc" / "trace.sqlite")
@@ -91,7 +91,7 @@ def test_attribution_and_iteration_periods_do_not_depend_on_the_block(monkeypatc
     busy = phases.attribute_gpu_time(inst, launched, block=5)
     assert busy.tolist() == phases.attribute_gpu_time(inst, launched).tolist()
     assert busy.sum() > 0
-    blocked = analyze(fresh, AnalysisOptions(warmup_steps=3))
+    blocked = analyze(fresh, AnalysisOptions(skip_steps=3))
     assert blocked.steps.durations_ms == whole.steps.durations_ms
     assert {k: p.gpu_ms for k, p in blocked.phases.items()} == {k: p.gpu_ms for k, p in whole.phases.items()}
 

@@ -14,7 +14,7 @@ H100 = Path(__file__).parent / "fixtures" / "traces" / "toy-h100" / "trace.sqlit
 
 @pytest.fixture(scope="module")
 def analysis():
-    return analyze_trace(H100, AnalysisOptions(warmup_steps=5, top_kernels=3))
+    return analyze_trace(H100, AnalysisOptions(skip_steps=5, top_kernels=3))
 
 
 def test_api_names_lose_their_version_suffix() -> None:

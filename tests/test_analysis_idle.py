@@ -33,7 +33,7 @@ def _busy_ns(path: Path, lo: int, hi: int) -> int:
 
 
 def test_idle_fraction_equals_one_minus_busy_union_over_the_measured_window() -> None:
-    a = analyze_trace(H100, AnalysisOptions(warmup_steps=5, longest_gaps=3))
+    a = analyze_trace(H100, AnalysisOptions(skip_steps=5, longest_gaps=3))
     lo, hi = a.steps.window_start_ns, a.steps.window_end_ns
     expected = 1 - _busy_ns(H100, lo, hi) / (hi - lo)
     assert a.gpu_idle.fraction == pytest.approx(expected, abs=1e-12)
@@ -43,7 +43,7 @@ def test_idle_fraction_equals_one_minus_busy_union_over_the_measured_window() ->
 
 
 def test_longest_gaps_are_sorted_and_name_the_cpu_ranges_open_outermost_first() -> None:
-    a = analyze_trace(H100, AnalysisOptions(warmup_steps=5, longest_gaps=3))
+    a = analyze_trace(H100, AnalysisOptions(skip_steps=5, longest_gaps=3))
     gaps = a.gpu_idle.longest_gaps
     assert len(gaps) == 3
     assert [g.duration_ms for g in gaps] == sorted((g.duration_ms for g in gaps), reverse=True)

@@ -15,12 +15,12 @@ H100 = TRACES / "toy-h100" / "trace.sqlite"
 
 @pytest.fixture(scope="module")
 def h100():
-    return analyze_trace(H100, AnalysisOptions(warmup_steps=5))
+    return analyze_trace(H100, AnalysisOptions(skip_steps=5))
 
 
 def test_phases_are_the_step_children_in_order_with_exact_cpu_totals() -> None:
     path = TRACES / "cpu-train-loop" / "trace.sqlite"
-    a = analyze_trace(path, AnalysisOptions(warmup_steps=4))
+    a = analyze_trace(path, AnalysisOptions(skip_steps=4))
     assert list(a.phases) == ["data_load", "h2d", "forward", "backward", "optimizer", "between_steps"]
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         rows = conn.execute("SELECT text, \"end\" - start FROM NVTX_EVENTS WHERE eventType = 59 "
@@ -41,7 +41,7 @@ def test_phases_are_the_step_children_in_order_with_exact_cpu_totals() -> None:
 
 
 def test_numbered_phase_names_fold_and_start_end_ranges_count() -> None:
-    a = analyze_trace(TRACES / "cpu-two-procs" / "trace.sqlite", AnalysisOptions(warmup_steps=3))
+    a = analyze_trace(TRACES / "cpu-two-procs" / "trace.sqlite", AnalysisOptions(skip_steps=3))
     assert list(a.phases) == ["forward", "backward", "checkpoint", "between_steps"]
     assert (a.phases["forward"].count, a.phases["checkpoint"].count) == (10, 4)  # batches 3..7, 2 procs
 

@@ -55,7 +55,7 @@ def test_summary_uses_sample_stdev_and_linear_percentiles() -> None:
 
 def test_measured_steps_are_the_iteration_periods_after_warmup_and_the_last_range_is_left_out() -> None:
     path = TRACES / "cpu-train-loop" / "trace.sqlite"
-    a = analyze_trace(path, AnalysisOptions(warmup_steps=5, batch_size=32))
+    a = analyze_trace(path, AnalysisOptions(skip_steps=5, batch_size=32))
     raw = _durations(path, "step")
     assert len(raw) == 12
     starts = raw["start"].to_numpy()
@@ -72,14 +72,14 @@ def test_measured_steps_are_the_iteration_periods_after_warmup_and_the_last_rang
 
 
 def test_too_few_steps_for_the_warmup_skip_fewer_and_warn() -> None:
-    a = analyze_trace(TRACES / "cpu-train-loop" / "trace.sqlite", AnalysisOptions(warmup_steps=20))
+    a = analyze_trace(TRACES / "cpu-train-loop" / "trace.sqlite", AnalysisOptions(skip_steps=20))
     assert (a.steps.count, a.steps.warmup_skipped) == (1, 10)
     assert any("skipping 10 warm-up steps instead of 20" in w for w in a.warnings)
 
 
 def test_numbered_steps_fold_and_warmup_applies_per_process_with_throughput_summed() -> None:
     path = TRACES / "cpu-two-procs" / "trace.sqlite"
-    a = analyze_trace(path, AnalysisOptions(warmup_steps=3, batch_size=8))
+    a = analyze_trace(path, AnalysisOptions(skip_steps=3, batch_size=8))
     raw = _durations(path, "batch %")
     assert raw["pid"].nunique() == 2
     measured = raw.groupby("pid").apply(lambda g: g.iloc[3:], include_groups=False)
@@ -122,7 +122,7 @@ def test_emit_nvtx_trace_without_step_ranges_gives_a_clear_error_or_an_analysis_
     trace = emit_nvtx_like(tmp_path)
     with pytest.raises(TraceError, match=r"no NVTX range matches the default step patterns.*aten::as_strided, op_id' \(328\)"):
         analyze_trace(trace)
-    a = analyze_trace(trace, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", warmup_steps=2))
+    a = analyze_trace(trace, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", skip_steps=2))
     assert a.processes == 2 and a.devices == ("0", "1")
     assert set(a.gpu_idle.per_device) == {"0", "1"}
     assert a.steps.count == 2 * (10 - 2 - 1)   # per process: 10 steps, 2 skipped, the last has no next start

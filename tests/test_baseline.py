@@ -54,7 +54,7 @@ def test_written_baseline_round_trips_launches_and_step_samples(tmp_path: Path) 
     ]
     assert loaded.step_durations_ms == [10, 12, 11, 20, 22, 21]
     assert loaded.machine_class == "cpu-x86_64" and loaded.path == path
-    assert loaded.launch_details[1]["phases"]["forward"]["cpu_per_step_ms"] == 7.0
+    assert loaded.launch_analyses[1].phases["forward"].cpu_per_step_ms == 7.0
 
 
 def test_baseline_file_is_sorted_indented_versioned_and_has_no_hostname(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ for _ in range(5):
     nvtx.range_pop()
 print("PERFGATE_SELF_REPORT " + json.dumps({"workload": "tiny", "steps": 5, "batch_size": 2}))
 '''
-ANALYZE_KEYS = {"source", "nsys_version", "steps", "phases", "ranges", "metrics", "gpu_idle_fraction", "warnings"}
+ANALYZE_KEYS = {"record_version", "source", "nsys_version", "steps", "phases", "ranges", "metrics", "gpu_idle_fraction", "warnings"}
 
 
 @pytest.fixture(scope="module")
@@ -315,3 +315,26 @@ def test_no_step_ranges_hint_names_the_setting_of_each_command(traces: Path, cap
     # `perfgate run` has no --step-pattern: the gate's setting is the workload's step_pattern
     assert ("step_pattern in [tool.perfgate.workloads.<name>] for the gate (perfgate run, pytest --perfgate), "
             "--step-pattern for perfgate analyze and compare") in err
+
+
+def test_a_command_whose_module_cannot_be_imported_says_why(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A missing dependency of ``perfgate report`` was swallowed: the command vanished and argparse
+    answered "invalid choice"; it now names the import that failed (exit 2), and ``--help`` lists
+    the command as unavailable."""
+    import importlib
+
+    import perfgate.cli as cli
+
+    real = importlib.import_module
+
+    def failing(name: str, *args: object) -> object:
+        if name == "perfgate.report":
+            raise ImportError("No module named 'junit_xml'")
+        return real(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", failing)
+    assert main(["report", "--from", "r.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perfgate: error: perfgate report cannot run: importing perfgate.report failed "
+                          "(No module named 'junit_xml')"), err
+    assert "unavailable: No module named 'junit_xml'" in " ".join(cli.build_parser().format_help().split())

@@ -80,7 +80,7 @@ def ladder(fixtures_dir):
     from perfgate.analysis import AnalysisOptions, analyze_trace
 
     def one(case: str):
-        return analyze_trace(fixtures_dir / "traces" / case / "trace.sqlite", AnalysisOptions(warmup_steps=0))
+        return analyze_trace(fixtures_dir / "traces" / case / "trace.sqlite", AnalysisOptions(skip_steps=0))
     return one("reverse-ladder-full"), one("reverse-ladder-no-compile")
 
 

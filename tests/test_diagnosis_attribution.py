@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from perfgate.baseline import BaselineLaunch
 from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text
 from perfgate.diagnosis.facts import TraceFacts
 from perfgate.model import (
@@ -97,7 +98,7 @@ def test_removing_the_copy_stream_is_named_from_trace_facts_kept_with_the_baseli
                                       "h2d_overlap_fraction": 0.0, "idle_ms_per_step": 1.5,
                                       "idle_by_phase_ms": {"h2d": 1.0, "forward": 0.5}})
     current = replace(current, extra={"diagnosis": diagnose(current, facts=cur_facts)})
-    attribution = explain_regression(json.loads(json.dumps(stored)), current)
+    attribution = explain_regression(Analysis.from_dict(json.loads(json.dumps(stored))), current)
     assert attribution.cause == "overlap stream"
     assert attribution.first_reason.startswith("h2d +1.0 ms/step (GPU idle while h2d open): H2D copies "
                                                "stopped overlapping compute")
@@ -154,9 +155,9 @@ def test_launch_lists_use_the_median_launch_and_outcomes_give_the_regressed_metr
 
 
 def test_a_metrics_only_baseline_compares_phases_but_not_rules() -> None:
-    base = {"metrics": make_analysis(FAST).metrics(), "phases": {}, "steps": {"count": STEPS}}
+    base = BaselineLaunch(make_analysis(FAST).metrics(), detail={"phases": {}, "steps": {"count": STEPS}})
     cur = make_analysis(with_phase(h2d=2.5), pageable_copies=2 * STEPS)
-    a = explain_regression(base, cur)
+    a = explain_regression(base.analysis(), cur)
     assert a.phase_deltas[0].name == "h2d" and a.phase_deltas[0].delta_ms == pytest.approx(2.0)
     assert a.new_findings == ()
     assert a.kernel_deltas == () and a.idle_by_phase_delta_ms == {} and a.baseline_bottleneck is None

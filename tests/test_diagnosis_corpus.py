@@ -40,7 +40,7 @@ def _compare(corpus: Path, case):
     from perfgate.pipeline import compare_and_explain
 
     return compare_and_explain(corpus / case.base_side / "trace.sqlite", corpus / case.head_side / "trace.sqlite",
-                               options=AnalysisOptions(warmup_steps=5))
+                               options=AnalysisOptions(skip_steps=5))
 
 
 def test_every_side_of_the_corpus_was_captured() -> None:

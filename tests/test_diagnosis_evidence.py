@@ -1,4 +1,4 @@
-"""Kernel-name classes and rebuilding an Analysis from the dict forms baselines store."""
+"""Kernel-name classes, and an Analysis read back from its record (``Analysis.from_dict``)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import analyze_trace
-from perfgate.diagnosis.evidence import as_analysis, is_elementwise, is_fp32_matmul, is_half_matmul, is_triton
+from perfgate.diagnosis.evidence import is_elementwise, is_fp32_matmul, is_half_matmul, is_triton
+from perfgate.model import Analysis
 
 TOY = Path(__file__).resolve().parent / "fixtures" / "traces" / "toy-h100" / "trace.sqlite"
 
@@ -33,16 +34,19 @@ def test_triton_kernels_are_not_counted_as_unfused_elementwise() -> None:
 @pytest.mark.skipif(not TOY.is_file(), reason="toy-h100 fixture absent")
 def test_an_analysis_survives_its_json_dict() -> None:
     a = analyze_trace(TOY)
-    back = as_analysis(json.loads(json.dumps(a.to_dict())))
+    back = Analysis.from_dict(json.loads(json.dumps(a.to_dict())))
     assert back.metrics() == pytest.approx(a.metrics())
     assert back.gpu == a.gpu and back.gpu_idle == a.gpu_idle
     assert back.steps.durations_ms == a.steps.durations_ms
 
 
-def test_a_baseline_launch_detail_without_step_summary_takes_step_times_from_metrics() -> None:
-    detail = {"metrics": {"step_time_ms": 10.0, "step_time_mean_ms": 11.0, "phase.forward.cpu_ms": 4.0},
-              "steps": {"range": "step", "count": 20, "warmup_skipped": 5, "batch_size": None}}
-    a = as_analysis(detail)
+def test_a_baseline_launch_record_without_step_summary_takes_step_times_from_metrics() -> None:
+    forward = {"count": 20, "cpu_total_ms": 80.0, "cpu_median_ms": 4.0, "cpu_mean_ms": 4.0,
+               "cpu_per_step_ms": 4.0, "share_of_step": 4.0 / 11.0}
+    record = {"metrics": {"step_time_ms": 10.0, "step_time_mean_ms": 11.0, "phase.forward.cpu_ms": 4.0},
+              "steps": {"range": "step", "count": 20, "warmup_skipped": 5, "batch_size": None},
+              "phases": {"forward": forward}}
+    a = Analysis.from_dict(record)
     assert (a.steps.summary_ms.median, a.steps.summary_ms.mean, a.steps.count) == (10.0, 11.0, 20)
-    assert a.phases["forward"].cpu_per_step_ms == 4.0
-    assert a.phases["forward"].share_of_step == pytest.approx(4.0 / 11.0)
+    assert a.phases["forward"].cpu_per_step_ms == 4.0 and a.phases["forward"].name == "forward"
+    assert a.steps.basis == "range"      # a record from before the iteration period says nothing

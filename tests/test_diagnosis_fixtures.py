@@ -48,7 +48,7 @@ LADDER_PAIRS: list[tuple[str, str, str]] = [
 
 
 def _options(case: str) -> AnalysisOptions:
-    return AnalysisOptions(warmup_steps=2) if case.startswith("cpu-") else AnalysisOptions()
+    return AnalysisOptions(skip_steps=2) if case.startswith("cpu-") else AnalysisOptions()
 
 
 @pytest.fixture(scope="module", params=CASES or [pytest.param(None, marks=pytest.mark.skip("no fixtures"))])

@@ -12,6 +12,7 @@ import pytest
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text
 from perfgate.diagnosis.records import CPU_COMPUTE, CPU_ONLY_NOTE, DATA_LOADING
+from perfgate.model import Analysis
 from perfgate.trace import load_trace
 
 SCRIPT = '''
@@ -32,7 +33,7 @@ for i in range(12):
     nvtx.range_push("optimizer"); opt.step(); nvtx.range_pop()
     nvtx.range_pop()
 '''
-OPTIONS = AnalysisOptions(warmup_steps=2)
+OPTIONS = AnalysisOptions(skip_steps=2)
 
 
 def _capture(nsys: str, folder: Path, name: str, load_ms: int) -> Path:
@@ -84,4 +85,5 @@ def test_regression_against_a_stored_baseline_dict_gives_the_same_first_reason(
         captures: dict[str, Path]) -> None:
     base, cur = analyze_trace(captures["fast"], OPTIONS), analyze_trace(captures["slow"], OPTIONS)
     stored = json.loads(json.dumps(base.to_dict()))
-    assert explain_regression(stored, cur).first_reason == explain_regression(base, cur).first_reason
+    back = Analysis.from_dict(stored)
+    assert explain_regression(back, cur).first_reason == explain_regression(base, cur).first_reason

@@ -185,7 +185,7 @@ def gpu_analysis(fixtures_dir):
     from perfgate.trace import load_trace
 
     trace = load_trace(fixtures_dir / "traces" / "gpu-transformer" / "trace.sqlite")
-    return analyze(trace, AnalysisOptions(warmup_steps=0, batch_size=32)), trace
+    return analyze(trace, AnalysisOptions(skip_steps=0, batch_size=32)), trace
 
 
 def test_energy_and_allocator_memory_attach_to_a_real_trace_analysis(gpu_analysis) -> None:

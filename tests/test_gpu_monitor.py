@@ -70,7 +70,7 @@ def test_pipeline_marks_an_unstable_or_throttled_launch(fixtures_dir) -> None:
     from perfgate.pipeline import _checked
 
     analysis = analyze_trace(fixtures_dir / "traces" / "gpu-resnet-pinned" / "trace.sqlite",
-                             AnalysisOptions(warmup_steps=0))
+                             AnalysisOptions(skip_steps=0))
     steady = replace(analysis, steps=replace(analysis.steps, durations_ms=tuple([20.0, 20.2, 19.9, 20.1] * 5)))
     two_levels = replace(analysis, steps=replace(analysis.steps, durations_ms=tuple([20.0, 20.1] * 5 + [30.0, 30.1] * 5)))
     hot = summarize([Sample(0.0, 0, 1980, 80, 0x0), Sample(0.2, 0, 1200, 88, 0x40)])

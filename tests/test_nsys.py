@@ -80,6 +80,6 @@ def test_stats_csv_reads_the_nvtx_summary_under_either_name(nsys_path: str) -> N
 def test_a_report_is_exported_to_sqlite_and_analyzed(report: Path, nsys_path: str) -> None:
     out = export_sqlite(report, Path(nsys_path))
     assert out == report.with_suffix(".sqlite") and out.read_bytes()[:15] == b"SQLite format 3"
-    a = analyze_trace(report, AnalysisOptions(warmup_steps=1))
+    a = analyze_trace(report, AnalysisOptions(skip_steps=1))
     assert (a.steps.range_name, a.steps.count, list(a.phases)) == ("train_step", 2, ["forward", "between_steps"])
     assert a.phases["forward"].cpu_median_ms >= 3.0

@@ -41,7 +41,7 @@ def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: 
     idle = outcome.row("gpu_idle_fraction")
     assert idle is not None and idle.verdict == Verdict.PASS and outcome.row("step_time_ms").baseline is not None
 
-    base, cur = _explained_launches(back.launch_details, [timing, timing], profile)
-    assert [d["capture"] for d in base] == ["profile"] and cur == [profile]
-    base, cur = _explained_launches(back.launch_details, [timing], None)    # no current profile: timing
-    assert [d["capture"] for d in base] == ["timing", "timing"] and cur == [timing]
+    base, cur = _explained_launches(back.launch_analyses, [timing, timing], profile)
+    assert [a.extra["capture"] for a in base] == ["profile"] and cur == [profile]
+    base, cur = _explained_launches(back.launch_analyses, [timing], None)    # no current profile: timing
+    assert [a.extra["capture"] for a in base] == ["timing", "timing"] and cur == [timing]

@@ -11,9 +11,8 @@ import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis.differences import straggler_reason
-from perfgate.diagnosis.evidence import as_analysis
 from perfgate.metrics import spec_for
-from perfgate.model import RankStats, Verdict
+from perfgate.model import Analysis, RankStats, Verdict
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -31,7 +30,7 @@ def test_two_process_fixtures_have_one_row_per_rank(fixture: str) -> None:
         per_rank = sum(r.phase_cpu_ms.get(name, 0.0) * r.steps for r in a.ranks)
         assert per_rank / a.steps.count == pytest.approx(p.cpu_per_step_ms)
     # the ranks come back from the JSON form (a baseline launch's detail)
-    assert as_analysis(a.to_dict()).ranks == a.ranks
+    assert Analysis.from_dict(a.to_dict()).ranks == a.ranks
 
 
 def test_skew_is_the_median_of_slowest_minus_fastest_per_step() -> None:
@@ -83,7 +82,7 @@ def test_gloo_job_with_one_slow_rank_is_regressed_and_names_it(nsys_path: str, t
     from perfgate.compare import ComparePolicy
     from perfgate.pipeline import compare_and_explain
 
-    options = AnalysisOptions(warmup_steps=1)
+    options = AnalysisOptions(skip_steps=1)
     base = _capture_ddp(nsys_path, repo_root, tmp_path / "base")
     step_ms = analyze_trace(base, options).steps.summary_ms.median
     slow = _capture_ddp(nsys_path, repo_root, tmp_path / "slow", "--slow-rank", "1", "--slow-phase", "forward",

@@ -1,6 +1,6 @@
 """Stage records survive their serialisation, on every committed capture: an Analysis written as
 JSON (``Analysis.to_dict``, what result files and ``perfgate analyze --format json`` hold) and read
-back (``diagnosis.evidence.as_analysis``, what the diagnosis and ``compare`` read) gives the same
+back (``Analysis.from_dict``, what the diagnosis and ``compare`` read) gives the same
 document and the same metrics; a baseline written and loaded gives the same launch metrics."""
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
-from perfgate.diagnosis.evidence import as_analysis
-from perfgate.model import MachineInfo
+from perfgate.model import Analysis, MachineInfo
 from perfgate.pipeline import analyze_file
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,7 +25,7 @@ def test_there_are_captures_to_check() -> None:
 def test_analysis_round_trips_through_json(path: Path, tmp_path: Path) -> None:
     analysis = analyze_file(path)
     doc = json.loads(json.dumps(analysis.to_dict(), default=str))
-    back = as_analysis(doc)
+    back = Analysis.from_dict(doc)
     assert json.loads(json.dumps(back.to_dict(), default=str)) == doc
     assert back.metrics() == analysis.metrics()
     machine = MachineInfo("test-x1", None, 0, None, None, None, None)

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from report_results import INJECTED_FORWARD_MS, STEPS, WARMUP_STEPS, real_results
+from report_results import INJECTED_FORWARD_MS, STEPS, SKIP_STEPS, real_results
 
 from perfgate.model import Verdict, WorkloadResult
 from perfgate.report import (
@@ -106,7 +106,7 @@ def test_benchmark_json_carries_every_measured_step_in_seconds(regressed: Worklo
     doc = render_benchmark_json(results, {"node": "ci"}, {"id": "abc123"})
     bench = next(b for b in doc["benchmarks"] if b["name"] == "tiny_regressed")
     data_ms = [ms for a in regressed.analyses for ms in a.steps.durations_ms]
-    assert len(data_ms) == 2 * (STEPS - WARMUP_STEPS - 1)
+    assert len(data_ms) == 2 * (STEPS - SKIP_STEPS - 1)
     stats = bench["stats"]
     assert stats["rounds"] == len(data_ms)
     assert stats["mean"] == pytest.approx(sum(data_ms) / len(data_ms) / 1000.0)
@@ -133,7 +133,7 @@ def test_report_json_round_trips_verdicts_and_comparisons(results: list[Workload
     assert doc["schema_version"] == 1 and doc["verdict"] == "REGRESSED" and doc["failed"] is True
     assert doc["counts"] == {"REGRESSED": 1, "PASS": 1, "NEW": 1}
     first = doc["results"][0]
-    assert first["analyses"][0]["steps"]["count"] == STEPS - WARMUP_STEPS - 1
+    assert first["analyses"][0]["steps"]["count"] == STEPS - SKIP_STEPS - 1
     back = results_from_report(doc)
     assert [r.verdict for r in back] == [r.verdict for r in results]
     assert back[0].comparisons == results[0].comparisons

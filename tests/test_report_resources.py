@@ -27,7 +27,7 @@ def analysis(fixtures_dir):
     from perfgate.trace import load_trace
 
     trace = load_trace(fixtures_dir / "traces" / "gpu-transformer" / "trace.sqlite")
-    return analyze(trace, AnalysisOptions(warmup_steps=0, batch_size=32)), trace.session_start_utc_ns
+    return analyze(trace, AnalysisOptions(skip_steps=0, batch_size=32)), trace.session_start_utc_ns
 
 
 def launch(base, start_ns: int, watts: float, allocated_gib: float):

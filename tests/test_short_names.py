@@ -28,7 +28,7 @@ def test_the_top_kernel_table_of_a_real_capture_has_no_two_rows_alike(fixtures_d
     from perfgate.analysis import AnalysisOptions, render_table
     from perfgate.pipeline import analyze_file
 
-    analysis = analyze_file(fixtures_dir / "traces" / "gpu-resnet-pinned" / "trace.sqlite", AnalysisOptions(warmup_steps=0))
+    analysis = analyze_file(fixtures_dir / "traces" / "gpu-resnet-pinned" / "trace.sqlite", AnalysisOptions(skip_steps=0))
     names = [k.name for k in analysis.gpu.top_kernels]
     assert WGRAD.format("128x128x32") in names and WGRAD.format("64x64x32") in names
     lines = render_table(analysis).splitlines()

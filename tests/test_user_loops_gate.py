@@ -105,7 +105,7 @@ def test_seed003_h100_period_matches_the_loops_own_iteration_time(workers: int) 
     from perfgate.analysis import AnalysisOptions, analyze_trace
 
     d = GPU_SEED / f"gpu-seed003-loop-workers{workers}"
-    a = analyze_trace(d / "trace.sqlite", AnalysisOptions(warmup_steps=3))
+    a = analyze_trace(d / "trace.sqlite", AnalysisOptions(skip_steps=3))
     own = _own_median_ms(d / "workload.log")
     assert a.steps.range_name == "batch" and a.steps.count == 19
     assert a.steps.summary_ms.median == pytest.approx(own, rel=0.05)
@@ -120,7 +120,7 @@ def test_seed003_h100_losing_the_workers_is_regressed_and_named(tmp_path: Path) 
 
     outcome, attribution = compare_and_explain(
         GPU_SEED / "gpu-seed003-loop-workers8" / "trace.sqlite",
-        GPU_SEED / "gpu-seed003-loop-workers0" / "trace.sqlite", options=AnalysisOptions(warmup_steps=3))
+        GPU_SEED / "gpu-seed003-loop-workers0" / "trace.sqlite", options=AnalysisOptions(skip_steps=3))
     assert outcome.verdict == Verdict.REGRESSED
     assert outcome.row("step_time_ms").change > 1.0                 # 19.0 -> 43.2 ms
     assert abs(outcome.row("step_range_ms").change) < 0.05          # the batch range did not change
@@ -147,7 +147,7 @@ def test_lightning_h100_iteration_ends_when_its_gpu_work_does() -> None:
     from perfgate.trace import load_trace
 
     d = GPU_SEED / "gpu-lightning-loop"
-    a = analyze_trace(d / "trace.sqlite", AnalysisOptions(warmup_steps=3, batch_size=256))
+    a = analyze_trace(d / "trace.sqlite", AnalysisOptions(skip_steps=3, batch_size=256))
     own = _own_report(d / "workload.log")   # its clock stops after torch.cuda.synchronize()
     assert a.steps.source == "autostep" and a.steps.count == 38
     # the loop's own mean (whole run, GPU drained at the end) is what the periods add up to

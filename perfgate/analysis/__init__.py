@@ -21,9 +21,9 @@ from perfgate.errors import ConfigError
 from perfgate.model import Analysis
 from perfgate.trace import Trace, load_trace
 
-DEFAULT_WARMUP_STEPS = 5
+DEFAULT_SKIP_STEPS = 5
 
-__all__ = ["AnalysisOptions", "analyze", "analyze_trace", "render_table", "DEFAULT_WARMUP_STEPS"]
+__all__ = ["AnalysisOptions", "analyze", "analyze_trace", "render_table", "DEFAULT_SKIP_STEPS"]
 
 
 @dataclass(frozen=True)
@@ -32,14 +32,14 @@ class AnalysisOptions:
     a given pattern must match a whole NVTX message (Python ``re.fullmatch``)."""
 
     step_pattern: str | None = None
-    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    skip_steps: int = DEFAULT_SKIP_STEPS     # step ranges of each process skipped before measuring
     batch_size: int | None = None
     top_kernels: int = 10
     longest_gaps: int = 5
 
     def __post_init__(self) -> None:
-        if self.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.skip_steps < 0:
+            raise ConfigError(f"skip_steps must be >= 0, got {self.skip_steps}")
         if self.batch_size is not None and self.batch_size <= 0:
             raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size}")
         if self.top_kernels < 0 or self.longest_gaps < 0:
@@ -58,7 +58,7 @@ def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()
 
 def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
     """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
-    sel = select_steps(trace.nvtx, options.step_pattern, options.warmup_steps, str(trace.path))
+    sel = select_steps(trace.nvtx, options.step_pattern, options.skip_steps, str(trace.path))
     measured = sel.measured
     lo, hi = sel.window
     busy = projected = work = None

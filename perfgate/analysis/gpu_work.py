@@ -18,7 +18,7 @@ MEM_PAGEABLE = 0
 def in_window(ops: GpuOps, start_ns: int, end_ns: int) -> np.ndarray:
     """GPU ops launched inside the window: by the launching call's start, or by the op's own start
     when the launch was not traced."""
-    t = ops.launch_time()
+    t = ops.call_time()
     return (t >= start_ns) & (t <= end_ns)
 
 

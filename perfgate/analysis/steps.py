@@ -217,15 +217,15 @@ def with_period_end(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.assign(period_end=nxt)
 
 
-def select_steps(nvtx: pd.DataFrame, pattern: str | None, warmup_steps: int, source: str) -> StepSelection:
-    """Find the steps and drop the first ``warmup_steps`` of each process; the measured steps are
+def select_steps(nvtx: pd.DataFrame, pattern: str | None, skip_steps: int, source: str) -> StepSelection:
+    """Find the steps and drop the first ``skip_steps`` of each process; the measured steps are
     the remaining ones that have a next step (their period ends at its start)."""
-    if warmup_steps < 0:
-        raise ConfigError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    if skip_steps < 0:
+        raise ConfigError(f"skip_steps must be >= 0, got {skip_steps}")
     name, origin, steps = find_steps(nvtx, pattern, source)
     steps = with_period_end(steps)
     counts = steps.groupby("pid").size()
-    skip = int(warmup_steps)
+    skip = int(skip_steps)
     warnings: list[str] = []
     fewest = int(counts.min())
     if fewest < skip + 2:

@@ -13,7 +13,6 @@ from typing import Any
 from perfgate.diagnosis.evidence import (
     BETWEEN_STEPS,
     data_phase,
-    as_analysis,
     gap_idle_by_phase_ms,
     idle_ms_per_step,
     phase_ms,
@@ -33,8 +32,6 @@ from perfgate.diagnosis.records import (
 from perfgate.diagnosis.rules import RULE_BY_ID
 from perfgate.model import Analysis, MetricComparison, Verdict
 
-AnalysisLike = Analysis | Mapping[str, Any]
-
 KERNEL_DELTAS_SHOWN = 10
 MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a reason
 
@@ -44,14 +41,15 @@ def _pick(values: Sequence[Any], key: Callable[[Any], float]) -> Any:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _one(value: Any) -> tuple[Analysis, TraceFacts | None, Diagnosis | None]:
+def _one(value: Analysis | Sequence[Analysis]) -> tuple[Analysis, TraceFacts | None, Diagnosis | None]:
     """An Analysis (the median launch of a sequence), its stored facts and stored diagnosis."""
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping)):
-        if not value:
-            raise ValueError("explain_regression: an empty sequence of launches")
-        value = _pick(list(value), lambda v: step_mean_ms(as_analysis(v)))
-    analysis = as_analysis(value)
-    stored = analysis.extra.get("diagnosis") if isinstance(analysis.extra, Mapping) else None
+    if isinstance(value, Analysis):
+        analysis = value
+    elif not value:
+        raise ValueError("explain_regression: an empty sequence of launches")
+    else:
+        analysis = median_launch(value)
+    stored = analysis.extra.get("diagnosis")
     if isinstance(stored, Diagnosis):
         facts = TraceFacts.from_dict(stored.facts) if stored.facts else None
         return analysis, facts, stored
@@ -198,16 +196,16 @@ def _where(phase: str | None, delta: float, idle_phase: dict[str, float], cur: A
 
 
 def explain_regression(
-    baseline: AnalysisLike | Sequence[AnalysisLike],
+    baseline: Analysis | Sequence[Analysis],
     current: Analysis | Sequence[Analysis],
     comparisons: Sequence[MetricComparison] | Any | None = None,
     *,
     baseline_trace: Any | None = None,
     current_trace: Any | None = None,
 ) -> Attribution:
-    """Attribute the change from ``baseline`` to ``current``. Each side may be an Analysis, its
-    ``to_dict()`` (a baseline launch detail) or a sequence of launches (the median launch by mean
-    step time is used). ``comparisons``: MetricComparison rows or an object with
+    """Attribute the change from ``baseline`` to ``current``. Each side is an Analysis or a sequence
+    of launches (the median launch by mean step time is used; a baseline's launches:
+    ``Baseline.launch_analyses``, a file's: ``Analysis.from_dict``). ``comparisons``: MetricComparison rows or an object with
     ``.comparisons`` (compare.Outcome). Traces, when given, sharpen the rules (see TraceFacts)."""
     from perfgate.diagnosis.one_run import diagnose
 
@@ -247,7 +245,7 @@ def explain_regression(
         reasons.insert(0, straggler)
     reason, cause = _first_reason(reasons, cur, phases, idle_phase_delta, kernels, step_delta)
     rows = _comparisons(comparisons)
-    lead = resources.leading_reason(rows, base, cur)   # memory, energy, launches per batch
+    lead = resources.leading_reason(rows, base, cur)   # memory, energy, kernel launches per batch
     if lead is not None:
         reason, cause = lead[0], lead[1]
         notes += [f"also regressed: {t}" for t in lead[2]]

@@ -19,14 +19,14 @@ from perfgate.model import RankStats
 from perfgate.short_names import shortened
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason
-MIN_LAUNCHES = 0.5          # launches (or calls) per step below which a count change is noise
+MIN_PER_STEP = 0.5          # kernel launches (or calls) per step below which a count change is noise
 HOST_BOUND_IDLE = 0.2       # GPU idle share of the step above which the host sets the pace
 SHOWN_NAMES = 3
 OPTIMIZER_PHASE = re.compile(r"optim", re.IGNORECASE)
 FUSED_OPTIMIZER_KERNEL = re.compile(r"multi_tensor_apply|fused_adam|fused_sgd|_fused_", re.IGNORECASE)
 MODEL_PHASE = re.compile(r"forward|backward|loss", re.IGNORECASE)
 # when the model's phases change together, the reason that says most about what changed leads
-MECHANISM_ORDER = ("dtype", "kernels_added", "launches", "kernels_longer")
+MECHANISM_ORDER = ("dtype", "kernels_added", "kernel_launches", "kernels_longer")
 
 Kernels = Mapping[str, Mapping[str, list[float]]]
 
@@ -52,28 +52,28 @@ def kernel_reason(where: str, base: Mapping[str, list[float]], cur: Mapping[str,
         return None
     zero = [0.0, 0.0]
     appeared = sorted(((n, v[0], v[1]) for n, v in cur.items()
-                       if v[0] >= MIN_LAUNCHES and base.get(n, zero)[0] < MIN_LAUNCHES / 10), key=lambda x: -x[2])
+                       if v[0] >= MIN_PER_STEP and base.get(n, zero)[0] < MIN_PER_STEP / 10), key=lambda x: -x[2])
     gone = sorted(((n, -v[0], v[1]) for n, v in base.items()
-                   if v[0] >= MIN_LAUNCHES and cur.get(n, zero)[0] < MIN_LAUNCHES / 10), key=lambda x: -x[2])
+                   if v[0] >= MIN_PER_STEP and cur.get(n, zero)[0] < MIN_PER_STEP / 10), key=lambda x: -x[2])
     more = sorted(((n, v[0] - base.get(n, zero)[0], v[1] - base.get(n, zero)[1]) for n, v in cur.items()
-                   if v[0] - base.get(n, zero)[0] >= MIN_LAUNCHES), key=lambda x: -x[1])
+                   if v[0] - base.get(n, zero)[0] >= MIN_PER_STEP), key=lambda x: -x[1])
     added = nc - nb
-    if fp64_added >= max(MIN_LAUNCHES, 0.5 * added) and (appeared or more):
+    if fp64_added >= max(MIN_PER_STEP, 0.5 * added) and (appeared or more):
         text = (f"float64 kernels appeared in {where} (+{fp64_added:.0f}/step: "
                 f"{_names(appeared or more)}): a round trip through double?")
         return Reason("dtype", where, ms, text, "float64 round trip")
-    if added >= max(MIN_LAUNCHES * 4, 0.05 * nb) and OPTIMIZER_PHASE.search(where) and any(
+    if added >= max(MIN_PER_STEP * 4, 0.05 * nb) and OPTIMIZER_PHASE.search(where) and any(
             FUSED_OPTIMIZER_KERNEL.search(n) for n, _, _ in gone):
         text = (f"+{added:.0f} kernel launches/step in {where} ({_names(more)}; gone: {_names(gone)}): "
                 "the optimizer's fused/foreach implementation is no longer used?")
-        return Reason("launches", where, ms, text, "optimizer implementation")
+        return Reason("kernel_launches", where, ms, text, "optimizer implementation")
     if appeared:
         text = f"new kernels in {where}: {_names(appeared)} ({gpu_ms:+.2f} ms/step GPU time)"
         return Reason("kernels_added", where, ms, text, None)
-    if added >= max(MIN_LAUNCHES, 0.02 * nb):
+    if added >= max(MIN_PER_STEP, 0.02 * nb):
         text = (f"+{added:.0f} kernel launches/step in {where}, the same kernels more often "
                 f"({_names(more)}; {gpu_ms:+.2f} ms/step GPU time): more layers or calls?")
-        return Reason("launches", where, ms, text, None)
+        return Reason("kernel_launches", where, ms, text, None)
     if gpu_ms >= max(MIN_MS, 0.03 * mb):
         longer = sorted(((n, v[1] - base.get(n, zero)[1]) for n, v in cur.items()), key=lambda x: -x[1])
         short = shortened(n for n, _ in longer[:SHOWN_NAMES])
@@ -104,7 +104,7 @@ def differences(base_kernels: Kernels, cur_kernels: Kernels, base_syncs: Mapping
             out.append(r)
     out = _merge_model_phases(out)
     added = {w: cur_syncs.get(w, 0.0) - base_syncs.get(w, 0.0) for w in dict.fromkeys([*base_syncs, *cur_syncs])}
-    added = {w: a for w, a in added.items() if a >= MIN_LAUNCHES}
+    added = {w: a for w, a in added.items() if a >= MIN_PER_STEP}
     if added:
         waiting = max(0.0, idle_delta_ms - max(data_ms, 0.0))
         total = sum(added.values())
@@ -113,7 +113,7 @@ def differences(base_kernels: Kernels, cur_kernels: Kernels, base_syncs: Mapping
             if ms < MIN_MS:
                 continue
             copy = (f", with +{d2h_added:.0f} device-to-host copies/step: a .item()/.cpu() of a GPU tensor?"
-                    if d2h_added >= MIN_LAUNCHES else ": a blocking copy (non_blocking dropped) or a .item()?")
+                    if d2h_added >= MIN_PER_STEP else ": a blocking copy (non_blocking dropped) or a .item()?")
             out.append(Reason("syncs", where, ms,
                               f"new host-GPU synchronizations in {where}: +{count:.0f}/step; the GPU idles "
                               f"{idle_delta_ms:+.2f} ms/step more{copy}", None))

@@ -130,7 +130,7 @@ def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream
 
 
 def _launched_in(ops: GpuOps, lo: int, hi: int) -> np.ndarray:
-    """Ops launched in [lo, hi] (``GpuOps.launch_time``), a block at a time: a mask, no 8-byte
+    """Ops launched in [lo, hi] (``GpuOps.call_time``), a block at a time: a mask, no 8-byte
     column of every op."""
     out = np.empty(len(ops), dtype=bool)
     for at in range(0, len(ops), BLOCK):

@@ -102,7 +102,7 @@ class KernelDelta:
 @dataclass(frozen=True)
 class Reason:
     """A difference between baseline and current that accounts for ``ms`` per step of the
-    step-time change: ``mechanism`` (data_loading, kernels_added, launches, kernels_longer, dtype,
+    step-time change: ``mechanism`` (data_loading, kernels_added, kernel_launches, kernels_longer, dtype,
     syncs, rule:<id>, phase_time), ``where`` (phase or the step's own code), ``text`` (the words
     every report prints), ``cause`` (the likely edit, only when its evidence changed)."""
 

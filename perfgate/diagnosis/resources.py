@@ -1,5 +1,5 @@
 """Reasons for regressions that step time does not carry: peak GPU memory, energy per sample, and,
-for a workload that gates them on their own, the launches of an inference batch (kernels per step:
+for a workload that gates them on their own, the kernel launches of an inference batch (kernels per step:
 a lost compilation or lost CUDA graphs).
 
 Such a metric leads the attribution (it becomes the first reason) when it regressed and no

@@ -5,13 +5,15 @@ Shape (schema version :data:`SCHEMA_VERSION`)::
     {"schema_version": 1, "perfgate_version": "...", "created_utc": "...",
      "verdict": "REGRESSED", "failed": true,
      "counts": {"PASS": 2, "REGRESSED": 1},
-     "results": [{"workload", "variant", "name", "verdict", "failed", "strict", "message", "error",
+     "results": [{"record_version", "workload", "variant", "name", "verdict", "failed", "strict", "message", "error",
                   "run_dir", "baseline_path", "wall_s", "machine": {...} | null,
                   "baseline_step_times_ms": [...], "comparisons": [{...}], "analyses": [{...}],
                   "extra": {...}}]}
 
-``results_from_report`` reads the ``results`` back into WorkloadResults (without analyses'
-internals: analyses come back as their dictionaries under ``extra["analyses"]``).
+Each result is a result record (``result_dict``; ``result.json`` holds one), of the record schema
+(perfgate.schema, docs/schema.md); the report's ``schema_version`` is the same version.
+``results_from_report`` reads the ``results`` back into WorkloadResults, their analyses and profile
+launch included (``Analysis.from_dict``): a report re-rendered from it says what the run's said.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any
 from perfgate import __version__
 from perfgate.errors import PerfgateError
 from perfgate.model import (
+    Analysis,
     Direction,
     MachineInfo,
     MetricComparison,
@@ -34,8 +37,10 @@ from perfgate.model import (
 )
 from perfgate.names import RULE, is_safe_name
 from perfgate.report.resources import resources_dict
+from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version
 
-SCHEMA_VERSION = 1
+#: The report is a list of result records: its version is theirs (perfgate.schema).
+SCHEMA_VERSION = RECORD_VERSION
 _SEVERITY = (Verdict.ERROR, Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NO_DATA,
              Verdict.NEW, Verdict.IMPROVED, Verdict.PASS)
 
@@ -81,7 +86,7 @@ def comparison_dict(c: MetricComparison) -> dict[str, Any]:
 def result_dict(r: WorkloadResult) -> dict[str, Any]:
     """A WorkloadResult as JSON-ready data (analyses via ``Analysis.to_dict()``)."""
     return _jsonable({
-        "workload": r.workload, "variant": r.variant, "name": r.name,
+        VERSION_KEY: RECORD_VERSION, "workload": r.workload, "variant": r.variant, "name": r.name,
         "verdict": r.verdict, "failed": r.failed, "strict": r.strict, "message": r.message, "error": r.error,
         "run_dir": r.run_dir, "baseline_path": r.baseline_path, "wall_s": r.wall_s,
         "machine": None if r.machine is None else asdict(r.machine),
@@ -182,6 +187,8 @@ def _machine_from(f: _Fields) -> MachineInfo:
 
 
 def _result_from(f: _Fields) -> WorkloadResult:
+    """The reverse of ``result_dict`` (a result record: perfgate.schema)."""
+    check_record_version(f.doc, f"{f.where}: {f.path}")
     verdict = f.enum("verdict", Verdict)
     machine = f.get("machine", (dict,))
     comparisons = f.get("comparisons", (list,), [])
@@ -199,8 +206,21 @@ def _result_from(f: _Fields) -> WorkloadResult:
         wall_s=f.number("wall_s", non_negative=True),
         # reports from before "strict" say a strict NEW failed only by "failed"
         strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
-        extra={**f.get("extra", (dict,), {}), "analyses": f.get("analyses", (list,), [])},
+        extra=f.get("extra", (dict,), {}),
+        analyses=[_analysis_from(a, f, f"analyses[{k}]") for k, a in enumerate(f.get("analyses", (list,), []))],
+        profile=_analysis_from(p, f, "profile") if (p := f.get("profile", (dict,))) else None,
     )
+
+
+def _analysis_from(record: Any, f: _Fields, key: str) -> Analysis:
+    """An analysis record of a result, read back (``Analysis.from_dict``); PerfgateError naming it."""
+    where = f"{f.where}: {f.path}.{key}"
+    if not isinstance(record, Mapping):
+        raise PerfgateError(f"{where}: expected an object, got {type(record).__name__}")
+    try:
+        return Analysis.from_dict(record, where)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise PerfgateError(f"{where}: not an analysis record ({type(exc).__name__}: {exc})") from None
 
 
 def results_from_report(doc: Any, where: str = "perfgate-report.json") -> list[WorkloadResult]:
@@ -209,8 +229,8 @@ def results_from_report(doc: Any, where: str = "perfgate-report.json") -> list[W
     field (``results[0].verdict: 'BOGUS' is not one of PASS, ...``)."""
     top = _Fields(doc, where, "document")
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
         raise PerfgateError(f"{where}: schema_version {version!r} is not supported "
-                            f"(this perfgate reads {SCHEMA_VERSION})")
+                            f"(this perfgate reads 1 to {SCHEMA_VERSION})")
     results = top.get("results", (list,), required=True)
     return [_result_from(_Fields(d, where, f"results[{k}]")) for k, d in enumerate(results)]

@@ -3,9 +3,8 @@
 Per launch: each memory source's peak, energy per sample and per step, mean and peak power, SM
 clock and where the energy came from (perfgate.resources, perfgate.energy). Per workload: the
 headline memory (allocated, else traced, else reserved: the cell names which) and energy per sample,
-baseline -> current, with the current launches' spread. Works on results measured in this process
-(``result.analyses``) and on results read back from ``perfgate-report.json`` (analysis dicts in
-``result.extra["analyses"]``).
+baseline -> current, with the current launches' spread (``result.analyses``: measured in this
+process, or read back from ``perfgate-report.json``).
 """
 from __future__ import annotations
 
@@ -23,15 +22,8 @@ MEMORY_COLUMNS = ("peak GPU memory", "energy/sample")
 
 def launches(result: WorkloadResult) -> list[dict[str, Any]]:
     """One dict per current launch: ``metrics``, ``energy`` and ``gpu_memory`` (as analysis dicts hold them)."""
-    out = []
-    for a in result.analyses:
-        out.append({"metrics": a.metrics(), "energy": a.extra.get("energy"), "gpu_memory": a.extra.get("gpu_memory")})
-    if not out:
-        for d in result.extra.get("analyses") or ():
-            if isinstance(d, Mapping):
-                out.append({"metrics": dict(d.get("metrics") or {}), "energy": d.get("energy"),
-                            "gpu_memory": d.get("gpu_memory")})
-    return out
+    return [{"metrics": a.metrics(), "energy": a.extra.get("energy"), "gpu_memory": a.extra.get("gpu_memory")}
+            for a in result.analyses]
 
 
 def _row(result: WorkloadResult, metric: str) -> MetricComparison | None:

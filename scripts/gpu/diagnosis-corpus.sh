@@ -42,7 +42,7 @@ for case in CASES:
     if not (b.exists() and h.exists()):
         continue
     try:
-        outcome, attribution = compare_and_explain(b, h, options=AnalysisOptions(warmup_steps=5))
+        outcome, attribution = compare_and_explain(b, h, options=AnalysisOptions(skip_steps=5))
         first = attribution.first_reason if attribution is not None else "-"
         row = outcome.row("step_time_mean_ms")
         print(f"{case.name}: {outcome.verdict.value} (mean {row.change:+.1%}) | {first}")
