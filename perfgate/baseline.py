@@ -145,6 +145,7 @@ def _launch(a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
             "gpu_idle": asdict(a.gpu_idle) if a.gpu_idle is not None else None,
             "diagnosis": a.extra.get("diagnosis"),
             **({"ranks": [asdict(r) for r in a.ranks]} if a.ranks else {}),
+            **({"comm": asdict(a.comm)} if a.comm is not None else {}),
         },
     )
 

@@ -151,6 +151,29 @@ class RankStats:
 
 
 @dataclass(frozen=True)
+class RankComm:
+    """One rank's NCCL kernels in its measured steps, per step (perfgate/analysis/comm.py)."""
+
+    rank: int
+    pid: int
+    devices: tuple[str, ...]
+    kernels_per_step: float
+    comm_ms: float                    # |union of its NCCL kernels|
+    exposed_ms: float                 # of which no compute kernel ran on the same GPU
+
+
+@dataclass(frozen=True)
+class CommStats:
+    """The job's NCCL communication per step and rank (perfgate/analysis/comm.py)."""
+
+    kernels_per_step: float
+    comm_ms: float
+    exposed_ms: float
+    overlap_fraction: float | None    # overlapped / communication time (None: no length)
+    ranks: tuple[RankComm, ...]
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Everything perfgate reads out of one trace. ``metrics()`` is what the gate compares."""
 
@@ -168,6 +191,7 @@ class Analysis:
     extra: dict[str, Any] = field(default_factory=dict)  # later stages may attach (e.g. "diagnosis")
     ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
     rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
+    comm: CommStats | None = None      # NCCL kernels in the measured steps, when there are any
 
     def metrics(self) -> dict[str, float]:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
@@ -198,6 +222,11 @@ class Analysis:
             out[f"rank.{r.rank}.step_time_ms"] = r.step_time_ms
         if self.rank_skew_ms is not None:
             out["rank_skew_ms"] = self.rank_skew_ms
+        if self.comm is not None:
+            out.update({"comm_ms": self.comm.comm_ms, "comm_exposed_ms": self.comm.exposed_ms,
+                        "comm_kernels_per_step": self.comm.kernels_per_step})
+            if self.comm.overlap_fraction is not None:
+                out["comm_overlap_fraction"] = self.comm.overlap_fraction
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
         # memory from the workload's allocator, energy and power from NVML (perfgate.resources)
@@ -245,6 +274,8 @@ class Analysis:
         if self.ranks:
             d["ranks"] = [asdict(r) for r in self.ranks]
             d["rank_skew_ms"] = self.rank_skew_ms
+        if self.comm is not None:
+            d["comm"] = asdict(self.comm)
         d.update(self.extra)
         return d
 

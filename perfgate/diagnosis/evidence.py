@@ -10,12 +10,14 @@ from typing import Any
 
 from perfgate.model import (
     Analysis,
+    CommStats,
     GpuIdle,
     GpuWork,
     IdleGap,
     KernelStat,
     PhaseStats,
     RangeStat,
+    RankComm,
     RankStats,
     StepStats,
     Summary,
@@ -215,7 +217,8 @@ def _phases_from_metrics(metrics: Mapping[str, Any], step_ms: float) -> dict[str
 
 
 _KNOWN_KEYS = {"source", "nsys_version", "schema_version", "steps", "gpu_idle_fraction", "gpu_idle",
-               "phases", "ranges", "gpu", "processes", "devices", "warnings", "metrics", "ranks", "rank_skew_ms"}
+               "phases", "ranges", "gpu", "processes", "devices", "warnings", "metrics", "ranks", "rank_skew_ms",
+               "comm"}
 
 
 def as_analysis(value: Analysis | Mapping[str, Any]) -> Analysis:
@@ -260,9 +263,12 @@ def as_analysis(value: Analysis | Mapping[str, Any]) -> Analysis:
     extra = {k: v for k, v in d.items() if k not in _KNOWN_KEYS}
     ranks = tuple(_build(RankStats, r, phase_cpu_ms=dict(r.get("phase_cpu_ms") or {}))
                   for r in d.get("ranks") or ())
+    c = d.get("comm")
+    comm: CommStats | None = None if not c else _build(
+        CommStats, c, ranks=tuple(_build(RankComm, r, devices=tuple(r.get("devices") or ())) for r in c.get("ranks") or ()))
     return Analysis(
         source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
         schema_version=d.get("schema_version"), steps=steps, phases=phases, ranges=ranges,
         gpu_idle=idle, gpu=gpu, processes=int(d.get("processes") or 1),
         devices=tuple(d.get("devices") or ()), warnings=tuple(d.get("warnings") or ()), extra=extra,
-        ranks=ranks, rank_skew_ms=d.get("rank_skew_ms"))
+        ranks=ranks, rank_skew_ms=d.get("rank_skew_ms"), comm=comm)
