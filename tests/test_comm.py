@@ -130,3 +130,93 @@ def test_overlap_length_of_two_unions_equals_every_pair_summed() -> None:
             sets.append(union(s, s + rng.integers(0, 40, n)))
         (a_s, a_e), (b_s, b_e) = sets
         assert overlap_length(a_s, a_e, b_s, b_e) == _brute(list(zip(a_s, a_e)), list(zip(b_s, b_e)))
+
+
+# ----------------------------------------------------------------------------- the diagnosis's rules
+
+
+@pytest.fixture(scope="module")
+def ddp() -> tuple:
+    """The capture's communication and its kernels by phase (TraceFacts), as the diagnosis reads them."""
+    from perfgate.diagnosis.one_run import diagnose
+    from perfgate.files import _analyzed
+
+    a, trace = _analyzed(DDP / "trace.sqlite", None, None)
+    return a.comm, diagnose(a, trace).facts["kernels_by_phase"]
+
+
+def _all_reduces(kernels: dict, per_step: float) -> dict:
+    """``kernels`` with the backward all-reduce launched ``per_step`` times per step, each as long."""
+    out = {p: {n: list(v) for n, v in k.items()} for p, k in kernels.items()}
+    name = next(n for n in out["backward"] if "AllReduce" in n)
+    count, ms = out["backward"][name]
+    out["backward"][name] = [per_step, ms / count * per_step]
+    return out
+
+
+def test_the_capture_launches_its_all_reduces_in_backward_and_broadcasts_in_forward(ddp: tuple) -> None:
+    from perfgate.diagnosis.comm import by_collective, without_communication
+
+    comm, kernels = ddp
+    got = {k: v[0] for k, v in by_collective(kernels).items()}
+    assert got == {("all-reduce", "backward"): 5.0, ("broadcast", "forward"): 2.0}
+    assert sum(got.values()) == comm.kernels_per_step
+    rest = without_communication(kernels)
+    assert not any("nccl" in n for k in rest.values() for n in k)
+    assert sum(len(k) for k in rest.values()) == sum(len(k) for k in kernels.values()) - 2
+
+
+def test_all_reduce_that_stopped_overlapping_backward_is_named_with_its_exposed_time(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    # the same NCCL time on each rank, none of it hidden by compute any more
+    ranks = tuple(replace(r, exposed_ms=r.comm_ms) for r in base.ranks)
+    cur = replace(base, ranks=ranks, exposed_ms=base.comm_ms, overlap_fraction=0.0)
+    grown = min(r.comm_ms - b.exposed_ms for b, r in zip(base.ranks, ranks))     # 5.26 on rank 0
+    r = comm_reason(base, cur, grown + 1.0, kernels, kernels)
+    assert r is not None and r.ms == pytest.approx(grown) and r.where == "backward"
+    assert r.text == f"all-reduce no longer overlaps backward: exposed communication +{grown:.1f} ms/step, overlap 57 % -> 0 %"
+    # half the overlap left: "less"
+    cur = replace(cur, overlap_fraction=0.35)
+    assert comm_reason(base, cur, grown, kernels, kernels).text.startswith("all-reduce overlaps less with backward")
+    # the job's step did not get slower: no reason is asked for, none in a side without NCCL
+    assert comm_reason(base, base, 3.0, kernels, kernels) is None
+    assert comm_reason(None, cur, 3.0) is None and comm_reason(base, None, 3.0) is None
+
+
+def test_more_all_reduces_per_step_name_the_bucket_size(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    # a 1 MB bucket: 46 all-reduces instead of 5, each rank 2 ms/step more NCCL time, all of it exposed
+    ranks = tuple(replace(r, kernels_per_step=48.0, comm_ms=r.comm_ms + 2.0, exposed_ms=r.exposed_ms + 2.0)
+                  for r in base.ranks)
+    cur = replace(base, ranks=ranks, kernels_per_step=48.0, comm_ms=base.comm_ms + 2.0,
+                  exposed_ms=base.exposed_ms + 2.0, overlap_fraction=0.5)
+    r = comm_reason(base, cur, 4.0, kernels, _all_reduces(kernels, 46.0))
+    assert r is not None and r.cause == "collectives per step" and r.ms == pytest.approx(2.0)
+    assert r.text == ("all-reduce takes longer: exposed communication +2.0 ms/step, overlap 57 % -> 50 %, NCCL time "
+                      "12.2 -> 14.2 ms/step; NCCL kernels per step 7 -> 48 (all-reduce 5 -> 46 in backward): smaller "
+                      "DDP buckets (bucket_cap_mb), or gradients all-reduced at every micro-step (no_sync dropped)?")
+    # the count alone (no exposure change): still named, after what accounts for the step
+    cur = replace(base, kernels_per_step=12.0)
+    r = comm_reason(base, cur, 4.0)
+    assert r is not None and r.ms == 0.0 and r.text.startswith("NCCL kernels per step 7 -> 12: smaller DDP buckets")
+
+
+def test_a_straggler_is_not_taken_for_a_communication_change(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    # rank 1 is slow in forward: rank 0's all-reduces wait 20 ms/step for it, rank 1's do not wait
+    waiting = replace(base.ranks[0], comm_ms=base.ranks[0].comm_ms + 20, exposed_ms=base.ranks[0].exposed_ms + 20)
+    cur = replace(base, ranks=(waiting, base.ranks[1]), comm_ms=base.comm_ms + 10, exposed_ms=base.exposed_ms + 10,
+                  overlap_fraction=0.3)
+    assert comm_reason(base, cur, 20.0, kernels, kernels) is None
