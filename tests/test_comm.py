@@ -220,3 +220,29 @@ def test_a_straggler_is_not_taken_for_a_communication_change(ddp: tuple) -> None
     cur = replace(base, ranks=(waiting, base.ranks[1]), comm_ms=base.comm_ms + 10, exposed_ms=base.exposed_ms + 10,
                   overlap_fraction=0.3)
     assert comm_reason(base, cur, 20.0, kernels, kernels) is None
+
+
+def _ddp_ranks_script():
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "scripts" / "gpu" / "ddp_ranks.py"
+    spec = importlib.util.spec_from_file_location("ddp_ranks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_multi_gpu_scripts_rank_table_of_the_capture() -> None:
+    table = _ddp_ranks_script().rank_table(analyze_trace(DDP / "trace.sqlite"))
+    assert table.splitlines()[2:4] == ["| 0 | 760 | 0 | 52.72 | 7.0 | 9.09 | 3.83 | 58 % |",
+                                       "| 1 | 761 | 1 | 52.71 | 7.0 | 15.25 | 6.53 | 57 % |"]
+    assert "NCCL 7.0 kernels, 12.17 ms, exposed 5.18 ms per step and rank, overlap 57 %" in table
+
+
+def test_the_multi_gpu_script_refuses_a_machine_with_fewer_than_two_gpus(tmp_path: Path) -> None:
+    from perfgate.machine import machine_info
+
+    if machine_info(None, None).gpu_count >= 2:
+        pytest.skip("a multi-GPU machine: the script would run")
+    assert _ddp_ranks_script().main([str(tmp_path / "out")]) == 2
