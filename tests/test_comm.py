@@ -246,3 +246,17 @@ def test_the_multi_gpu_script_refuses_a_machine_with_fewer_than_two_gpus(tmp_pat
     if machine_info(None, None).gpu_count >= 2:
         pytest.skip("a multi-GPU machine: the script would run")
     assert _ddp_ranks_script().main([str(tmp_path / "out")]) == 2
+
+
+def test_analyze_table_shows_each_rank_and_the_communication() -> None:
+    from perfgate.analysis import render_table
+
+    lines = render_table(analyze_trace(DDP / "trace.sqlite")).splitlines()
+    at = lines.index("ranks (per measured step; skew 1.561 ms):")
+    assert lines[at + 1].split() == ["rank", "pid", "steps", "step", "ms", "NCCL", "kernels", "comm", "ms", "exposed", "ms"]
+    assert lines[at + 3].split() == ["0", "760", "4", "52.715", "7.0", "9.085", "3.828"]
+    assert lines[at + 4].split() == ["1", "761", "4", "52.707", "7.0", "15.253", "6.529"]
+    assert lines[at + 5] == ("communication (NCCL kernels, per step and rank): 7.0 kernels, 12.169 ms, "
+                             "exposed 5.178 ms, overlapped by compute 57.4%")
+    two_cpu = render_table(analyze_trace(TRACES / "cpu-two-procs" / "trace.sqlite"))
+    assert "ranks (per measured step" in two_cpu and "NCCL" not in two_cpu and "communication" not in two_cpu
