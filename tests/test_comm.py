@@ -109,6 +109,17 @@ def test_communication_per_rank_equals_a_plain_computation_over_the_export() -> 
     assert as_analysis(a.to_dict()).comm == comm
 
 
+def test_a_baseline_keeps_the_communication_for_the_diagnosis(tmp_path: Path) -> None:
+    from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
+    from perfgate.model import MachineInfo
+
+    a = analyze_trace(DDP / "trace.sqlite")
+    machine = MachineInfo("test-x2", None, 2, None, None, None, None)
+    written = write_baseline(tmp_path / "b.json", baseline_from_analyses("ddp", [a], machine, {}))
+    detail = load_baseline(written).launch_details[0]
+    assert as_analysis(detail).comm == a.comm
+
+
 @pytest.mark.parametrize("fixture", ["gpu-transformer", "cpu-two-procs", "cpu-train-loop"])
 def test_no_nccl_kernel_means_no_communication_metrics(fixture: str) -> None:
     a = analyze_trace(TRACES / fixture / "trace.sqlite")
