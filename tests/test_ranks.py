@@ -138,12 +138,13 @@ def test_ddp_knobs_change_the_all_reduces_each_step_makes(knob_runs: dict[str, t
 
     got = {label: _per_step(path) for label, (path, _) in knob_runs.items()}
     buckets = got["default"]["allreduce"]
-    assert all(g["ranks"] == 2 for g in got.values())
-    assert buckets == 5 and got["default"]["forward"] == 1          # ResNet-50's gradients in 25 MB buckets
-    assert got["bucket 1 MB"]["allreduce"] > 4 * buckets           # 1 MB buckets: many more all-reduces
-    assert (got["no_sync 2"]["forward"], got["no_sync 2"]["allreduce"]) == (2, buckets)   # one sync per step
-    assert (got["accumulate 2"]["forward"], got["accumulate 2"]["allreduce"]) == (2, 2 * buckets)
+    assert all(g["ranks"] == 2 for g in got.values()), got
+    assert buckets == 5 and got["default"]["forward"] == 1, got     # ResNet-50's gradients in 25 MB buckets
+    assert got["bucket 1 MB"]["allreduce"] > 4 * buckets, got      # 1 MB buckets: many more all-reduces
+    assert (got["no_sync 2"]["forward"], got["no_sync 2"]["allreduce"]) == (2, buckets), got   # one sync per step
+    assert (got["accumulate 2"]["forward"], got["accumulate 2"]["allreduce"]) == (2, 2 * buckets), got
     # rank 0's own count of the hook's calls in its last step says the same
     for label, (_, log) in knob_runs.items():
         report = parse_self_report(log)
-        assert report is not None and report["ddp"]["allreduce_calls_last_step"] == got[label]["allreduce"]
+        assert report is not None, f"{label}: no self-report in\n{log[-3000:]}"
+        assert report["ddp"]["allreduce_calls_last_step"] == got[label]["allreduce"], (label, report["ddp"], got)
