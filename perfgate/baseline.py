@@ -35,7 +35,7 @@ PRIMARY_METRIC = "step_time_ms"
 
 
 #: What a baseline's launch record keeps of the analysis record (besides ``metrics``, the measured
-#: step durations, ``capture`` and, for 2+ processes, ``ranks``): what diagnosis.explain_regression
+#: step durations, ``capture`` and, for 2+ processes, ``ranks`` and NCCL ``comm``): what diagnosis.explain_regression
 #: diffs against (phases, GPU work, idle gaps, the rules that fired) ...
 LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
 #: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
@@ -59,7 +59,8 @@ class BaselineLaunch:
         its analysis record (``Analysis.to_dict``) projected onto LAUNCH_KEYS and STEP_KEYS."""
         record = a.to_dict()
         detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in STEP_KEYS},
-                  **{k: record.get(k) for k in LAUNCH_KEYS}, **({"ranks": record["ranks"]} if a.ranks else {})}
+                  **{k: record.get(k) for k in LAUNCH_KEYS}, **({"ranks": record["ranks"]} if a.ranks else {}),
+                  **({"comm": record["comm"]} if a.comm is not None else {})}
         return cls(metrics=metrics, step_durations_ms=tuple(a.steps.durations_ms), detail=detail)
 
     def to_dict(self) -> dict[str, Any]:

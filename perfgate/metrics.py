@@ -94,6 +94,16 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
                description="median iteration period of one rank's measured steps (reported only)"),
     MetricSpec("rank_skew_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
                description="median over steps of the slowest minus the fastest rank's period (reported only)"),
+    # NCCL kernels (perfgate/analysis/comm.py), per step and rank; reported only: the job's step time
+    # carries what communication costs, and an NCCL kernel's time includes waiting for the other ranks
+    MetricSpec("comm_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
+               description="GPU time of NCCL kernels per step and rank (union per GPU; reported only)"),
+    MetricSpec("comm_exposed_ms", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
+               description="NCCL kernel time per step and rank with no compute kernel running on that GPU"),
+    MetricSpec("comm_overlap_fraction", "fraction", HIGHER, Tolerance(abs=0.05), gating=False, log_scale=False,
+               description="share of NCCL kernel time overlapped by compute kernels on the same GPU"),
+    MetricSpec("comm_kernels_per_step", "kernels", LOWER, Tolerance(rel=0.10, abs=1.0), gating=False,
+               log_scale=False, description="NCCL kernels per step and rank (collectives, DDP buckets)"),
 )
 
 FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,

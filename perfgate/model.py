@@ -3,7 +3,7 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.schema). Records are frozen dataclasses; every field that
+Records layer (imports only perfgate.schema and perfgate.rank_records). Records are frozen dataclasses; every field that
 carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.schema, docs/schema.md).
@@ -16,7 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfgate.rank_records import CommStats, RankComm, RankStats
 from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
+
+__all__ = ["CommStats", "RankComm", "RankStats"]  # the multi-process records, here with the others
 
 
 # --------------------------------------------------------------------------- capture
@@ -179,18 +182,6 @@ class GpuWork:
 
 
 @dataclass(frozen=True)
-class RankStats:
-    """One process of a multi-process job (perfgate/analysis/ranks.py). ``rank``: the order in which
-    the processes started (torchrun starts local ranks in order: on one node, the RANK)."""
-
-    rank: int
-    pid: int
-    steps: int                        # measured steps of this process
-    step_time_ms: float               # median iteration period of its measured steps
-    phase_cpu_ms: dict[str, float]    # CPU time per step of each phase on this process
-
-
-@dataclass(frozen=True)
 class Analysis:
     """Everything perfgate reads out of one trace. ``metrics()`` is what the gate compares."""
 
@@ -208,6 +199,7 @@ class Analysis:
     extra: dict[str, Any] = field(default_factory=dict)  # later stages may attach (e.g. "diagnosis")
     ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
     rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
+    comm: CommStats | None = None      # NCCL kernels in the measured steps, when there are any
 
     def metrics(self) -> dict[str, float]:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
@@ -238,6 +230,11 @@ class Analysis:
             out[f"rank.{r.rank}.step_time_ms"] = r.step_time_ms
         if self.rank_skew_ms is not None:
             out["rank_skew_ms"] = self.rank_skew_ms
+        if self.comm is not None:
+            out.update({"comm_ms": self.comm.comm_ms, "comm_exposed_ms": self.comm.exposed_ms,
+                        "comm_kernels_per_step": self.comm.kernels_per_step})
+            if self.comm.overlap_fraction is not None:
+                out["comm_overlap_fraction"] = self.comm.overlap_fraction
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
         # memory from the workload's allocator, energy and power from NVML (perfgate.resources)
@@ -261,6 +258,8 @@ class Analysis:
         if self.ranks:
             d["ranks"] = [asdict(r) for r in self.ranks]
             d["rank_skew_ms"] = self.rank_skew_ms
+        if self.comm is not None:
+            d["comm"] = asdict(self.comm)
         d.update(self.extra)
         return d
 
@@ -282,7 +281,7 @@ class Analysis:
             processes=int(d.get("processes") or 1), devices=tuple(d.get("devices") or ()),
             warnings=tuple(d.get("warnings") or ()), extra={k: v for k, v in d.items() if k not in own},
             ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
-            rank_skew_ms=d.get("rank_skew_ms"))
+            rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None)
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:

@@ -1,5 +1,6 @@
 """Per-rank metrics of a multi-process job (issue 19): the committed 2-process captures, the
-straggler reason, and a 2-process gloo job under the real nsys whose slowed rank is named."""
+straggler reason, a 2-process gloo job under the real nsys whose slowed rank is named, and the
+ddp workload's communication knobs (bucket size, no_sync, accumulation) seen in such jobs' traces."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
@@ -74,6 +76,7 @@ def _capture_ddp(nsys: str, repo: Path, out: Path, *args: str) -> Path:
                "--steps", "5", "--warmup-steps", "1", *args]
     done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-4000:]}"
+    out.with_suffix(".log").write_text(done.stdout + done.stderr)
     return out.with_suffix(".sqlite")
 
 
@@ -91,3 +94,56 @@ def test_gloo_job_with_one_slow_rank_is_regressed_and_names_it(nsys_path: str, t
     assert outcome.verdict is Verdict.REGRESSED
     assert attribution.first_reason.startswith("rank 1 forward +"), attribution.first_reason
     assert "(rank 0 " in attribution.first_reason
+
+
+# DDP's knobs (workloads/ddp.py): each variant as a 2-process gloo job under the real nsys, its
+# all-reduces seen in the trace as the comm hook's ``allreduce`` ranges (--allreduce-ranges)
+KNOB_VARIANTS = {"default": (), "bucket 1 MB": ("--bucket-cap-mb", "1"), "no_sync 2": ("--no-sync-steps", "2"),
+                 "accumulate 2": ("--accumulate", "2")}
+
+
+@pytest.fixture(scope="module")
+def knob_runs(nsys_path: str, torch_module: object, repo_root: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
+    tmp = tmp_path_factory.mktemp("ddp-knobs")
+    out = {}
+    for label, args in KNOB_VARIANTS.items():
+        path = _capture_ddp(nsys_path, repo_root, tmp / label.replace(" ", "-"), "--image-size", "32",
+                            "--allreduce-ranges", *args)
+        out[label] = (path, (path.parent / (path.stem + ".log")).read_text())
+    return out
+
+
+def _per_step(path: Path) -> dict[str, float]:
+    """Per measured step of each process: the ``allreduce`` ranges and the forward passes in it."""
+    from perfgate.trace import load_trace
+
+    trace = load_trace(path)
+    a = analyze_trace(path, AnalysisOptions(skip_steps=1))
+    nvtx = trace.nvtx
+    inside = np.zeros(len(nvtx), dtype=bool)
+    for r in a.ranks:
+        mine = (nvtx["pid"] == r.pid).to_numpy()
+        steps = nvtx[mine & (nvtx["text"] == "step").to_numpy()].sort_values("start").iloc[1:-1]   # measured
+        for s, e in zip(steps["start"], steps["end"]):
+            inside |= mine & (nvtx["start"] >= s).to_numpy() & (nvtx["end"] <= e).to_numpy()
+    counted = nvtx[inside]["text"].value_counts()
+    return {"allreduce": counted.get("allreduce", 0) / a.steps.count,
+            "forward": counted.get("forward", 0) / a.steps.count, "ranks": len(a.ranks)}
+
+
+def test_ddp_knobs_change_the_all_reduces_each_step_makes(knob_runs: dict[str, tuple[Path, str]]) -> None:
+    from perfgate.capture import parse_self_report
+
+    got = {label: _per_step(path) for label, (path, _) in knob_runs.items()}
+    buckets = got["default"]["allreduce"]
+    assert all(g["ranks"] == 2 for g in got.values()), got
+    assert buckets == 5 and got["default"]["forward"] == 1, got     # ResNet-50's gradients in 25 MB buckets
+    assert got["bucket 1 MB"]["allreduce"] > 4 * buckets, got      # 1 MB buckets: many more all-reduces
+    assert (got["no_sync 2"]["forward"], got["no_sync 2"]["allreduce"]) == (2, buckets), got   # one sync per step
+    assert (got["accumulate 2"]["forward"], got["accumulate 2"]["allreduce"]) == (2, 2 * buckets), got
+    # rank 0's own count of the hook's calls in its last step says the same
+    for label, (_, log) in knob_runs.items():
+        report = parse_self_report(log)
+        assert report is not None, f"{label}: no self-report in\n{log[-3000:]}"
+        assert report["ddp"]["allreduce_calls_last_step"] == got[label]["allreduce"], (label, report["ddp"], got)

@@ -16,6 +16,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +130,9 @@ class Dist:
     local_rank: int = 0
     wrap: Callable[[nn.Module], nn.Module] | None = None     # e.g. DistributedDataParallel
     make_sampler: Callable[[Dataset], Sampler] | None = None
+    micro_steps: int = 1                                      # gradient accumulation: batches per step
+    # the context each micro-step's data, forward and backward run in (DDP's no_sync for all but the last)
+    micro_step: Callable[[nn.Module, int], AbstractContextManager[Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -379,7 +383,7 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
     dist = dist or Dist()
     _configure_torch(knobs)
     total_steps = knobs.warmup_steps + knobs.steps
-    samples = knobs.batch_size * (total_steps + 2)        # +2: the overlap copier reads ahead
+    samples = knobs.batch_size * (total_steps * dist.micro_steps + 2)   # +2: the overlap copier reads ahead
     parts = workload.build(knobs, samples)
     for note in _notes(knobs, parts.image_input):
         if dist.rank == 0:
@@ -428,27 +432,31 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
             window_start_ns = time.time_ns()
         began = time.perf_counter()
         with nvtx.range(STEP_RANGE if measured else WARMUP_RANGE):
-            with nvtx.range("data_load"):
-                if copier is not None and copier.pending is None:
-                    copier.submit(next(batches))       # first step: its own batch, then the next one
-                batch = next(batches)
-                extra("data_load")
-            with nvtx.range("h2d"):
-                if copier is not None:
-                    inputs, targets = copier.take()
-                    copier.submit(batch)
-                else:
-                    inputs, targets = _to_device(batch, device, knobs, parts.image_input)
-                extra("h2d")
-            with nvtx.range("forward"):
-                with autocast:
-                    outputs = model(inputs)
-                    loss = parts.loss_fn(outputs, targets)
-                extras.after_forward(outputs)
-                extra("forward")
-            with nvtx.range("backward"):
-                loss.backward()
-                extra("backward")
+            for micro in range(dist.micro_steps):   # one, or the micro-batches of gradient accumulation
+                with dist.micro_step(model, micro) if dist.micro_step is not None else nullcontext():
+                    with nvtx.range("data_load"):
+                        if copier is not None and copier.pending is None:
+                            copier.submit(next(batches))   # first step: its own batch, then the next one
+                        batch = next(batches)
+                        extra("data_load")
+                    with nvtx.range("h2d"):
+                        if copier is not None:
+                            inputs, targets = copier.take()
+                            copier.submit(batch)
+                        else:
+                            inputs, targets = _to_device(batch, device, knobs, parts.image_input)
+                        extra("h2d")
+                    with nvtx.range("forward"):
+                        with autocast:
+                            outputs = model(inputs)
+                            loss = parts.loss_fn(outputs, targets)
+                            if dist.micro_steps > 1:
+                                loss = loss / dist.micro_steps
+                        extras.after_forward(outputs)
+                        extra("forward")
+                    with nvtx.range("backward"):
+                        loss.backward()
+                        extra("backward")
             with nvtx.range("optimizer"):
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -465,9 +473,9 @@ def train(workload: Workload, knobs: Knobs, dist: Dist | None = None) -> RunResu
                      gpu_memory=_memory.gpu_memory_report(device), window_unix_ns=window)
 
 
-def print_self_report(result: RunResult) -> None:
-    """The human line, then the one ``PERFGATE_SELF_REPORT {json}`` line."""
-    report = result.self_report()
+def print_self_report(result: RunResult, extra: dict[str, Any] | None = None) -> None:
+    """The human line, then the one ``PERFGATE_SELF_REPORT {json}`` line (with ``extra``'s fields)."""
+    report = {**result.self_report(), **(extra or {})}
     print(
         f"[{report['workload']}] {report['steps']} steps on {report['device']} "
         f"(world size {report['world_size']}, batch {report['batch_size']}, "

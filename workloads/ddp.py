@@ -3,6 +3,8 @@ synthetic images, one process per GPU (NCCL), or per CPU process (gloo).
 
     torchrun --nproc-per-node=2 --standalone -m workloads.ddp     # two processes
     python -m workloads.ddp                                        # world size 1, no torchrun
+    ... -m workloads.ddp --bucket-cap-mb 1                         # many small all-reduces per step
+    ... -m workloads.ddp --no-sync-steps 4                         # accumulate 4 micro-batches per step
 
 Every rank emits the NVTX ranges; rank 0 prints the self-report (its own host-timed steps,
 samples/s counted over all ranks).
@@ -13,17 +15,21 @@ import argparse
 import os
 import socket
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torchvision
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from workloads._common import Dist, Knobs, Parts, Workload, parse_knobs, print_self_report, train
+from perfgate import nvtx
+from workloads._common import Dist, Knobs, Parts, Workload, _positive_int, parse_knobs, print_self_report, train
 
 NUM_CLASSES = 1000
 
@@ -46,7 +52,73 @@ class SyntheticImages(Dataset):
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--image-size", type=int, help="synthetic image size (seed: 224)")
+    add = parser.add_argument
+    add("--image-size", type=int, help="synthetic image size (seed: 224)")
+    add("--bucket-cap-mb", type=_positive_float, metavar="MB",
+        help="DistributedDataParallel's bucket_cap_mb (its default: 25): smaller buckets, more all-reduces per step")
+    accumulation = parser.add_mutually_exclusive_group()
+    accumulation.add_argument(
+        "--no-sync-steps", type=_positive_int, metavar="N",
+        help="gradient accumulation: N micro-batches per step, the first N-1 inside DDP's no_sync() "
+             "(the gradients are all-reduced once per step)")
+    accumulation.add_argument(
+        "--accumulate", type=_positive_int, metavar="N",
+        help="N micro-batches per step, each all-reduced (accumulation without no_sync: N times the all-reduces)")
+    add("--allreduce-ranges", action="store_true", default=None,
+        help="an NVTX range 'allreduce' around each bucket's all-reduce (a DDP comm hook doing what DDP's "
+             "default does): the buckets show in a CPU (gloo) trace, where no NCCL kernel does")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _allreduce_in_range(calls, bucket):
+    """DDP's default all-reduce of one bucket (average over ranks), inside an NVTX range, counted.
+    Unannotated: DDP checks a hook's annotations, and this module's are strings (``annotations``)."""
+    calls[0] += 1
+    with nvtx.range("allreduce"):
+        return default_hooks.allreduce_hook(dist.group.WORLD, bucket)
+
+
+class _Ddp:
+    """Wraps the model in DistributedDataParallel with the knobs' bucket size and comm hook, and says
+    what it did (the all-reduces the hook saw in the last step) for the self-report."""
+
+    def __init__(self, knobs: Knobs, device_ids: list[int] | None) -> None:
+        self.knobs, self.device_ids = knobs, device_ids
+        self.model: DistributedDataParallel | None = None
+        self.calls = [0]              # all-reduces the comm hook ran (with --allreduce-ranges)
+        self.step_marks: list[int] = []
+        self.micro_steps = knobs.extra.get("no_sync_steps") or knobs.extra.get("accumulate") or 1
+        self.no_sync = knobs.extra.get("no_sync_steps") is not None
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        cap = self.knobs.extra.get("bucket_cap_mb")
+        self.model = DistributedDataParallel(model, device_ids=self.device_ids,
+                                             **({"bucket_cap_mb": cap} if cap is not None else {}))
+        if self.knobs.extra.get("allreduce_ranges"):
+            self.model.register_comm_hook(self.calls, _allreduce_in_range)
+        return self.model
+
+    def micro_step(self, model: nn.Module, index: int) -> AbstractContextManager[Any]:
+        """DDP's no_sync() for every micro-step but the last (with --no-sync-steps)."""
+        if index == 0:                # a step begins: the hook's count so far
+            self.step_marks.append(self.calls[0])
+        if self.no_sync and index < self.micro_steps - 1 and self.model is not None:
+            return self.model.no_sync()
+        return nullcontext()
+
+    def report(self) -> dict[str, Any]:
+        """``ddp`` in the self-report: the knobs, and the all-reduces of the last step (steady
+        state: DDP rebuilds its buckets after the first iteration) when the hook counted them."""
+        counted = self.knobs.extra.get("allreduce_ranges") and self.step_marks
+        return {"ddp": {"bucket_cap_mb": self.knobs.extra.get("bucket_cap_mb") or 25.0,
+                        "micro_steps": self.micro_steps, "no_sync": self.no_sync,
+                        "allreduce_calls_last_step": self.calls[0] - self.step_marks[-1] if counted else None}}
 
 
 def _world() -> tuple[int, int, int]:
@@ -102,18 +174,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     knobs = parse_knobs(WORKLOAD, argv)
     world_size, rank, local_rank = init_process_group(knobs.device)
     try:
-        device_ids = [local_rank] if knobs.device == "cuda" else None
+        ddp = _Ddp(knobs, [local_rank] if knobs.device == "cuda" else None)
         placement = Dist(
             world_size=world_size,
             rank=rank,
             local_rank=local_rank,
-            wrap=lambda model: DistributedDataParallel(model, device_ids=device_ids),
+            wrap=ddp.wrap,
             make_sampler=lambda dataset: DistributedSampler(dataset, num_replicas=world_size, rank=rank,
                                                             shuffle=True, seed=knobs.seed, drop_last=True),
+            micro_steps=ddp.micro_steps,
+            micro_step=ddp.micro_step,
         )
         result = train(replace(WORKLOAD, build=_build_for(world_size)), knobs, placement)
         if rank == 0:
-            print_self_report(result)
+            print_self_report(result, ddp.report())
     finally:
         dist.destroy_process_group()
     return 0

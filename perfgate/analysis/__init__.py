@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfgate.analysis.comm import comm_stats
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
@@ -96,6 +97,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         warnings=sel.warnings + _source_note(sel.source),
         ranks=ranks,
         rank_skew_ms=skew,
+        comm=comm_stats(ops, trace.strings, measured) if len(ops) else None,
     )
 
 

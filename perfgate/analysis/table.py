@@ -58,6 +58,7 @@ def render_table(analysis: Analysis) -> str:
             short = shortened(k.name for k in g.top_kernels)
             out += _table(["kernel", "count", "total ms"],
                           [[short[k.name], str(k.count), _fmt(k.total_ms)] for k in g.top_kernels])
+    out += _ranks(a)
     if a.gpu_idle is not None and a.gpu_idle.longest_gaps:
         out += ["", "longest GPU idle gaps:"]
         out += _table(["GPU", "ms", "CPU ranges open"],
@@ -66,3 +67,26 @@ def render_table(analysis: Analysis) -> str:
     if a.warnings:
         out += [""] + [f"warning: {w}" for w in a.warnings]
     return "\n".join(out) + "\n"
+
+
+def _ranks(a: Analysis) -> list[str]:
+    """Per rank of a multi-process job: step time and, with NCCL kernels, communication per step."""
+    if not a.ranks:
+        return []
+    comm = {r.rank: r for r in a.comm.ranks} if a.comm is not None else {}
+    head = ["rank", "pid", "steps", "step ms"] + (["NCCL kernels", "comm ms", "exposed ms"] if comm else [])
+    rows = []
+    for r in a.ranks:
+        row = [str(r.rank), str(r.pid), str(r.steps), _fmt(r.step_time_ms)]
+        c = comm.get(r.rank)
+        if c is not None:
+            row += [_fmt(c.kernels_per_step, 1), _fmt(c.comm_ms), _fmt(c.exposed_ms)]
+        elif comm:
+            row += ["-"] * 3
+        rows.append(row)
+    out = ["", f"ranks (per measured step; skew {_fmt(a.rank_skew_ms)} ms):"] + _table(head, rows)
+    if a.comm is not None:
+        overlap = "-" if a.comm.overlap_fraction is None else f"{a.comm.overlap_fraction:.1%}"
+        out.append(f"communication (NCCL kernels, per step and rank): {a.comm.kernels_per_step:.1f} kernels, "
+                   f"{a.comm.comm_ms:.3f} ms, exposed {a.comm.exposed_ms:.3f} ms, overlapped by compute {overlap}")
+    return out

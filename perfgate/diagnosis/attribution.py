@@ -19,6 +19,7 @@ from perfgate.diagnosis.evidence import (
     step_mean_ms,
 )
 from perfgate.diagnosis import resources
+from perfgate.diagnosis.comm import comm_reason, leads, without_communication
 from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MIN_MS, differences, straggler_reason
 from perfgate.diagnosis.facts import STEP_CODE, TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import (
@@ -126,8 +127,9 @@ def _reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], phases: tu
         host_ms = {**by_phase, STEP_CODE: _self_ms(cur) - _self_ms(base)}
         whole = {r.mechanism for r in out} & {"rule:no_mixed_precision", "rule:not_compiled"}
         skip = frozenset([*base_facts.kernels_by_phase, *cur_facts.kernels_by_phase]) if whole else frozenset()
-        out += differences(
-            base_facts.kernels_by_phase, cur_facts.kernels_by_phase, base_facts.syncs_by_phase,
+        out += differences(   # NCCL kernels: perfgate.diagnosis.comm names their changes
+            without_communication(base_facts.kernels_by_phase), without_communication(cur_facts.kernels_by_phase),
+            base_facts.syncs_by_phase,
             cur_facts.syncs_by_phase, host_ms, host_bound,
             0.0 if idle_b is None or idle_c is None else idle_c - idle_b, data_ms,
             cur_facts.d2h_copies_per_step - base_facts.d2h_copies_per_step,
@@ -240,6 +242,11 @@ def explain_regression(
     kernels = () if partial else _kernel_deltas(base, cur)
     step_delta = step_mean_ms(cur) - step_mean_ms(base)
     reasons = _reasons(base, cur, new, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
+    comm = None if step_delta <= 0 else comm_reason(
+        base.comm, cur.comm, step_delta, base_facts.kernels_by_phase if base_facts else None,
+        cur_facts.kernels_by_phase if cur_facts else None)
+    if comm is not None:          # what changed in communication, before the phases it shows in
+        reasons.insert(0 if leads(comm, step_delta) else len(reasons), comm)
     straggler = straggler_reason(base.ranks, cur.ranks, step_delta) if step_delta > 0 else None
     if straggler is not None:     # which rank: said before what changed in the job's phases
         reasons.insert(0, straggler)

@@ -1,0 +1,125 @@
+"""Issue 19's multi-GPU run: the gate on the ``ddp`` workload (torchrun, one process per GPU, NCCL),
+declared in pyproject.toml, through perfgate's pipeline: a baseline, an unchanged rerun, a straggler
+(one rank sleeps in forward) and a communication change (much smaller DDP buckets). Writes
+``results.md`` (verdicts, first reasons, the per-rank table of every run) and ``results.json``.
+
+    python3 scripts/gpu/ddp_ranks.py OUT_DIR                  # on a machine with 2+ GPUs
+    python3 scripts/gpu/ddp_ranks.py OUT_DIR --size cpu       # the same on a CPU (gloo), to check it
+
+On a GPU every run takes the CUDA-traced profile launch (``profile = "always"``): its analysis has
+the NCCL communication per rank (perfgate/analysis/comm.py) that the table shows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from perfgate.model import Analysis, WorkloadResult  # noqa: E402
+
+COLUMNS = ("rank", "pid", "GPU", "step ms", "NCCL kernels/step", "comm ms/step", "exposed ms/step", "overlap")
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def rank_rows(a: Analysis) -> list[tuple[str, ...]]:
+    """One row per rank: its step time and, with NCCL in the trace, its communication per step."""
+    comm = {r.rank: r for r in a.comm.ranks} if a.comm is not None else {}
+    rows = []
+    for r in a.ranks:
+        c = comm.get(r.rank)
+        overlap = None if c is None or c.comm_ms <= 0 else 1 - c.exposed_ms / c.comm_ms
+        rows.append((str(r.rank), str(r.pid), ",".join(c.devices) if c else "-", _f(r.step_time_ms),
+                     _f(c.kernels_per_step, 1) if c else "-", _f(c.comm_ms if c else None),
+                     _f(c.exposed_ms if c else None), "-" if overlap is None else f"{overlap * 100:.0f} %"))
+    return rows
+
+
+def rank_table(a: Analysis) -> str:
+    """The per-rank table of an analysis, as Markdown, with the job's line under it."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rank_rows(a)]
+    job = f"job: {a.steps.summary_ms.median:.2f} ms/step (median), rank skew {_f(a.rank_skew_ms)} ms"
+    if a.comm is not None:
+        job += (f"; NCCL {a.comm.kernels_per_step:.1f} kernels, {a.comm.comm_ms:.2f} ms, exposed "
+                f"{a.comm.exposed_ms:.2f} ms per step and rank, overlap {_f((a.comm.overlap_fraction or 0) * 100, 0)} %")
+    return "\n".join(lines) + "\n\n" + job + "\n"
+
+
+def _shown(result: WorkloadResult) -> Analysis | None:
+    return result.profile or (result.analyses[0] if result.analyses else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from perfgate.config import load_settings
+    from perfgate.pipeline import run_workload
+    from perfgate.workloads import discover_workloads, select_workloads
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--size", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--bucket-cap-mb", default="1", help="the communication change (DDP's default: 25)")
+    parser.add_argument("--extra-args", default="", help="more workload arguments for every run (space-separated)")
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    gpu = args.size == "gpu"
+    overrides: dict[str, Any] = {"artifacts_dir": str(out / "runs"), "baseline_dir": str(out / "baselines"),
+                                 "report_dir": str(out / "report"), "size": args.size}
+    # on a CPU a smoke check of the script: one launch each, a loose tolerance (shared cores are noisy)
+    overrides.update({"profile": "always"} if gpu else
+                     {"launches": 1, "tolerance": {"step_time*": "50%+5", "phase.*": "off"}})
+    settings = load_settings(ROOT, env={}, overrides=overrides)
+    from perfgate.machine import machine_info
+
+    gpus = machine_info(None, settings.machine_class).gpu_count
+    if gpu and gpus < 2:
+        print(f"ddp_ranks: {gpus} GPU(s) visible; the multi-GPU run needs 2 or more", file=sys.stderr)
+        return 2
+    spec = select_workloads(discover_workloads(settings, gpus if gpu else 0), ["ddp"])[0]
+    spec = replace(spec, args=(*spec.args, *args.extra_args.split()))
+    results: dict[str, WorkloadResult] = {}
+    results["baseline"] = run_workload(spec, settings, update_baseline=True)
+    results["rerun"] = run_workload(spec, settings)
+    base = _shown(results["baseline"])
+    step_ms = base.steps.summary_ms.median if base is not None else 50.0
+    # the straggler sleeps in forward: half a step on GPUs; on a CPU five (the other rank's compute
+    # speeds up while it sleeps, the cores being shared)
+    slow_ms = max((0.5 if gpu else 5.0) * step_ms, 10.0)
+    slow = ("--slow-rank", str(spec.nproc - 1), "--slow-phase", "forward", "--slow-ms", f"{slow_ms:.0f}")
+    results["straggler"] = run_workload(replace(spec, args=(*spec.args, *slow)), settings)
+    buckets = ("--bucket-cap-mb", args.bucket_cap_mb)
+    results["small buckets"] = run_workload(replace(spec, args=(*spec.args, *buckets)), settings)
+    changes = {"baseline": "recorded", "rerun": "unchanged", "straggler": " ".join(slow), "small buckets": " ".join(buckets)}
+    md = [f"# ddp on {spec.nproc} {'GPUs (NCCL)' if gpu else 'CPU processes (gloo)'}\n",
+          "| run | change | verdict | step ms (baseline -> current) | first reason |", "|---|---|---|---|---|"]
+    doc: dict[str, Any] = {}
+    for name, r in results.items():
+        row = next((c for c in r.comparisons if c.metric == "step_time_ms"), None)
+        first = (r.extra.get("attribution") or {}).get("first_reason") or ""
+        steps = "-" if row is None else f"{_f(row.baseline)} -> {_f(row.current)}"
+        md.append(f"| {name} | {changes[name]} | {r.verdict} | {steps} | {first} |")
+        shown = _shown(r)
+        doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error,
+                     "analysis": shown.to_dict() if shown is not None else None}
+    for name, r in results.items():
+        shown = _shown(r)
+        if shown is not None:
+            md += ["", f"## {name} ({'profile launch' if r.profile is not None else 'timing launch'})", "",
+                   rank_table(shown)]
+    (out / "results.md").write_text("\n".join(md) + "\n")
+    (out / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""NCCL communication per rank (perfgate/analysis/comm.py) on the committed 2-process DDP capture
+(two H200s, NCCL): the NCCL kernels are those nsys's own kernel summary counts, and the communication
+time, overlapped share and exposed time per step equal a plain computation in this file straight
+from the SQLite export (SQL, then Python loops over every pair of intervals)."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfgate.analysis import AnalysisOptions, analyze_trace
+from perfgate.analysis.comm import NCCL_KERNEL, overlap_length
+from perfgate.analysis.intervals import union
+from perfgate.metrics import spec_for
+from perfgate.model import Analysis
+
+TRACES = Path(__file__).parent / "fixtures" / "traces"
+DDP = TRACES / "gpu-ddp-2proc"
+WARMUP = AnalysisOptions().skip_steps
+
+
+def _rows(sql: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{DDP / 'trace.sqlite'}?mode=ro", uri=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _oracle() -> dict[int, dict[str, float]]:
+    """Per process: its measured window from its ``step`` ranges (the analysis's default warm-up
+    skipped, the last one only closing the window), its NCCL kernels launched in that window (the
+    launching runtime call's start), their union, and its intersection with the union of every other
+    kernel on the same GPU, summed over all pairs of intervals."""
+    steps = _rows("SELECT (n.globalTid >> 24) & 16777215, n.start FROM NVTX_EVENTS n "
+                  "LEFT JOIN StringIds s ON s.id = n.textId WHERE coalesce(n.text, s.value) = 'step' "
+                  "AND n.eventType = 59 ORDER BY 1, 2")
+    kernels = _rows("""
+        SELECT (k.globalPid >> 24) & 16777215, k.deviceId, k.start, k."end", s.value, r.start
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+        LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+          ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)""")
+    out: dict[int, dict[str, float]] = {}
+    for pid in sorted({p for p, _ in steps}):
+        starts = [t for p, t in steps if p == pid]
+        lo, hi, n = starts[WARMUP], starts[-1], len(starts) - WARMUP - 1
+        comm = [(s, e, d) for p, d, s, e, name, launch in kernels
+                if p == pid and name.startswith("nccl") and lo <= launch <= hi]
+        device = {d for _, _, d in comm}
+        assert len(device) == 1
+        compute = _merged([(s, e) for _, d, s, e, name, _ in kernels if d in device and not name.startswith("nccl")])
+        merged = _merged([(s, e) for s, e, _ in comm])
+        total = sum(e - s for s, e in merged)
+        overlapped = sum(max(0, min(ae, be) - max(a_s, bs)) for a_s, ae in merged for bs, be in compute)
+        out[pid] = {"kernels": len(comm) / n, "comm_ms": total / 1e6 / n, "overlapped_ns": overlapped,
+                    "total_ns": total, "exposed_ms": (total - overlapped) / 1e6 / n, "steps": n}
+    return out
+
+
+def test_nccl_kernels_are_the_nccl_rows_of_nsys_kernel_summary() -> None:
+    csv = pd.read_csv(DDP / "cuda_gpu_kern_sum.csv")
+    nsys = csv[csv["Name"].str.startswith("nccl")].set_index("Name")
+    assert len(nsys) == 3                       # all-reduce, broadcast, all-gather
+    # the same kernels by perfgate's pattern, and no other kernel of the capture matches it
+    assert {n for n in csv["Name"] if NCCL_KERNEL.search(n)} == set(nsys.index)
+    got = _rows("SELECT s.value, count(*), sum(k.\"end\" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE 'nccl%' GROUP BY 1")
+    assert {n: (c, t) for n, c, t in got} == {n: (int(r["Instances"]), int(r["Total Time (ns)"]))
+                                              for n, r in nsys.iterrows()}
+
+
+def test_communication_per_rank_equals_a_plain_computation_over_the_export() -> None:
+    a = analyze_trace(DDP / "trace.sqlite")
+    want = _oracle()
+    comm = a.comm
+    assert comm is not None and [r.pid for r in comm.ranks] == sorted(want) == [r.pid for r in a.ranks]
+    for r in comm.ranks:
+        w = want[r.pid]
+        assert r.kernels_per_step == w["kernels"]
+        assert r.comm_ms == pytest.approx(w["comm_ms"], rel=1e-12)
+        assert r.exposed_ms == pytest.approx(w["exposed_ms"], rel=1e-12)
+    steps = sum(w["steps"] for w in want.values())
+    total = sum(w["total_ns"] for w in want.values())
+    overlapped = sum(w["overlapped_ns"] for w in want.values())
+    assert comm.comm_ms == pytest.approx(total / 1e6 / steps, rel=1e-12)
+    assert comm.exposed_ms == pytest.approx((total - overlapped) / 1e6 / steps, rel=1e-12)
+    assert comm.overlap_fraction == pytest.approx(overlapped / total, rel=1e-12)
+    # what the capture shows: 5 all-reduce buckets and 2 buffer broadcasts per step on each rank;
+    # rank 1's all-reduces last longer (they wait for rank 0), a bit over half is overlapped
+    assert comm.kernels_per_step == 7.0
+    assert [round(r.comm_ms, 2) for r in comm.ranks] == [9.09, 15.25]
+    assert [round(r.exposed_ms, 2) for r in comm.ranks] == [3.83, 6.53]
+    assert round(comm.overlap_fraction, 3) == 0.574
+    m = a.metrics()
+    assert (m["comm_ms"], m["comm_exposed_ms"], m["comm_kernels_per_step"]) == (
+        comm.comm_ms, comm.exposed_ms, comm.kernels_per_step)
+    assert m["comm_overlap_fraction"] == comm.overlap_fraction
+    assert not any(spec_for(k).gating for k in m if k.startswith("comm_"))
+    assert Analysis.from_dict(a.to_dict()).comm == comm
+
+
+def test_a_baseline_keeps_the_communication_for_the_diagnosis(tmp_path: Path) -> None:
+    from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
+    from perfgate.model import MachineInfo
+
+    a = analyze_trace(DDP / "trace.sqlite")
+    machine = MachineInfo("test-x2", None, 2, None, None, None, None)
+    written = write_baseline(tmp_path / "b.json", baseline_from_analyses("ddp", [a], machine, {}))
+    assert load_baseline(written).launch_analyses()[0].comm == a.comm
+
+
+@pytest.mark.parametrize("fixture", ["gpu-transformer", "cpu-two-procs", "cpu-train-loop"])
+def test_no_nccl_kernel_means_no_communication_metrics(fixture: str) -> None:
+    a = analyze_trace(TRACES / fixture / "trace.sqlite")
+    assert a.comm is None and "comm" not in a.to_dict()
+    assert not any(k.startswith("comm_") for k in a.metrics())
+
+
+def _brute(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(ae, be) - max(a_s, bs)) for a_s, ae in a for bs, be in b)
+
+
+def test_overlap_length_of_two_unions_equals_every_pair_summed() -> None:
+    rng = np.random.default_rng(19)
+    for _ in range(200):
+        sets = []
+        for _ in range(2):
+            n = int(rng.integers(0, 12))
+            s = rng.integers(0, 200, n)
+            sets.append(union(s, s + rng.integers(0, 40, n)))
+        (a_s, a_e), (b_s, b_e) = sets
+        assert overlap_length(a_s, a_e, b_s, b_e) == _brute(list(zip(a_s, a_e)), list(zip(b_s, b_e)))
+
+
+# ----------------------------------------------------------------------------- the diagnosis's rules
+
+
+@pytest.fixture(scope="module")
+def ddp() -> tuple:
+    """The capture's communication and its kernels by phase (TraceFacts), as the diagnosis reads them."""
+    from perfgate.diagnosis.one_run import diagnose
+    from perfgate.files import _analyzed
+
+    a, trace = _analyzed(DDP / "trace.sqlite", None, None)
+    return a.comm, diagnose(a, trace).facts["kernels_by_phase"]
+
+
+def _all_reduces(kernels: dict, per_step: float) -> dict:
+    """``kernels`` with the backward all-reduce launched ``per_step`` times per step, each as long."""
+    out = {p: {n: list(v) for n, v in k.items()} for p, k in kernels.items()}
+    name = next(n for n in out["backward"] if "AllReduce" in n)
+    count, ms = out["backward"][name]
+    out["backward"][name] = [per_step, ms / count * per_step]
+    return out
+
+
+def test_the_capture_launches_its_all_reduces_in_backward_and_broadcasts_in_forward(ddp: tuple) -> None:
+    from perfgate.diagnosis.comm import by_collective, without_communication
+
+    comm, kernels = ddp
+    got = {k: v[0] for k, v in by_collective(kernels).items()}
+    assert got == {("all-reduce", "backward"): 5.0, ("broadcast", "forward"): 2.0}
+    assert sum(got.values()) == comm.kernels_per_step
+    rest = without_communication(kernels)
+    assert not any("nccl" in n for k in rest.values() for n in k)
+    assert sum(len(k) for k in rest.values()) == sum(len(k) for k in kernels.values()) - 2
+
+
+def test_all_reduce_that_stopped_overlapping_backward_is_named_with_its_exposed_time(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    # the same NCCL time on each rank, none of it hidden by compute any more
+    ranks = tuple(replace(r, exposed_ms=r.comm_ms) for r in base.ranks)
+    cur = replace(base, ranks=ranks, exposed_ms=base.comm_ms, overlap_fraction=0.0)
+    grown = min(r.comm_ms - b.exposed_ms for b, r in zip(base.ranks, ranks))     # 5.26 on rank 0
+    r = comm_reason(base, cur, grown + 1.0, kernels, kernels)
+    assert r is not None and r.ms == pytest.approx(grown) and r.where == "backward"
+    assert r.text == f"all-reduce no longer overlaps backward: exposed communication +{grown:.1f} ms/step, overlap 57 % -> 0 %"
+    # half the overlap left: "less"
+    cur = replace(cur, overlap_fraction=0.35)
+    assert comm_reason(base, cur, grown, kernels, kernels).text.startswith("all-reduce overlaps less with backward")
+    # the job's step did not get slower: no reason is asked for, none in a side without NCCL
+    assert comm_reason(base, base, 3.0, kernels, kernels) is None
+    assert comm_reason(None, cur, 3.0) is None and comm_reason(base, None, 3.0) is None
+
+
+def test_more_all_reduces_per_step_name_the_bucket_size(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    # a 1 MB bucket: 46 all-reduces instead of 5, each rank 2 ms/step more NCCL time, all of it exposed
+    ranks = tuple(replace(r, kernels_per_step=48.0, comm_ms=r.comm_ms + 2.0, exposed_ms=r.exposed_ms + 2.0)
+                  for r in base.ranks)
+    cur = replace(base, ranks=ranks, kernels_per_step=48.0, comm_ms=base.comm_ms + 2.0,
+                  exposed_ms=base.exposed_ms + 2.0, overlap_fraction=0.5)
+    r = comm_reason(base, cur, 4.0, kernels, _all_reduces(kernels, 46.0))
+    assert r is not None and r.cause == "collectives per step" and r.ms == pytest.approx(2.0)
+    assert r.text == ("all-reduce takes longer: exposed communication +2.0 ms/step, overlap 57 % -> 50 %, NCCL time "
+                      "12.2 -> 14.2 ms/step; NCCL kernels per step 7 -> 48 (all-reduce 5 -> 46 in backward): smaller "
+                      "DDP buckets (bucket_cap_mb), or gradients all-reduced at every micro-step (no_sync dropped)?")
+    # the count alone (no exposure change): still named, after what accounts for the step
+    cur = replace(base, kernels_per_step=12.0)
+    r = comm_reason(base, cur, 4.0)
+    assert r is not None and r.ms == 0.0 and r.text.startswith("NCCL kernels per step 7 -> 12: smaller DDP buckets")
+
+
+def test_a_straggler_is_not_taken_for_a_communication_change(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    # rank 1 is slow in forward: rank 0's all-reduces wait 20 ms/step for it, rank 1's do not wait
+    waiting = replace(base.ranks[0], comm_ms=base.ranks[0].comm_ms + 20, exposed_ms=base.ranks[0].exposed_ms + 20)
+    cur = replace(base, ranks=(waiting, base.ranks[1]), comm_ms=base.comm_ms + 10, exposed_ms=base.exposed_ms + 10,
+                  overlap_fraction=0.3)
+    assert comm_reason(base, cur, 20.0, kernels, kernels) is None
+
+
+def _ddp_ranks_script():
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "scripts" / "gpu" / "ddp_ranks.py"
+    spec = importlib.util.spec_from_file_location("ddp_ranks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_multi_gpu_scripts_rank_table_of_the_capture() -> None:
+    table = _ddp_ranks_script().rank_table(analyze_trace(DDP / "trace.sqlite"))
+    assert table.splitlines()[2:4] == ["| 0 | 760 | 0 | 52.72 | 7.0 | 9.09 | 3.83 | 58 % |",
+                                       "| 1 | 761 | 1 | 52.71 | 7.0 | 15.25 | 6.53 | 57 % |"]
+    assert "NCCL 7.0 kernels, 12.17 ms, exposed 5.18 ms per step and rank, overlap 57 %" in table
+
+
+def test_the_multi_gpu_script_refuses_a_machine_with_fewer_than_two_gpus(tmp_path: Path) -> None:
+    from perfgate.machine import machine_info
+
+    if machine_info(None, None).gpu_count >= 2:
+        pytest.skip("a multi-GPU machine: the script would run")
+    assert _ddp_ranks_script().main([str(tmp_path / "out")]) == 2
+
+
+def test_analyze_table_shows_each_rank_and_the_communication() -> None:
+    from perfgate.analysis import render_table
+
+    lines = render_table(analyze_trace(DDP / "trace.sqlite")).splitlines()
+    at = lines.index("ranks (per measured step; skew 1.561 ms):")
+    assert lines[at + 1].split() == ["rank", "pid", "steps", "step", "ms", "NCCL", "kernels", "comm", "ms", "exposed", "ms"]
+    assert lines[at + 3].split() == ["0", "760", "4", "52.715", "7.0", "9.085", "3.828"]
+    assert lines[at + 4].split() == ["1", "761", "4", "52.707", "7.0", "15.253", "6.529"]
+    assert lines[at + 5] == ("communication (NCCL kernels, per step and rank): 7.0 kernels, 12.169 ms, "
+                             "exposed 5.178 ms, overlapped by compute 57.4%")
+    two_cpu = render_table(analyze_trace(TRACES / "cpu-two-procs" / "trace.sqlite"))
+    assert "ranks (per measured step" in two_cpu and "NCCL" not in two_cpu and "communication" not in two_cpu
