@@ -116,7 +116,7 @@ def test_a_baseline_keeps_the_communication_for_the_diagnosis(tmp_path: Path) ->
     a = analyze_trace(DDP / "trace.sqlite")
     machine = MachineInfo("test-x2", None, 2, None, None, None, None)
     written = write_baseline(tmp_path / "b.json", baseline_from_analyses("ddp", [a], machine, {}))
-    assert load_baseline(written).launch_analyses()[0].comm == a.comm
+    assert load_baseline(written).launch_analyses[0].comm == a.comm
 
 
 @pytest.mark.parametrize("fixture", ["gpu-transformer", "cpu-two-procs", "cpu-train-loop"])
