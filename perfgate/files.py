@@ -75,8 +75,18 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: neither an nsys trace (.sqlite/.nsys-rep) nor JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:   # not JSON, not UTF-8, nested too deep
+        raise TraceError(f"{path}: neither an nsys trace (.sqlite/.nsys-rep) nor JSON ({exc})") from None
+
+
+def _trace_metrics(analysis: Analysis, path: Path) -> dict[str, float]:
+    """The metrics of a trace, checked like a baseline's: a corrupt or hand-edited export (a range
+    that ends before it starts) gives a negative or non-finite metric, which would otherwise be
+    compared as if measured (a slower run reported IMPROVED)."""
+    try:
+        return checked_metrics(analysis.metrics(), f"{path}: metrics")
+    except BaselineError as exc:
+        raise TraceError(f"{exc} (a range that ends before it starts? the export is corrupt)") from None
 
 
 def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
@@ -127,7 +137,7 @@ class _Side:
 def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> _Side:
     if path.suffix in TRACE_SUFFIXES:
         analysis, trace = _analyzed(path, options, nsys)
-        return _Side([analysis.metrics()], [analysis], trace)
+        return _Side([_trace_metrics(analysis, path)], [analysis], trace)
     doc = _read_json(path)
     metrics = metrics_from_document(doc, path)
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
