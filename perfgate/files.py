@@ -59,6 +59,11 @@ def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> 
     if path.suffix == ".nsys-rep":
         from perfgate.nsys import export_sqlite, find_nsys
 
+        try:   # a report perfgate may not read: say so, not nsys's exception trace
+            path.open("rb").close()
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
         path = export_sqlite(path, find_nsys(nsys))
     trace = load_trace(path)
     return _diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
