@@ -134,7 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         import os
         import traceback
 
+        from perfgate.process_tree import swallowed_interrupt
+
         stop_all()
+        interrupt = swallowed_interrupt(exc)
+        if interrupt is not None:   # a Ctrl-C or SIGTERM that DuckDB turned into an error
+            signum = interrupt.signum if isinstance(interrupt, Terminated) else None
+            print(f"perfgate: terminated (signal {signum})" if signum else "perfgate: interrupted", file=sys.stderr)
+            return 128 + signum if signum else EXIT_INTERRUPTED
         if os.environ.get("PERFGATE_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
         _error(f"internal error (a bug in perfgate, please report it): {type(exc).__name__}: {exc} "

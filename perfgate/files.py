@@ -15,6 +15,7 @@ from perfgate.baseline import FORMAT as BASELINE_FORMAT
 from perfgate.baseline import checked_metrics, parse_baseline, profile_metrics
 from perfgate.errors import BaselineError, TraceError
 from perfgate.model import Analysis, Verdict
+from perfgate.process_tree import swallowed_interrupt
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
@@ -208,7 +209,9 @@ def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
         return analysis
     try:
         diagnosis = diagnose(analysis, trace).to_dict()
-    except Exception as exc:  # a diagnosis bug must not fail the gate
+    except Exception as exc:  # a diagnosis bug must not fail the gate (a Ctrl-C must stop it)
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
         return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
     return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
 
@@ -223,5 +226,7 @@ def _explain(baseline_launches: Sequence[Any], analyses: Sequence[Any], outcome:
         return None
     try:
         return explain_regression(list(baseline_launches), list(analyses), outcome, **traces)
-    except Exception:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
+    except Exception as exc:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
         return None

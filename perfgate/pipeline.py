@@ -30,6 +30,7 @@ from perfgate.config import Settings
 from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, MachineInfo, Verdict, WorkloadResult
+from perfgate.process_tree import swallowed_interrupt
 from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
@@ -146,7 +147,9 @@ def run_workload(
         result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
         result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
-    except Exception as exc:  # a bug must not hide the other workloads' results
+    except Exception as exc:  # a bug must not hide the other workloads' results (a Ctrl-C must stop them)
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
         text = "".join(traceback.format_exception(exc))
         where = ""
         if result.run_dir is not None:
