@@ -394,3 +394,75 @@ def test_a_token_in_the_workloads_arguments_reaches_no_artifact(
     for path in launch.iterdir():
         data = path.read_bytes()
         assert not any(token[i:i + 8].encode() in data for i in range(len(token) - 7)), path.name
+
+
+# ----------------------------------------------------------------------------- interrupts
+
+
+INTERRUPTED_CLEANING = """
+import os, signal, sys
+from pathlib import Path
+import perfgate.capture as capture
+from perfgate.config import load_settings
+from perfgate.workloads import discover_workloads
+
+root, launch, nsys = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+settings = load_settings(root, env={"PERFGATE_NSYS": nsys})
+[spec] = discover_workloads(settings)
+real = capture.clean_artifacts
+
+def interrupted_clean(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)     # Ctrl-C as the cleaning starts
+    for _ in range(100):                    # bytecodes run: a pending handler would fire here
+        pass
+    return real(*args, **kwargs)
+
+capture.clean_artifacts = interrupted_clean
+try:
+    capture.run_capture(spec, settings, launch)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_while_a_launch_is_cleaned_waits_for_the_cleaning(
+        tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    """A Ctrl-C (or SIGTERM) that arrived while the launch folder was being cleaned stopped the
+    cleaning half-way: the raw .nsys-rep, with the secrets nsys records from the environment that
+    launched it, stayed among the artifacts (seen with a Ctrl-C 0.3 s after the export appeared).
+    The signal now waits for the cleaning, then interrupts."""
+    import secrets as pysecrets
+    import string
+    import subprocess
+    import sys
+
+    import perfgate
+
+    token = "ghp_" + "".join(pysecrets.choice(string.ascii_letters + string.digits) for _ in range(36))
+    root, launch = _project(tmp_path / "proj"), tmp_path / "launch"
+    env = {**os.environ, "GITHUB_TOKEN": token, "PYTHONPATH": str(Path(perfgate.__file__).parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", INTERRUPTED_CLEANING, str(root), str(launch), nsys_path],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    files = [p for p in launch.iterdir() if p.is_file()]
+    assert any(p.suffix == ".nsys-rep" for p in files)
+    assert not [p.name for p in files if any(token[i:i + 8].encode() in p.read_bytes() for i in range(len(token) - 7))]
+
+
+def test_a_ctrl_c_that_duckdb_turned_into_an_error_still_stops_the_run(
+        trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB answers a Ctrl-C during a query with ``RuntimeError: Query interrupted``; the
+    diagnosis's ``except Exception`` took it for a diagnosis bug, and the run went on (exit 0)."""
+    import perfgate.diagnosis as diagnosis
+    from perfgate.files import _diagnosed, analyze_file
+    from perfgate.process_tree import swallowed_interrupt
+
+    analysis = analyze_file(trace)
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("Query interrupted")
+    monkeypatch.setattr(diagnosis, "diagnose", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _diagnosed(analysis)
+    assert swallowed_interrupt(ValueError("Query interrupted")) is None
+    assert swallowed_interrupt(RuntimeError("boom")) is None
