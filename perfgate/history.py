@@ -221,9 +221,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise ConfigError(f"{path}: no history for {args.workload} on {machine_class}{known}")
     entries = read_history(path)
     shown = entries[-args.last:] if args.last else entries
+    from perfgate.report.escape import terminal_text   # the file's strings are printed: inert
+
     print(f"perfgate: {args.workload} on {machine_class}: {len(shown)} of {len(entries)} run(s) ({path})")
     for line in render_trend(shown):
-        print(line)
+        print(terminal_text(line))
     if args.chart is not None:
         print(f"perfgate: chart {write_chart(shown, args.chart, f'{args.workload} on {machine_class}')}")
     if args.refresh_baseline:

@@ -466,3 +466,18 @@ def test_a_ctrl_c_that_duckdb_turned_into_an_error_still_stops_the_run(
         _diagnosed(analysis)
     assert swallowed_interrupt(ValueError("Query interrupted")) is None
     assert swallowed_interrupt(RuntimeError("boom")) is None
+
+
+def test_a_history_files_strings_reach_the_terminal_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``perfgate history`` printed a history line's verdict, commit and time as they were: an
+    escape sequence, and a newline followed by ``::warning::``, a workflow command."""
+    root = _project(tmp_path, "history_dir = 'hist'\nmachine_class = 'cpu-x86_64'\n")
+    history = root / "hist" / "tiny" / "cpu-x86_64.jsonl"
+    history.parent.mkdir(parents=True)
+    history.write_text(json.dumps({"format": "perfgate-history", "launches": [{"step_time_ms": 6.0}], "kind": "gate",
+                                   "verdict": "\x1b[2J::error::pwned", "commit": "\n::warning::x", "time": "t"}) + "\n")
+    monkeypatch.chdir(root)
+    assert main(["history", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and not [line for line in out.splitlines() if line.lstrip().startswith("::")]
