@@ -153,9 +153,8 @@ def _error(message: str) -> None:
     """Print ``perfgate: error: <message>`` with any secret of this environment redacted."""
     import os
 
-    from perfgate.secrets import redact_text, secret_values
-
     from perfgate.report.escape import terminal_text
+    from perfgate.secrets import redact_text, secret_values
 
     print(f"perfgate: error: {terminal_text(redact_text(message, secret_values(os.environ)))}", file=sys.stderr)
 
