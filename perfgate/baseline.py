@@ -244,6 +244,8 @@ def load_baseline(path: Path) -> Baseline:
         raise BaselineError(f"{path}: cannot read baseline: {exc.strerror or exc}") from exc
     except json.JSONDecodeError as exc:
         raise BaselineError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:   # not UTF-8; nested too deep for the parser
+        raise BaselineError(f"{path}: not a JSON baseline ({exc})") from None
     return parse_baseline(doc, path)
 
 
@@ -292,6 +294,9 @@ def checked_metrics(metrics: Any, where: str, *, profile: bool = False) -> dict[
     if not isinstance(metrics, dict) or (not metrics and not profile):
         raise BaselineError(f"{where} must map metric names to numbers")
     checked = {str(m): measured_number(v, f"{where}.{m}") for m, v in metrics.items()}
+    for m, v in checked.items():   # a step takes time: 0 ms would fail (or pass) every comparison
+        if m.startswith("step_time") and v <= 0:
+            raise BaselineError(f"{where}.{m}: expected a positive step time, got {metrics[m]!r}")
     if PRIMARY_METRIC not in checked and not profile:
         raise BaselineError(f"{where} has no {PRIMARY_METRIC} (the metric the gate rests on)")
     return checked

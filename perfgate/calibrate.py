@@ -160,6 +160,41 @@ def evaluate_pools(
 Launch = Callable[[str, Sequence[str]], tuple[Mapping[str, float], float]]
 
 
+def read_calibration(path: Path) -> dict[str, Any]:
+    """A ``calibration.json`` read back for ``--from-json``, checked: ``pools`` (label -> launches'
+    metrics, with the A/A pool), ``injected`` (label -> fraction) and ``launch_wall_s``, every value
+    a finite, non-negative number; PerfgateError naming the file and the field otherwise."""
+    from perfgate.baseline import checked_metrics, measured_number
+    from perfgate.errors import BaselineError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PerfgateError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise PerfgateError(f"{path}: not a calibration.json ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("pools"), dict) or AA not in data["pools"]:
+        raise BaselineError(f"{path}: not a calibration.json (expected \"pools\" with an {AA!r} pool)")
+    injected = data.get("injected")
+    if not isinstance(injected, dict):
+        raise BaselineError(f"{path}: injected: expected an object of label -> fraction")
+    fractions = {str(k): measured_number(v, f"{path}: injected.{k}") for k, v in injected.items()}
+    pools: dict[str, list[dict[str, float]]] = {}
+    for label, launches in data["pools"].items():
+        if label != AA and label not in fractions:
+            raise BaselineError(f"{path}: pools.{label}: no injected fraction for this pool")
+        if not isinstance(launches, list):
+            raise BaselineError(f"{path}: pools.{label}: expected a list of launches")
+        pools[str(label)] = [checked_metrics(m, f"{path}: pools.{label}[{k}]") for k, m in enumerate(launches)]
+    walls = data.get("launch_wall_s", [])
+    if not isinstance(walls, list):
+        raise BaselineError(f"{path}: launch_wall_s: expected a list of seconds")
+    seconds = [measured_number(w, f"{path}: launch_wall_s[{k}]") for k, w in enumerate(walls)]
+    phase = data.get("phase")
+    return {"pools": pools, "injected": fractions, "launch_wall_s": seconds,
+            "phase": phase if isinstance(phase, str) else None}
+
+
 def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], phase: str, knob: str = "--slow-ms",
               log: Callable[[str], None] = lambda s: None) -> tuple[dict[str, list[dict[str, float]]], dict[str, float], list[float]]:
     """Run the A/A pool and one pool per injected percentage, interleaved round by round so slow
@@ -336,8 +371,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if args.alpha is not None:
             policy = replace(policy, alpha=args.alpha)
         if args.from_json is not None:
-            data = json.loads(args.from_json.read_text())
-            pools, injected, walls = data["pools"], data["injected"], data.get("launch_wall_s", [])
+            data = read_calibration(args.from_json)
+            pools, injected, walls = data["pools"], data["injected"], data["launch_wall_s"]
             phase = args.phase or data.get("phase") or "forward"
             out = args.out or args.from_json.parent
         else:

@@ -234,7 +234,8 @@ def run_capture(
             finally:
                 process_tree.stop(proc, KILL_GRACE_S)   # the tree is gone whatever ended the wait
     finally:
-        clean_artifacts(launch_dir, known, nsys)
+        with process_tree.signals_deferred():   # Ctrl-C or SIGTERM now would leave raw secrets behind
+            clean_artifacts(launch_dir, known, nsys)
     wall_s = time.monotonic() - started
     text = log_path.read_text(errors="replace")
     withheld = sorted(p.name for p in launch_dir.glob(f"*{WITHHELD_SUFFIX}"))

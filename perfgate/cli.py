@@ -138,15 +138,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_all()
         print("perfgate: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: exit 2, never 1 (a regression), one line rather than a traceback
+        import os
+        import traceback
+
+        from perfgate.process_tree import swallowed_interrupt
+
+        stop_all()
+        interrupt = swallowed_interrupt(exc)
+        if interrupt is not None:   # a Ctrl-C or SIGTERM that DuckDB turned into an error
+            signum = interrupt.signum if isinstance(interrupt, Terminated) else None
+            print(f"perfgate: terminated (signal {signum})" if signum else "perfgate: interrupted", file=sys.stderr)
+            return 128 + signum if signum else EXIT_INTERRUPTED
+        if os.environ.get("PERFGATE_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        _error(f"internal error (a bug in perfgate, please report it): {type(exc).__name__}: {exc} "
+               "(PERFGATE_DEBUG=1 prints the traceback)")
+        return EXIT_ERROR
 
 
 def _error(message: str) -> None:
     """Print ``perfgate: error: <message>`` with any secret of this environment redacted."""
     import os
 
+    from perfgate.report.escape import terminal_text
     from perfgate.secrets import redact_text, secret_values
 
-    print(f"perfgate: error: {redact_text(message, secret_values(os.environ))}", file=sys.stderr)
+    print(f"perfgate: error: {terminal_text(redact_text(message, secret_values(os.environ)))}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- commands
@@ -160,16 +178,21 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     specs = selected_specs(settings)
     update = args.update_baseline if update is None else update
     results = []
+    unrecorded = False   # a history line that could not be written: the run still reports, then exits 2
     for spec in specs:
         most = settings.record_launches if update else settings.max_launches
         how = f"{most} launches, recording" if update else f"{settings.min_launches} to {most} launches"
         print(f"perfgate: running {spec.full_name} ({how})", file=sys.stderr, flush=True)
         results.append(run_workload(spec, settings, update_baseline=update,
-                                    progress=lambda line: print(f"perfgate: {line}", file=sys.stderr, flush=True)))
-        history.record(results[-1], settings, update_baseline=update)   # with history_dir set
+                                    progress=lambda line: _say(f"perfgate: {line}", sys.stderr)))
+        try:
+            history.record(results[-1], settings, update_baseline=update)   # with history_dir set
+        except PerfgateError as exc:
+            _error(str(exc))
+            unrecorded = True
     _print_results(results)
     reports_written = _write_reports(results, settings.report_dir)
-    if not reports_written or any(r.verdict.value == "ERROR" for r in results):
+    if unrecorded or not reports_written or any(r.verdict.value == "ERROR" for r in results):
         return EXIT_ERROR
     return EXIT_REGRESSION if any(r.failed for r in results) else EXIT_PASS
 
@@ -189,11 +212,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     else:
         from perfgate.analysis import render_table
 
-        print(render_table(analysis))
+        _say(render_table(analysis))
         if "diagnosis" in analysis.extra:
             from perfgate.diagnosis import render_diagnosis_text
 
-            print("\n" + render_diagnosis_text(analysis.extra["diagnosis"]))
+            _say("\n" + render_diagnosis_text(analysis.extra["diagnosis"]))
     return EXIT_PASS
 
 
@@ -230,13 +253,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "attribution": attribution.to_dict() if attribution is not None else None},
                          indent=2, sort_keys=True, default=str))
     else:
-        print(outcome.summary)
+        _say(outcome.summary)
         if attribution is not None:
             from perfgate.diagnosis import render_attribution_text
 
-            print(render_attribution_text(attribution))
+            _say(render_attribution_text(attribution))
         for c in outcome.comparisons:
-            print(f"  {str(c.verdict):<12} {describe(c)}{'' if c.gating else ' (not gating)'}")
+            _say(f"  {str(c.verdict):<12} {describe(c)}{'' if c.gating else ' (not gating)'}")
     return EXIT_REGRESSION if outcome.failed else EXIT_PASS
 
 
@@ -270,14 +293,22 @@ def analysis_options_from(args: argparse.Namespace) -> Any:
 _selected_specs = selected_specs  # earlier homes of these names (perfgate.workloads, perfgate.config)
 
 
+def _say(text: str, stream: Any = None) -> None:
+    """Print ``text`` made inert for a terminal and a CI log (perfgate.report.escape.terminal_text):
+    names and messages come from the workload's trace, output and files."""
+    from perfgate.report.escape import terminal_text
+
+    print(terminal_text(text), file=stream or sys.stdout, flush=True)
+
+
 def _print_results(results: list[Any]) -> None:
     from perfgate.report.terminal import failure_message, render_summary
 
     for result in results:
         if result.failed:
-            print(failure_message(result) + "\n")
+            _say(failure_message(result) + "\n")
     for line in render_summary(results):
-        print(line)
+        _say(line)
 
 
 def _write_reports(results: list[Any], report_dir: Path) -> bool:

@@ -43,7 +43,7 @@ def identity(path: Path) -> Identity:
             return Identity(path, workload, _trace_machine_class(sqlite) if sqlite.is_file() else None)
         workload, machine_class = _document_identity(_read(path))
         return Identity(path, workload, machine_class)
-    except (OSError, ValueError, sqlite3.Error):
+    except (OSError, ValueError, RecursionError, sqlite3.Error):
         return Identity(path)
 
 

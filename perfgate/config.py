@@ -53,6 +53,17 @@ def _at_least(low: float, what: str) -> Callable[[Any], str | None]:
     return lambda v: None if v >= low else f"expected {what}"
 
 
+#: The most launches any count may ask for: every look of the gate tests at alpha / (max - min + 1),
+#: so a count with a few zeros too many would make it unable to decide and let it launch for ever.
+MAX_LAUNCHES = 1000
+
+
+def _launch_count(v: int) -> str | None:
+    if v < 1:
+        return "expected a whole number >= 1"
+    return None if v <= MAX_LAUNCHES else f"expected a whole number <= {MAX_LAUNCHES}"
+
+
 def _budget(v: float) -> str | None:
     return None if v >= 0 and math.isfinite(v) else "expected a number of seconds >= 0 (0: no limit)"
 
@@ -138,13 +149,13 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v: None if v > 0 else "expected a positive number"),
     Setting("launches", "int", None, "a fixed design: exactly N timing launches per workload, recording "
             "included (sets min_launches, max_launches and record_launches)",
-            "launches", "N", _at_least(1, "a whole number >= 1")),
+            "launches", "N", _launch_count),
     Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.sequential)",
-            "min-launches", "N", _at_least(1, "a whole number >= 1")),
+            "min-launches", "N", _launch_count),
     Setting("max_launches", "int", 5, "most timing launches per workload: one more per look while the verdict "
-            "is unclear", "max-launches", "N", _at_least(1, "a whole number >= 1")),
+            "is unclear", "max-launches", "N", _launch_count),
     Setting("record_launches", "int", 5, "timing launches recorded into a new baseline",
-            "record-launches", "N", _at_least(1, "a whole number >= 1")),
+            "record-launches", "N", _launch_count),
     Setting("budget_s", "float", 0.0, "no new launch of a workload after this many seconds (0: no limit)",
             "budget", "SECONDS", _budget),
     Setting("profile", "str", "auto", "the CUDA-traced profile launch for GPU metrics and the diagnosis, with a "

@@ -15,6 +15,7 @@ from perfgate.baseline import FORMAT as BASELINE_FORMAT
 from perfgate.baseline import checked_metrics, parse_baseline, profile_metrics
 from perfgate.errors import BaselineError, PerfgateError, TraceError
 from perfgate.model import Analysis, Verdict
+from perfgate.process_tree import swallowed_interrupt
 from perfgate.schema import check_record_version
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> 
     if path.suffix == ".nsys-rep":
         from perfgate.nsys import export_sqlite, find_nsys
 
+        try:   # a report perfgate may not read: say so, not nsys's exception trace
+            path.open("rb").close()
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
         path = export_sqlite(path, find_nsys(nsys))
     trace = load_trace(path)
     return _diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
@@ -76,8 +82,18 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: neither an nsys trace (.sqlite/.nsys-rep) nor JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:   # not JSON, not UTF-8, nested too deep
+        raise TraceError(f"{path}: neither an nsys trace (.sqlite/.nsys-rep) nor JSON ({exc})") from None
+
+
+def _trace_metrics(analysis: Analysis, path: Path) -> dict[str, float]:
+    """The metrics of a trace, checked like a baseline's: a corrupt or hand-edited export (a range
+    that ends before it starts) gives a negative or non-finite metric, which would otherwise be
+    compared as if measured (a slower run reported IMPROVED)."""
+    try:
+        return checked_metrics(analysis.metrics(), f"{path}: metrics")
+    except BaselineError as exc:
+        raise TraceError(f"{exc} (a range that ends before it starts? the export is corrupt)") from None
 
 
 def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
@@ -128,7 +144,7 @@ class _Side:
 def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> _Side:
     if path.suffix in TRACE_SUFFIXES:
         analysis, trace = _analyzed(path, options, nsys)
-        return _Side([analysis.metrics()], [analysis], trace)
+        return _Side([_trace_metrics(analysis, path)], [analysis], trace)
     doc = _read_json(path)
     metrics = metrics_from_document(doc, path)
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
@@ -205,7 +221,9 @@ def _diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
         return analysis
     try:
         diagnosis = diagnose(analysis, trace).to_dict()
-    except Exception as exc:  # a diagnosis bug must not fail the gate
+    except Exception as exc:  # a diagnosis bug must not fail the gate (a Ctrl-C must stop it)
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
         return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
     return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
 
@@ -220,5 +238,7 @@ def _explain(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis]
         return None
     try:
         return explain_regression(list(baseline_launches), list(analyses), outcome, **traces)
-    except Exception:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
+    except Exception as exc:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
         return None

@@ -84,10 +84,13 @@ def record(result: WorkloadResult, settings: Any, *, update_baseline: bool = Fal
     if history_dir is None or result.machine is None:
         return None
     path = history_path(Path(history_dir), result.workload, result.machine.machine_class, result.variant)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(entry_for(result, settings.root, update_baseline), sort_keys=True, allow_nan=False)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except OSError as exc:   # a full disk, a read-only folder: say which file, never a traceback
+        raise PerfgateError(f"{path}: history not written: {exc.strerror or exc}") from None
     return path
 
 
@@ -99,13 +102,17 @@ def read_history(path: Path) -> list[Entry]:
         raise ConfigError(f"{path}: no history (set history_dir in [tool.perfgate] or PERFGATE_HISTORY_DIR, "
                           "then gated runs append to it)")
     entries = []
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except ValueError as exc:   # not UTF-8
+        raise PerfgateError(f"{path}: not a perfgate history file ({exc})") from None
+    for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         where = f"{path}:{number}"
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
             raise PerfgateError(f"{where}: not a JSON line ({exc})") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("launches"), list):
             raise PerfgateError(f"{where}: not a perfgate history entry")
@@ -214,9 +221,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise ConfigError(f"{path}: no history for {args.workload} on {machine_class}{known}")
     entries = read_history(path)
     shown = entries[-args.last:] if args.last else entries
+    from perfgate.report.escape import terminal_text   # the file's strings are printed: inert
+
     print(f"perfgate: {args.workload} on {machine_class}: {len(shown)} of {len(entries)} run(s) ({path})")
     for line in render_trend(shown):
-        print(line)
+        print(terminal_text(line))
     if args.chart is not None:
         print(f"perfgate: chart {write_chart(shown, args.chart, f'{args.workload} on {machine_class}')}")
     if args.refresh_baseline:

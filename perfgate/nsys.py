@@ -114,14 +114,22 @@ def export_sqlite(report: Path, nsys: Path | None = None) -> Path:
     if out.is_file() and out.stat().st_mtime >= report.stat().st_mtime:
         return out
     exe = nsys or find_nsys()
-    proc = subprocess.run(
-        [str(exe), "export", "--type", "sqlite", "--force-overwrite", "true",
-         "--output", str(out), str(report)],
-        capture_output=True, text=True, check=False,
-    )
-    if proc.returncode != 0 or not out.is_file():
-        tail = (proc.stdout + proc.stderr).strip()[-800:]
-        raise TraceError(f"{report}: nsys export to SQLite failed (exit {proc.returncode}): {tail}")
+    # nsys deletes its --output before it writes (--force-overwrite): export beside the report under
+    # a name of our own and move it into place only once the export succeeded, so that a failed
+    # export (a corrupt report, a full disk) never destroys an existing ``<name>.sqlite``.
+    partial = out.with_name(f".{out.stem}.perfgate-export-{os.getpid()}.sqlite")
+    try:
+        proc = subprocess.run(
+            [str(exe), "export", "--type", "sqlite", "--force-overwrite", "true",
+             "--output", str(partial), str(report)],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0 or not partial.is_file():
+            tail = (proc.stdout + proc.stderr).strip()[-800:]
+            raise TraceError(f"{report}: nsys export to SQLite failed (exit {proc.returncode}): {tail}")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return out
 
 

@@ -27,9 +27,10 @@ from perfgate.baseline import (
     write_baseline,
 )
 from perfgate.config import Settings
-from perfgate.errors import PerfgateError, TraceError, os_error_message
+from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, Capture, MachineInfo, Verdict, WorkloadResult
+from perfgate.process_tree import swallowed_interrupt
 from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
@@ -133,6 +134,8 @@ def run_workload(
             record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
         else:
             baseline = load_baseline(path) if path.exists() else None
+            if baseline is not None:
+                check_baseline_identity(baseline, spec, result.machine.machine_class)
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
@@ -144,7 +147,9 @@ def run_workload(
         result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
         result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
-    except Exception as exc:  # a bug must not hide the other workloads' results
+    except Exception as exc:  # a bug must not hide the other workloads' results (a Ctrl-C must stop them)
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
         text = "".join(traceback.format_exception(exc))
         where = ""
         if result.run_dir is not None:
@@ -164,6 +169,20 @@ def run_workload(
     return result
 
 
+def check_baseline_identity(baseline: Any, spec: WorkloadSpec, machine_class: str) -> None:
+    """BaselineError when the baseline file found for ``spec`` on this machine class says it is
+    another workload's, variant's or machine class's (copied or renamed by hand): its numbers
+    would gate this workload against another one's."""
+    for field_name, found, wanted in (("workload", baseline.workload, spec.name),
+                                      ("variant", baseline.variant, spec.variant),
+                                      ("machine_class", baseline.machine_class, machine_class)):
+        if found != wanted:
+            raise BaselineError(
+                f"{baseline.path}: {field_name}: the file is for {found!r}, this run gates {wanted!r} "
+                f"(a baseline copied from another workload or machine?); record this one's: "
+                f"perfgate baseline update {spec.full_name}")
+
+
 def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path, policy: ComparePolicy,
            *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
     """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
@@ -179,7 +198,11 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
                                       provenance(settings.root, command_line()), spec.variant,
                                       profile=result.profile)
-    write_baseline(path, baseline)
+    try:
+        write_baseline(path, baseline)
+    except OSError as exc:   # written atomically: whatever baseline was there is unchanged
+        raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
+                            "(the previous baseline, if any, is unchanged)") from None
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.verdict = Verdict.PASS
     n = len(result.analyses)
@@ -276,6 +299,11 @@ def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k:
         capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind)
     withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
     if capture.sqlite_path is None or not capture.sqlite_path.exists():
+        exports = [w for w in withheld if w.name.endswith(f".sqlite{WITHHELD_SUFFIX}")]
+        if exports:   # nsys wrote one; perfgate could not clean it (a full disk during the redaction)
+            with contextlib.suppress(OSError, IndexError):
+                why = exports[0].read_text(encoding="utf-8", errors="replace").splitlines()[0]
+                raise TraceError(f"{capture.run_dir}: {why} (see {exports[0]})")
         raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
     trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))

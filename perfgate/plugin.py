@@ -209,10 +209,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
         terminalreporter.section("perfgate")
         for line in render_summary(results):
-            terminalreporter.write_line(line)
+            terminalreporter.write_line(_inert(line))
         reports = config.stash.get(REPORTS_KEY, {})
         if "error" in reports:
-            terminalreporter.write_line(f"perfgate: error: {reports['error']}", red=True)
+            terminalreporter.write_line(_inert(f"perfgate: error: {reports['error']}"), red=True)
         elif "dir" in reports:
             terminalreporter.write_line(f"perfgate: reports in {reports['dir']}")
     except Exception as exc:  # never raise from a summary hook
@@ -227,6 +227,13 @@ def _specs(settings: Settings, names: Sequence[str]) -> list[WorkloadSpec]:
     return select_workloads(discover_workloads(settings, gpus), list(names))
 
 
+def _inert(text: str) -> str:
+    """``text`` safe for the terminal and a CI log (perfgate.report.escape.terminal_text)."""
+    from perfgate.report.escape import terminal_text
+
+    return terminal_text(text)
+
+
 def _progress(config: pytest.Config) -> Any:
     """A progress line printer that reaches the terminal while pytest captures the test's output
     (quiet under -qq)."""
@@ -238,9 +245,9 @@ def _progress(config: pytest.Config) -> Any:
     def say(line: str) -> None:
         if capman is not None:
             with capman.global_and_fixture_disabled():
-                reporter.write_line(f"perfgate: {line}")
+                reporter.write_line(_inert(f"perfgate: {line}"))
         else:
-            reporter.write_line(f"perfgate: {line}")
+            reporter.write_line(_inert(f"perfgate: {line}"))
     return say
 
 
@@ -255,7 +262,10 @@ def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     config.stash[RESULTS_KEY].append(result)
     from perfgate import history
 
-    history.record(result, settings, update_baseline=update)   # with history_dir set
+    try:
+        history.record(result, settings, update_baseline=update)   # with history_dir set
+    except PerfgateError as exc:
+        raise PerfgateFailure(_inert(f"perfgate: error: {exc}")) from None
     if result.failed:
-        raise PerfgateFailure(failure_message(result))
+        raise PerfgateFailure(_inert(failure_message(result)))
     return result

@@ -95,8 +95,28 @@ def kill_descendants(root: int, attempts: int = 50) -> None:
         time.sleep(0.02)
 
 
+_signalled: list[int] = []    # SIGTERM / SIGHUP received (in order)
+
+
 def _raise_terminated(signum: int, _frame: object) -> None:
+    _signalled.append(signum)
     raise Terminated(signum)
+
+
+def swallowed_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (KeyboardInterrupt) or SIGTERM (:class:`Terminated`) that an extension turned
+    into an ordinary exception, else None. DuckDB's Python client answers a signal during a query
+    with ``RuntimeError: Query interrupted``: an ``except Exception`` that keeps a diagnosis bug
+    from failing the gate took it for one, and a Ctrl-C during the diagnosis let the run go on
+    and pass."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ == "InterruptException" or (
+                isinstance(exc, RuntimeError) and "Query interrupted" in str(exc)):
+            return Terminated(_signalled[-1]) if _signalled else KeyboardInterrupt()
+        exc = exc.__cause__ or exc.__context__    # type: ignore[assignment]
+    return None
 
 
 @contextmanager
@@ -112,6 +132,30 @@ def terminate_raises() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP wait: the first one that arrives is delivered
+    again, to the handlers in force before, once the block is done (main thread only; elsewhere a
+    no-op). For work that must not stop half-way: the cleaning of a launch folder, where an
+    interrupted redaction would leave a raw report holding secrets among the artifacts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def defer(signum: int, _frame: object) -> None:
+        pending.append(signum)
+
+    previous = {s: signal.signal(s, defer) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if pending:
+            os.kill(os.getpid(), pending[0])   # handled now, by the handler in force again
 
 
 def reraise(signum: int) -> None:

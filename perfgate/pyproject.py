@@ -69,7 +69,14 @@ def read_table(pyproject: Path) -> dict[str, Any]:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{pyproject}: not valid TOML: {exc}") from exc
-    table = data.get("tool", {}).get("perfgate", {})
+    except UnicodeDecodeError as exc:   # TOML is UTF-8
+        raise ConfigError(f"{pyproject}: not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{pyproject}: cannot read: {exc.strerror or exc}") from None
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{pyproject} [tool]: expected a table, got {tool!r}")
+    table = tool.get("perfgate", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject} [tool.perfgate]: expected a table")
     return table

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.rep_masking import clean_report, export_sqlite, mask_bytes
+from perfgate.rep_masking import clean_report, export_sqlite, found_in_report, mask_bytes
 from perfgate.secrets import REDACTED, WITHHELD_SUFFIX, file_contains, redact_text
 from perfgate.sqlite_redaction import clean_sqlite, needles, scan_sqlite, withhold
 
@@ -86,8 +86,10 @@ def _clean_file(path: Path, known: Sequence[str], nsys: Path | None) -> Cleaning
         elif found:
             done.redacted.append(path)
         report = path.with_suffix(".nsys-rep")
-        if report.is_file() and (found or file_contains(report, needles((), known))):
-            note = clean_report(report, found, known, nsys)
+        # the report holds strings its export does not (the workload's command line)
+        in_report = found_in_report(report.read_bytes()) if report.is_file() else []
+        if report.is_file() and (found or in_report or file_contains(report, needles((), known))):
+            note = clean_report(report, [*found, *in_report], known, nsys)
             done.withheld.append(note) if note else done.redacted.append(report)
     elif path.suffix == ".nsys-rep":
         pass  # cleaned with its export

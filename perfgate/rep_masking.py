@@ -27,6 +27,28 @@ REVEAL_WINDOW = 8          # characters of a secret in a row that a cleaned repo
 EXPORT_TABLES = frozenset({"EXPORT_META_DATA", "META_DATA_EXPORT"})   # the export's own time and file names
 
 
+_PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{%d,}" % MIN_SECRET_LENGTH)
+# What any secret find_secrets recognises holds (a NAME=value, a URL, a token prefix): runs
+# without any of these are not worth its regular expressions.
+_CANDIDATE = re.compile(rb"[_=:-]|AKIA|ASIA|eyJ|earer ")
+# Secrets found by their variable's name (NAME=value): the report's environment blocks, which its
+# export holds too (and so are masked anyway); in compressed bytes such a match is mostly chance.
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+
+
+def found_in_report(data: bytes) -> list[Found]:
+    """Credential-shaped values (by their shape, not a variable's name) in the report's own
+    literal bytes, read as printable runs: the report holds strings its SQLite export does not,
+    such as the profiled process's command line (a token passed as a workload argument). A run's end is
+    uncertain by a byte (the next field's tag may be a printable one, which a token's pattern
+    would take in), so the last character of each is left unmasked: one character reveals nothing,
+    and masking a tag would break the report."""
+    found = [f for m in _PRINTABLE_RUN.finditer(data) if _CANDIDATE.search(m.group())
+             for f in find_secrets(m.group().decode("ascii")) if not _ASSIGNMENT.fullmatch(f.context)]
+    return [Found(f.context[:-1] if f.context.endswith(f.secret) else f.context, f.secret[:-1])
+            for f in found if len(f.secret) > MIN_SECRET_LENGTH]
+
+
 def _mask(context: bytes, secret: bytes) -> tuple[bytes, int, int]:
     """(``context`` with ``secret`` overwritten by ``*``, where the secret starts, where it ends)."""
     at = context.index(secret)

@@ -167,7 +167,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
     env = os.environ if env is None else env
     try:
         doc = json.loads(args.source.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise PerfgateError(f"--from {args.source}: cannot read a perfgate report ({why})") from None
     results = results_from_report(doc, where=str(args.source))

@@ -6,6 +6,7 @@ final annotation of the same kind. Escaping follows the workflow-command rules: 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from perfgate.model import Verdict, WorkloadResult
@@ -13,6 +14,7 @@ from perfgate.report.digest import describe, one_line, regressed
 
 WARNING_VERDICTS = (Verdict.INCONCLUSIVE, Verdict.NEW, Verdict.IMPROVED, Verdict.NO_DATA)
 GITHUB_LIMIT_PER_KIND = 10
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")   # \n and \r are escaped below
 
 _WARNING_HINTS = {
     Verdict.INCONCLUSIVE: "the measurement was too noisy to decide; rerun or raise launches",
@@ -25,6 +27,7 @@ _WARNING_HINTS = {
 
 def escape_data(text: str) -> str:
     """Escape a workflow-command message."""
+    text = _CONTROL.sub(" ", text)   # an escape sequence is no part of a message
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 

@@ -38,6 +38,14 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "workload"
 
 
+def _label(name: str) -> str:
+    """A phase name as matplotlib draws it literally: ``$`` would start mathtext (a name such as
+    ``$\\frac{$`` made the chart, and with it every report, fail) and control characters are shown
+    as ``\\xNN`` (they have no glyph)."""
+    shown = re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", name)
+    return shown.replace("$", r"\$")
+
+
 def phase_bars(result: WorkloadResult) -> tuple[list[str], list[float | None], list[float | None]]:
     """Phase labels with baseline and current CPU ms per step (from ``phase.*.cpu_ms`` comparisons,
     else the current launches' first analysis with no baseline)."""
@@ -59,7 +67,7 @@ def _phase_chart(plt: Any, result: WorkloadResult, path: Path) -> bool:
     ax.bar([i - 0.2 for i in x], [b or 0.0 for b in base], width=0.4, label="baseline", color="#9e9e9e")
     ax.bar([i + 0.2 for i in x], [c or 0.0 for c in cur], width=0.4, label="current",
            color="#d62728" if result.failed else "#1f77b4")
-    ax.set_xticks(list(x), labels)
+    ax.set_xticks(list(x), [_label(name) for name in labels])
     ax.set_ylabel("CPU ms per step")
     ax.set_title(f"{result.name}: phases ({result.verdict})")
     ax.legend()

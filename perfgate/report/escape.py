@@ -9,6 +9,10 @@ the workload, its trace or a result file controls, so none of it may become Mark
   list or setext underline, ``1.`` list) escaped at its start.
 - :func:`md_cell_text`: :func:`md_text` on one line, for a table cell (the table row itself
   escapes ``|``; see report/markdown.py).
+- :func:`terminal_text`: text for a terminal or a CI log: control characters (escape sequences
+  that recolour, move the cursor or clear the screen; a carriage return that overwrites a line)
+  shown as ``\\xNN``, and what a GitHub Actions runner would take for a workflow command (a line
+  starting with ``::`` after its indentation, ``##[`` anywhere) broken by a zero-width space.
 """
 from __future__ import annotations
 
@@ -19,6 +23,20 @@ _NEWLINES = re.compile(r"\r\n|\r|\n")
 _INLINE = re.compile(r"([\\`*\[\]~!])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _BLOCK_START = re.compile(r"^(\s{0,3}\d*)([#=+.)-])")
+
+
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_WORKFLOW_COMMAND = re.compile(r"^([ \t]*)::", re.M)
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def terminal_text(text: object) -> str:
+    """``text`` as it may be printed: inert in a terminal and in a GitHub Actions log (where
+    the runner reads ``::error ...::``, ``::add-mask::``, ``::stop-commands::`` and ``##[...]``
+    from any line of the job's output, even indented)."""
+    out = _TERMINAL_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    out = _WORKFLOW_COMMAND.sub(lambda m: f"{m.group(1)}:{ZERO_WIDTH_SPACE}:", out)
+    return out.replace("##[", f"#{ZERO_WIDTH_SPACE}#[")
 
 
 def _controls_to_spaces(text: str) -> str:
