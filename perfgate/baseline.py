@@ -347,3 +347,18 @@ def provenance(root: Path, command: str) -> dict[str, Any]:
         "perfgate_version": __version__,
         "command": command,
     }
+
+
+def check_identity(baseline: Baseline, workload: str, variant: str | None, machine_class: str,
+                   full_name: str) -> None:
+    """BaselineError when the baseline file found for ``workload`` (``variant``) on ``machine_class``
+    says it is another workload's, variant's or machine class's (copied or renamed by hand): its
+    numbers would gate this workload against another one's."""
+    for field_name, found, wanted in (("workload", baseline.workload, workload),
+                                      ("variant", baseline.variant, variant),
+                                      ("machine_class", baseline.machine_class, machine_class)):
+        if found != wanted:
+            raise BaselineError(
+                f"{baseline.path}: {field_name}: the file is for {found!r}, this run gates {wanted!r} "
+                f"(a baseline copied from another workload or machine?); record this one's: "
+                f"perfgate baseline update {full_name}")

@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 from perfgate.baseline import (
     baseline_from_analyses,
     baseline_path,
+    check_identity,
     command_line,
     load_baseline,
     provenance,
     write_baseline,
 )
 from perfgate.config import Settings
-from perfgate.errors import BaselineError, PerfgateError, TraceError, os_error_message
+from perfgate.errors import PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, Capture, MachineInfo, Verdict, WorkloadResult
 from perfgate.process_tree import swallowed_interrupt
@@ -135,7 +136,7 @@ def run_workload(
         else:
             baseline = load_baseline(path) if path.exists() else None
             if baseline is not None:
-                check_baseline_identity(baseline, spec, result.machine.machine_class)
+                check_identity(baseline, spec.name, spec.variant, result.machine.machine_class, spec.full_name)
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
@@ -167,20 +168,6 @@ def run_workload(
             written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
             result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
     return result
-
-
-def check_baseline_identity(baseline: Any, spec: WorkloadSpec, machine_class: str) -> None:
-    """BaselineError when the baseline file found for ``spec`` on this machine class says it is
-    another workload's, variant's or machine class's (copied or renamed by hand): its numbers
-    would gate this workload against another one's."""
-    for field_name, found, wanted in (("workload", baseline.workload, spec.name),
-                                      ("variant", baseline.variant, spec.variant),
-                                      ("machine_class", baseline.machine_class, machine_class)):
-        if found != wanted:
-            raise BaselineError(
-                f"{baseline.path}: {field_name}: the file is for {found!r}, this run gates {wanted!r} "
-                f"(a baseline copied from another workload or machine?); record this one's: "
-                f"perfgate baseline update {spec.full_name}")
 
 
 def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path, policy: ComparePolicy,

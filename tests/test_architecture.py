@@ -267,3 +267,14 @@ def test_adding_a_forbidden_import_to_perfgate_fails(graph: tuple[list[Edge], di
     assert violations([*graph[0], *added], ranks) == [
         "perfgate.model:2 imports perfgate.pipeline (model may not import pipeline: a higher layer)"]
     assert find_cycle([*graph[0], *added]) is not None
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """Small modules whose names say what they hold (issue 15): a module past 400 lines holds two
+    things; split it where its meanings part."""
+    long = {str(p.relative_to(REPO)): n for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}

@@ -182,7 +182,7 @@ def test_a_history_file_that_is_not_text_is_an_error(tmp_path: Path) -> None:
 ])
 def test_calibrate_from_json_checks_what_it_reads(text: bytes, message: str, tmp_path: Path) -> None:
     """--from-json gave a UnicodeDecodeError or KeyError traceback, or used NaN launches."""
-    from perfgate.calibrate import read_calibration
+    from perfgate.calibration_file import read_calibration
 
     path = tmp_path / "calibration.json"
     path.write_bytes(text)
@@ -191,7 +191,7 @@ def test_calibrate_from_json_checks_what_it_reads(text: bytes, message: str, tmp
 
 
 def test_calibrate_reads_back_what_it_wrote(tmp_path: Path) -> None:
-    from perfgate.calibrate import read_calibration
+    from perfgate.calibration_file import read_calibration
 
     doc = {"pools": {"aa": [{"step_time_ms": 5.0}], "+5%": [{"step_time_ms": 5.3}]}, "injected": {"+5%": 0.05},
            "launch_wall_s": [3.2, 3.1], "phase": "forward", "tables": []}
