@@ -160,9 +160,9 @@ def _optional(spec: Mapping[str, Any], key: str, kind: str, where: str, *, allow
 
 
 def _str_list(value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
-    return tuple(str(v) for v in value)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of strings (quote numbers: [\"--steps\", \"10\"]), got {value!r}")
+    return tuple(value)
 
 
 def coerce(value: Any, kind: str, where: str, *, typed: bool = False) -> Any:

@@ -205,6 +205,8 @@ def test_calibrate_reads_back_what_it_wrote(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content, message", [
     (b"\xff\xfe[tool.perfgate]\n", "pyproject.toml: not valid TOML: not UTF-8 text"),
     (b"tool = 5\n[project]\nname = 'x'\n", r"pyproject.toml \[tool\]: expected a table, got 5"),
+    # numbers in args were accepted and passed on as strings (a later review)
+    (b"[tool.perfgate.workloads.w]\nargs = [1, 2]\n", "args: expected a list of strings"),
 ])
 def test_a_pyproject_perfgate_cannot_read_is_a_configuration_error(content: bytes, message: str, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -481,3 +483,12 @@ def test_a_history_files_strings_reach_the_terminal_inert(tmp_path: Path, monkey
     assert main(["history", "tiny"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and not [line for line in out.splitlines() if line.lstrip().startswith("::")]
+
+
+def test_a_name_or_message_in_markdown_mentions_nobody() -> None:
+    """``@org/team`` in a workload's message or a range name rendered into the job summary or the
+    pull-request comment would notify that team; an ``@`` gets a zero-width space after it."""
+    from perfgate.report.escape import ZERO_WIDTH_SPACE, md_cell_text, md_text
+
+    for rendered in (md_text("forward slower: ask @octo-org/perf"), md_cell_text("@octocat")):
+        assert "@" + ZERO_WIDTH_SPACE in rendered and "@o" not in rendered

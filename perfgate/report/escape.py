@@ -7,6 +7,8 @@ the workload, its trace or a result file controls, so none of it may become Mark
   Markdown (`` ` ``, ``*``, ``_`` at word edges, ``[``, ``]``, ``~``, ``!``, ``|``, ``\\``)
   backslash-escaped, and a line that would open a block (``#`` heading, ``>`` quote, ``-``/``+``
   list or setext underline, ``1.`` list) escaped at its start.
+  An ``@`` gets a zero-width space after it, so a name or message never mentions (notifies) a
+  GitHub user or team in a job summary or pull-request comment.
 - :func:`md_cell_text`: :func:`md_text` on one line, for a table cell (the table row itself
   escapes ``|``; see report/markdown.py).
 - :func:`terminal_text`: text for a terminal or a CI log: control characters (escape sequences
@@ -55,7 +57,7 @@ def md_code(text: object) -> str:
 def _inline(line: str, pipes: bool) -> str:
     line = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     line = _INLINE.sub(r"\\\1", line)
-    line = _EDGE_UNDERSCORE.sub(r"\\_", line)
+    line = _EDGE_UNDERSCORE.sub(r"\\_", line).replace("@", "@" + ZERO_WIDTH_SPACE)
     return line.replace("|", "\\|") if pipes else line
 
 
