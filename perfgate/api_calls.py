@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from perfgate.columnar import CATALOG, stream
-from perfgate.gpu_ops import PID_MASK, GpuOps
+from perfgate.gpu_ops import PID_BITS, PID_MASK, GpuOps
 
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
@@ -50,10 +50,12 @@ class ApiCalls:
     kept_tid: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
-def op_keys(global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
-    """One int64 per (process, correlation id): 24 pid bits above 39 id bits (the full globalPid is
-    compared separately)."""
-    return (((global_pid >> 24) & 0xFFFFFF) << _ID_BITS) | (correlation_id & ((1 << _ID_BITS) - 1))
+def op_keys(pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
+    """One int64 per (process, correlation id): 24 pid bits above 39 id bits (the rest of the
+    globalPid is compared separately)."""
+    keys = pid.astype(np.int64) << _ID_BITS
+    keys |= correlation_id.astype(np.int64) & ((1 << _ID_BITS) - 1)
+    return keys
 
 
 class _Join:
@@ -61,7 +63,7 @@ class _Join:
 
     def __init__(self, ops: GpuOps) -> None:
         self.ops = ops
-        keys = op_keys(ops.global_pid, ops.correlation_id)
+        keys = op_keys(ops.pid, ops.correlation_id)
         index = np.int32 if keys.size < 2**31 else np.int64       # peak memory: 4 B per op less
         self.order = np.argsort(keys, kind="stable").astype(index)
         self.keys = keys[self.order]
@@ -77,7 +79,7 @@ class _Join:
     def add(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, corr: np.ndarray) -> None:
         if self.keys.size == 0:
             return
-        keys = op_keys(tid & PID_MASK, corr)
+        keys = op_keys((tid >> 24) & 0xFFFFFF, corr)
         lo = np.minimum(np.searchsorted(self.keys, keys, side="left"), self.keys.size - 1)
         rows = np.flatnonzero(self.keys[lo] == keys)
         if rows.size == 0:
@@ -92,7 +94,8 @@ class _Join:
         ops = self.order[np.arange(counts.sum()) + starts]
         call = np.repeat(rows, counts)
         self.decided[ops] = True
-        match = self.ops.global_pid[ops] == (tid[call] & PID_MASK)
+        # the pid bits are equal (they are in the key): the rest of globalPid must be too
+        match = self.ops.pid_rest[ops] == (tid[call] & PID_MASK & ~PID_BITS)
         ops, call = ops[match], call[match]
         for out, src in zip(self.api, (start, end, tid)):
             out[ops] = src[call]
