@@ -42,8 +42,8 @@ class GpuOps:
     """One row per GPU operation, tables in the order of GPU_OP_TABLES, each in its export order.
     ``kind``: KIND_CODES; ``-1`` where a column does not apply or the launch was not traced.
     ``api_start, api_end, api_tid``: the launching CUDA API call (same correlationId, globalPid).
-    ``pid_rest``: the bits of globalPid other than the pid's (``global_pid``: both), zeros of no
-    memory where every op has none (a capture of one host)."""
+    ``pid_rest``: the bits of globalPid other than the pid's (``global_pid``: both), one value
+    of no memory where every op has the same (a capture of one host)."""
 
     kind: np.ndarray
     start: np.ndarray
@@ -136,7 +136,8 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
     out["pid"] = ((global_pid >> 24) & 0xFFFFFF).astype(np.int32)
     rest = global_pid & ~PID_BITS
     del global_pid
-    out["pid_rest"] = rest if rest.any() else np.broadcast_to(np.int64(0), (at,))
+    # one value on one host (nsys sets a hardware/VM id above the pid): held once, not per op
+    out["pid_rest"] = np.broadcast_to(rest[0], (at,)) if at and (rest == rest[0]).all() else rest
     return GpuOps(kind=kind_col[:at], **out, **{c: not_launched(at) for c in LAUNCH_COLUMNS})
 
 

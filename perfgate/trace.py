@@ -87,6 +87,10 @@ class Trace:
             self._cache[key] = compute()
         return self._cache[key]
 
+    def forget(self, key: Any) -> None:
+        """Drop what ``memo`` made for ``key`` (its memory), when no later stage needs it."""
+        self._cache.pop(key, None)
+
     @property
     def has_gpu(self) -> bool:
         return len(self.ops) > 0
