@@ -178,14 +178,14 @@ def load_trace(path: str | Path) -> Trace:
 
 
 def _guarded(path: Path, read: Any) -> Any:
-    """``read()``, with DuckDB's errors on a damaged file turned into a TraceError."""
-    import sqlite3
+    """``read()``, with DuckDB's errors on a damaged file turned into a TraceError (duckdb is not
+    imported for that: where the reader is sqlite3, it is not loaded at all)."""
+    import sys
 
-    try:
-        import duckdb
-        errors: tuple[type[BaseException], ...] = (duckdb.Error, sqlite3.DatabaseError)
-    except ImportError:
-        errors = (sqlite3.DatabaseError,)
+    errors: tuple[type[BaseException], ...] = (sqlite3.DatabaseError,)
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None:
+        errors += (duckdb.Error,)
     try:
         return read()
     except errors as exc:
