@@ -14,7 +14,9 @@ Generated exports (``--sizes``) are the toy H100 capture's rows replicated with 
 reports to stdout as it does by default (``--csv``: CSV files instead, as ``-f csv -o``); report
 names are given in either naming scheme and mapped to the nsys found. ``--before DIR`` times the
 command of another checkout (e.g. ``git archive``) in the same run, export by export, beside this
-one; ``--no-duckdb`` runs both as if duckdb were not installed. Prints a Markdown table.
+one; ``--no-duckdb`` runs both as if duckdb were not installed. Each checkout's ``perfgate`` is
+byte-compiled first (``compileall``), as ``pip install`` does: where ``PYTHONDONTWRITEBYTECODE`` is
+set, a command would otherwise compile every module it imports, each time. Prints a Markdown table.
 """
 from __future__ import annotations
 
@@ -101,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             build_scaled_export(H100, path, n)
         exports.append(path)
     checkouts = [ROOT] if args.before is None else [args.before.resolve(), ROOT]
+    for checkout in checkouts:   # as pip does on install: no run compiles perfgate's sources again
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "perfgate")], check=True,
+                       stdout=subprocess.DEVNULL)
     envs = [{**os.environ, "PYTHONPATH": str(c)} for c in checkouts]
     prefix = [sys.executable, "-c", NO_DUCKDB] if args.no_duckdb else [sys.executable, "-m", "perfgate"]
     help_s, help_mb = best_of([sys.executable, "-m", "perfgate", "--help"], 5, envs[-1], ROOT)

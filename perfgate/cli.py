@@ -171,7 +171,7 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from perfgate.pipeline import analyze_file
+    from perfgate.files import analyze_file   # not perfgate.pipeline: nothing of the gate's runs
 
     analysis = analyze_file(args.trace, analysis_options_from(args))
     if args.format == "json":

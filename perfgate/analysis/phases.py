@@ -175,25 +175,27 @@ def phase_stats(instances: pd.DataFrame, measured_steps: int, total_step_ns: int
     Ordered by first appearance inside a step."""
     if instances.empty:
         return {}
-    df = instances.assign(dur=instances["end"] - instances["start"])
-    if gpu_busy_ns is not None:
-        df = df.assign(gpu=gpu_busy_ns)
-    proj_by_row: pd.Series | None = None
+    dur = (instances["end"] - instances["start"]).to_numpy()
+    proj: np.ndarray | None = None
     if projected is not None:
         proj_by_row = (projected["proj_end"] - projected["proj_start"]).set_axis(projected["row_id"])
-        df = df.assign(proj=df["row_id"].map(proj_by_row).fillna(0).astype("int64"))
-    order = df.sort_values(["step_index", "start"]).drop_duplicates("phase")["phase"]
+        proj = instances["row_id"].map(proj_by_row).fillna(0).astype("int64").to_numpy()
+    order = instances[["step_index", "start", "phase"]].sort_values(["step_index", "start"]) \
+        .drop_duplicates("phase")["phase"]
+    # each phase's rows by one code per row, not by comparing every row's name once per phase
+    codes, names = pd.factorize(instances["phase"].to_numpy())
+    code_of = {name: code for code, name in enumerate(names)}
     out: dict[str, PhaseStats] = {}
     steps = max(measured_steps, 1)
     for name in order:
-        g = df[df["phase"] == name]
-        dur_ms = g["dur"].to_numpy() / 1e6
+        rows = codes == code_of[name]
+        dur_ms = dur[rows] / 1e6
         total_ms = float(dur_ms.sum())
-        gpu_ms = float(g["gpu"].sum()) / 1e6 if gpu_busy_ns is not None else None
-        proj_ms = float(g["proj"].sum()) / 1e6 if proj_by_row is not None else None
+        gpu_ms = float(gpu_busy_ns[rows].sum()) / 1e6 if gpu_busy_ns is not None else None
+        proj_ms = float(proj[rows].sum()) / 1e6 if proj is not None else None
         out[name] = PhaseStats(
             name=name,
-            count=len(g),
+            count=int(np.count_nonzero(rows)),
             cpu_total_ms=total_ms,
             cpu_median_ms=float(np.median(dur_ms)),
             cpu_mean_ms=float(dur_ms.mean()),
