@@ -132,15 +132,19 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block
     procs = np.unique(p)
     for at in range(0, t.size, block):
         tb, pb, out = t[at:at + block], pid[at:at + block], inst[at:at + block]
+        if procs.size == 1:                                         # one process: no row selection
+            k = np.searchsorted(s, tb, side="right") - 1
+            ok = (k >= 0) & (pb == procs[0])
+            ok[ok] = tb[ok] <= e[k[ok]]
+            out[ok] = order[k[ok]]
+            continue
         for one in procs:                                           # processes, not steps or rows
             a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
-            mine = np.flatnonzero(pb == one) if procs.size > 1 else np.arange(tb.size)
+            mine = np.flatnonzero(pb == one)
             tm = tb[mine]
             k = np.searchsorted(s[a:b], tm, side="right") - 1
             ok = k >= 0
             ok[ok] = tm[ok] <= e[a:b][k[ok]]
-            if procs.size == 1:
-                ok &= pb == one
             out[mine[ok]] = order[k[ok] + a]
     return inst
 
