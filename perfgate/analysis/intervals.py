@@ -51,8 +51,8 @@ def window_union(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tupl
     s, e = clip(starts, ends, lo, hi)
     if s.size == 0:
         return s, e
-    s.sort()
-    e.sort()
+    s.sort(kind="stable")     # runs of sorted ops (one per table): merged, not sorted again
+    e.sort(kind="stable")
     new = np.empty(s.size, dtype=bool)
     for at in range(0, s.size, BLOCK):
         part = s[at:at + BLOCK]
