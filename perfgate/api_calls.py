@@ -22,6 +22,7 @@ SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStr
                         "cuCtxSynchronize"})
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ID_BITS = 39
+FEW_THREADS = 8   # up to this many threads in a chunk, its union is made a thread at a time
 
 
 def api_name(raw: str) -> str:
@@ -117,6 +118,9 @@ class _Union:
         import pandas as pd
 
         inv, threads = pd.factorize(tid, sort=False)
+        if threads.size <= FEW_THREADS:
+            self._add_each(inv, threads.tolist(), start, end)
+            return
         inv = inv.astype(np.int16 if threads.size < 2**15 else np.int64)
         order = np.argsort(inv, kind="stable")    # radix sort; keeps each thread's export order
         g, s, e = inv[order], start[order], end[order]
@@ -134,6 +138,26 @@ class _Union:
         for t, ls, rm in zip(threads[g[last]].tolist(), s[last].tolist(),
                              np.maximum(run[last], carry_end[g[last]]).tolist()):
             self.last_start[t], self.run_end[t] = ls, rm
+
+
+    def _add_each(self, inv: np.ndarray, threads: list[int], start: np.ndarray, end: np.ndarray) -> None:
+        """``add`` a thread at a time (few threads: a selection per thread costs less than the
+        sort by thread)."""
+        lowest = int(np.iinfo(np.int64).min)
+        for k, t in enumerate(threads):
+            mine = None if len(threads) == 1 else inv == k
+            s = start if mine is None else start[mine]
+            e = end if mine is None else end[mine]
+            if s[0] < self.last_start.get(t, lowest) or (s[1:] < s[:-1]).any():
+                self.ordered = False
+                return
+            run = np.maximum.accumulate(e)
+            np.maximum(run, self.run_end.get(t, lowest), out=run)    # ends of earlier chunks too
+            before = np.empty_like(run)                                # the run's end before each call
+            before[0] = self.run_end.get(t, lowest)
+            before[1:] = run[:-1]
+            self.busy += int(np.maximum(0, e - np.maximum(s, before)).sum())
+            self.last_start[t], self.run_end[t] = int(s[-1]), int(run[-1])
 
 
 def _grouped_cummax(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
