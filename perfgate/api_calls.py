@@ -202,16 +202,21 @@ def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, in
         inside = (s >= lo) & (s <= hi)
         if not inside.any():
             continue
-        s, e, tid, name = s[inside], np.minimum(c["end"][inside], hi), c["tid"][inside], c["name"][inside]
-        union.add(tid, s, e)
-        _add_counts(closed, name, None)
+        s, end, tid, name = s[inside], c["end"][inside], c["tid"][inside], c["name"][inside]
+        union.add(tid, s, np.minimum(end, hi))
         open_ = s < hi
-        dur = c["end"][inside][open_] - s[open_]
-        _add_counts(opened, name[open_], None)
-        _add_counts(opened_ns, name[open_], dur)
+        every = bool(open_.all())                # all but calls starting at the window's end
+        counts: dict[int, int] = {}
+        _add_counts(counts, name, None)
+        for acc in ((closed, opened) if every else (closed,)):
+            for i, v in counts.items():
+                acc[i] = acc.get(i, 0) + v
+        if not every:
+            _add_counts(opened, name[open_], None)
+        _add_counts(opened_ns, name if every else name[open_], end - s if every else end[open_] - s[open_])
         k = open_ & np.isin(name, keep)
         if k.any():
-            kept.append((s[k], c["end"][inside][k], tid[k]))
+            kept.append((s[k], end[k], tid[k]))
     launched = ops.with_launches(*join.api)
     if window is None:
         return launched, None
@@ -233,9 +238,9 @@ def _add_counts(acc: dict[int, int], names: np.ndarray, weights: np.ndarray | No
     lo, hi = int(names.min()), int(names.max())
     if hi - lo < 1 << 20:                        # name ids are string ids: one bincount
         offset = names - lo
-        sums = (np.bincount(offset, minlength=hi - lo + 1) if weights is None
-                else _exact_bincount(offset, weights.astype(np.int64), hi - lo + 1))
-        ids = np.flatnonzero(np.bincount(offset, minlength=hi - lo + 1))
+        counts = np.bincount(offset, minlength=hi - lo + 1)
+        sums = counts if weights is None else _exact_bincount(offset, weights.astype(np.int64), hi - lo + 1)
+        ids = np.flatnonzero(counts)
         for i, v in zip((ids + lo).tolist(), sums[ids].tolist()):
             acc[i] = acc.get(i, 0) + int(v)
         return

@@ -110,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     129). Every process a command started has ended when this returns (perfgate.process_tree).
     Without ``argv`` (the ``perfgate`` program itself) the process then ends at once
     (:func:`exit_now`) rather than returning."""
+    if argv is None:
+        import gc
+
+        # an analysis makes many objects and few reference cycles: collect every 10,000
+        # allocations rather than every 700 (about 150 collections fewer at 10^6 GPU ops)
+        gc.set_threshold(10_000, *gc.get_threshold()[1:])
     code = _main(argv)
     if argv is None:
         exit_now(code)
