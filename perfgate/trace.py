@@ -205,7 +205,10 @@ def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
     columns = {t: frozenset(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')) for t in wanted}
     capacity = {}
     for t in set(GPU_OP_TABLES.values()) & tables:
-        lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        # one aggregate a query: SQLite reads min(rowid) or max(rowid) off the b-tree's edge, but
+        # both in one query scan the whole table
+        lo = conn.execute(f"SELECT min(rowid) FROM {t}").fetchone()[0]
+        hi = conn.execute(f"SELECT max(rowid) FROM {t}").fetchone()[0]
         capacity[t] = 0 if hi is None else int(hi) - int(lo) + 1
     meta: dict[str, str] = {}
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
