@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from perfgate.columnar import CATALOG, stream
-from perfgate.gpu_ops import PID_MASK, GpuOps
+from perfgate.gpu_ops import PID_BITS, PID_MASK, GpuOps
 
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
                         "cuCtxSynchronize"})
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ID_BITS = 39
+FEW_THREADS = 8   # up to this many threads in a chunk, its union is made a thread at a time
 
 
 def api_name(raw: str) -> str:
@@ -50,10 +51,12 @@ class ApiCalls:
     kept_tid: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
-def op_keys(global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
-    """One int64 per (process, correlation id): 24 pid bits above 39 id bits (the full globalPid is
-    compared separately)."""
-    return (((global_pid >> 24) & 0xFFFFFF) << _ID_BITS) | (correlation_id & ((1 << _ID_BITS) - 1))
+def op_keys(pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
+    """One int64 per (process, correlation id): 24 pid bits above 39 id bits (the rest of the
+    globalPid is compared separately)."""
+    keys = pid.astype(np.int64) << _ID_BITS
+    keys |= correlation_id.astype(np.int64) & ((1 << _ID_BITS) - 1)
+    return keys
 
 
 class _Join:
@@ -61,7 +64,7 @@ class _Join:
 
     def __init__(self, ops: GpuOps) -> None:
         self.ops = ops
-        keys = op_keys(ops.global_pid, ops.correlation_id)
+        keys = op_keys(ops.pid, ops.correlation_id)
         index = np.int32 if keys.size < 2**31 else np.int64       # peak memory: 4 B per op less
         self.order = np.argsort(keys, kind="stable").astype(index)
         self.keys = keys[self.order]
@@ -77,7 +80,7 @@ class _Join:
     def add(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, corr: np.ndarray) -> None:
         if self.keys.size == 0:
             return
-        keys = op_keys(tid & PID_MASK, corr)
+        keys = op_keys((tid >> 24) & 0xFFFFFF, corr)
         lo = np.minimum(np.searchsorted(self.keys, keys, side="left"), self.keys.size - 1)
         rows = np.flatnonzero(self.keys[lo] == keys)
         if rows.size == 0:
@@ -92,7 +95,8 @@ class _Join:
         ops = self.order[np.arange(counts.sum()) + starts]
         call = np.repeat(rows, counts)
         self.decided[ops] = True
-        match = self.ops.global_pid[ops] == (tid[call] & PID_MASK)
+        # the pid bits are equal (they are in the key): the rest of globalPid must be too
+        match = self.ops.pid_rest[ops] == (tid[call] & PID_MASK & ~PID_BITS)
         ops, call = ops[match], call[match]
         for out, src in zip(self.api, (start, end, tid)):
             out[ops] = src[call]
@@ -114,6 +118,9 @@ class _Union:
         import pandas as pd
 
         inv, threads = pd.factorize(tid, sort=False)
+        if threads.size <= FEW_THREADS:
+            self._add_each(inv, threads.tolist(), start, end)
+            return
         inv = inv.astype(np.int16 if threads.size < 2**15 else np.int64)
         order = np.argsort(inv, kind="stable")    # radix sort; keeps each thread's export order
         g, s, e = inv[order], start[order], end[order]
@@ -131,6 +138,26 @@ class _Union:
         for t, ls, rm in zip(threads[g[last]].tolist(), s[last].tolist(),
                              np.maximum(run[last], carry_end[g[last]]).tolist()):
             self.last_start[t], self.run_end[t] = ls, rm
+
+
+    def _add_each(self, inv: np.ndarray, threads: list[int], start: np.ndarray, end: np.ndarray) -> None:
+        """``add`` a thread at a time (few threads: a selection per thread costs less than the
+        sort by thread)."""
+        lowest = int(np.iinfo(np.int64).min)
+        for k, t in enumerate(threads):
+            mine = None if len(threads) == 1 else inv == k
+            s = start if mine is None else start[mine]
+            e = end if mine is None else end[mine]
+            if s[0] < self.last_start.get(t, lowest) or (s[1:] < s[:-1]).any():
+                self.ordered = False
+                return
+            run = np.maximum.accumulate(e)
+            np.maximum(run, self.run_end.get(t, lowest), out=run)    # ends of earlier chunks too
+            before = np.empty_like(run)                                # the run's end before each call
+            before[0] = self.run_end.get(t, lowest)
+            before[1:] = run[:-1]
+            self.busy += int(np.maximum(0, e - np.maximum(s, before)).sum())
+            self.last_start[t], self.run_end[t] = int(s[-1]), int(run[-1])
 
 
 def _grouped_cummax(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -175,16 +202,21 @@ def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, in
         inside = (s >= lo) & (s <= hi)
         if not inside.any():
             continue
-        s, e, tid, name = s[inside], np.minimum(c["end"][inside], hi), c["tid"][inside], c["name"][inside]
-        union.add(tid, s, e)
-        _add_counts(closed, name, None)
+        s, end, tid, name = s[inside], c["end"][inside], c["tid"][inside], c["name"][inside]
+        union.add(tid, s, np.minimum(end, hi))
         open_ = s < hi
-        dur = c["end"][inside][open_] - s[open_]
-        _add_counts(opened, name[open_], None)
-        _add_counts(opened_ns, name[open_], dur)
+        every = bool(open_.all())                # all but calls starting at the window's end
+        counts: dict[int, int] = {}
+        _add_counts(counts, name, None)
+        for acc in ((closed, opened) if every else (closed,)):
+            for i, v in counts.items():
+                acc[i] = acc.get(i, 0) + v
+        if not every:
+            _add_counts(opened, name[open_], None)
+        _add_counts(opened_ns, name if every else name[open_], end - s if every else end[open_] - s[open_])
         k = open_ & np.isin(name, keep)
         if k.any():
-            kept.append((s[k], c["end"][inside][k], tid[k]))
+            kept.append((s[k], end[k], tid[k]))
     launched = ops.with_calls(*join.api)
     if window is None:
         return launched, None
@@ -206,9 +238,9 @@ def _add_counts(acc: dict[int, int], names: np.ndarray, weights: np.ndarray | No
     lo, hi = int(names.min()), int(names.max())
     if hi - lo < 1 << 20:                        # name ids are string ids: one bincount
         offset = names - lo
-        sums = (np.bincount(offset, minlength=hi - lo + 1) if weights is None
-                else _exact_bincount(offset, weights.astype(np.int64), hi - lo + 1))
-        ids = np.flatnonzero(np.bincount(offset, minlength=hi - lo + 1))
+        counts = np.bincount(offset, minlength=hi - lo + 1)
+        sums = counts if weights is None else _exact_bincount(offset, weights.astype(np.int64), hi - lo + 1)
+        ids = np.flatnonzero(counts)
         for i, v in zip((ids + lo).tolist(), sums[ids].tolist()):
             acc[i] = acc.get(i, 0) + int(v)
         return

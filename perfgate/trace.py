@@ -87,6 +87,10 @@ class Trace:
             self._cache[key] = compute()
         return self._cache[key]
 
+    def forget(self, key: Any) -> None:
+        """Drop what ``memo`` made for ``key`` (its memory), when no later stage needs it."""
+        self._cache.pop(key, None)
+
     @property
     def has_gpu(self) -> bool:
         return len(self.ops) > 0
@@ -174,14 +178,14 @@ def load_trace(path: str | Path) -> Trace:
 
 
 def _guarded(path: Path, read: Any) -> Any:
-    """``read()``, with DuckDB's errors on a damaged file turned into a TraceError."""
-    import sqlite3
+    """``read()``, with DuckDB's errors on a damaged file turned into a TraceError (duckdb is not
+    imported for that: where the reader is sqlite3, it is not loaded at all)."""
+    import sys
 
-    try:
-        import duckdb
-        errors: tuple[type[BaseException], ...] = (duckdb.Error, sqlite3.DatabaseError)
-    except ImportError:
-        errors = (sqlite3.DatabaseError,)
+    errors: tuple[type[BaseException], ...] = (sqlite3.DatabaseError,)
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None:
+        errors += (duckdb.Error,)
     try:
         return read()
     except errors as exc:
@@ -201,7 +205,10 @@ def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
     columns = {t: frozenset(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')) for t in wanted}
     capacity = {}
     for t in set(GPU_OP_TABLES.values()) & tables:
-        lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        # one aggregate a query: SQLite reads min(rowid) or max(rowid) off the b-tree's edge, but
+        # both in one query scan the whole table
+        lo = conn.execute(f"SELECT min(rowid) FROM {t}").fetchone()[0]
+        hi = conn.execute(f"SELECT max(rowid) FROM {t}").fetchone()[0]
         capacity[t] = 0 if hi is None else int(hi) - int(lo) + 1
     meta: dict[str, str] = {}
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
@@ -239,45 +246,50 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
     wanted = ",".join(str(t) for t in (*pushpop, *startend, create))
     opt = {c: (c if c in cols else "NULL") for c in ("textId", "endGlobalTid", "domainId")}
     table = f"{columnar.CATALOG}.NVTX_EVENTS"
-    raw = pd.DataFrame(columnar.fetch(con, f"""
+    # the rows as numpy arrays: one DataFrame is made, of the ranges, in its final column order
+    raw = columnar.fetch(con, f"""
         SELECT rowid AS row_id, start, coalesce("end", -1) AS "end", "end" IS NULL AS unterminated,
                eventType AS event_type, text, coalesce({opt['textId']}, -1) AS text_id, globalTid AS global_tid,
                coalesce({opt['endGlobalTid']}, -1) AS end_global_tid, {opt['endGlobalTid']} IS NULL AS end_tid_null,
                coalesce({opt['domainId']}, -1) AS domain_id, {opt['domainId']} IS NULL AS domain_null
-        FROM {table} WHERE eventType IN ({wanted}) ORDER BY rowid"""))
+        FROM {table} WHERE eventType IN ({wanted}) ORDER BY rowid""")
     for flag in ("unterminated", "end_tid_null", "domain_null"):   # 0/1 through sqlite3
         raw[flag] = raw[flag].astype(bool)
     message = _messages(raw["text"], raw["text_id"], probe["strings"])
-    is_range = raw["event_type"].isin(pushpop + startend).to_numpy()
+    is_range = np.isin(raw["event_type"], pushpop + startend)
     if not is_range.any():
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in NVTX_COLUMNS})
-    maxts = columnar.fetch(con, f'SELECT greatest(max(start), max("end")) AS m FROM {table}')["m"][0]
     domain = _domain_names(raw, message, create, "domainId" in cols)
-    ranges = raw[is_range]
+    ranges = {k: v[is_range] for k, v in raw.items() if k not in ("text", "text_id")}
+    del raw
+    unterminated = ranges["unterminated"]
+    end = ranges["end"].astype(np.int64)
+    if unterminated.any():   # the largest NVTX timestamp: read only where a range needs it
+        end[unterminated] = columnar.fetch(con, f'SELECT greatest(max(start), max("end")) AS m FROM {table}')["m"][0]
     text = message[is_range]
     text[pd.isna(text)] = ""
     text = _shared(text)
+    end_tid_null, domain_null = ranges["end_tid_null"], ranges["domain_null"]
     df = pd.DataFrame({
-        "row_id": ranges["row_id"].to_numpy(np.int64), "start": ranges["start"].to_numpy(np.int64),
-        "end": np.where(ranges["unterminated"].to_numpy(), np.int64(maxts), ranges["end"].to_numpy(np.int64)),
-        "unterminated": ranges["unterminated"].to_numpy(bool), "text": text,
-        "style": np.array(["PushPop", "StartEnd"], dtype=object)[ranges["event_type"].isin(startend).to_numpy(np.int8)],
-        "global_tid": ranges["global_tid"].to_numpy(np.int64),
-        "end_global_tid": pd.array(np.where(ranges["end_tid_null"], 0, ranges["end_global_tid"]), dtype="Int64"),
-        "domain_id": pd.array(np.where(ranges["domain_null"], 0, ranges["domain_id"]), dtype="Int64"),
+        "row_id": ranges["row_id"].astype(np.int64), "start": ranges["start"].astype(np.int64), "end": end,
+        "unterminated": unterminated, "text": text, "name": text,
+        "style": np.array(["PushPop", "StartEnd"], dtype=object)[np.isin(ranges["event_type"], startend).astype(np.int8)],
+        "global_tid": ranges["global_tid"].astype(np.int64),
+        "end_global_tid": pd.arrays.IntegerArray(
+            np.where(end_tid_null, 0, ranges["end_global_tid"]).astype(np.int64), end_tid_null.copy()),
+        "domain_id": pd.arrays.IntegerArray(np.where(domain_null, 0, ranges["domain_id"]).astype(np.int64),
+                                            domain_null.copy()),
     })
-    df.loc[ranges["end_tid_null"].to_numpy(), "end_global_tid"] = pd.NA
-    df.loc[ranges["domain_null"].to_numpy(), "domain_id"] = pd.NA
     df = _with_domains(df, domain)
     df["pid"] = (df["global_tid"].to_numpy() >> 24) & 0xFFFFFF
-    return df[list(NVTX_COLUMNS)]
+    return df if list(df.columns) == list(NVTX_COLUMNS) else df[list(NVTX_COLUMNS)]
 
 
-def _messages(text: pd.Series, text_id: pd.Series, strings: dict[int, str]) -> np.ndarray:
+def _messages(text: np.ndarray, text_id: np.ndarray, strings: dict[int, str]) -> np.ndarray:
     """coalesce(StringIds.value via textId, text) per row, as an object array (None where both
     are missing)."""
-    out = text.to_numpy(dtype=object).copy()
-    ids = text_id.to_numpy(np.int64)
+    out = np.asarray(text, dtype=object).copy()
+    ids = np.asarray(text_id, dtype=np.int64)
     has = np.flatnonzero(ids >= 0)
     if has.size:
         looked = pd.Series(ids[has]).map(strings).to_numpy(dtype=object)
@@ -286,16 +298,16 @@ def _messages(text: pd.Series, text_id: pd.Series, strings: dict[int, str]) -> n
     return out
 
 
-def _domain_names(raw: pd.DataFrame, message: np.ndarray, create: int, has_domains: bool) -> pd.DataFrame:
+def _domain_names(raw: dict[str, np.ndarray], message: np.ndarray, create: int, has_domains: bool) -> pd.DataFrame:
     """One row per (domainId, creating thread): the name of its earliest NvtxDomainCreate row,
     with the pid bits it is matched on, ordered like SQLite's GROUP BY."""
     if not has_domains:
         return pd.DataFrame({"domain_id": pd.Series(dtype="int64"), "pid_bits": pd.Series(dtype="int64"),
                              "domain": pd.Series(dtype=object)})
-    rows = (raw["event_type"] == create).to_numpy() & ~raw["domain_null"].to_numpy()
-    d = pd.DataFrame({"domain_id": raw["domain_id"].to_numpy(np.int64)[rows],
-                      "global_tid": raw["global_tid"].to_numpy(np.int64)[rows],
-                      "start": raw["start"].to_numpy(np.int64)[rows], "domain": message[rows]})
+    rows = (raw["event_type"] == create) & ~raw["domain_null"]
+    d = pd.DataFrame({"domain_id": raw["domain_id"].astype(np.int64)[rows],
+                      "global_tid": raw["global_tid"].astype(np.int64)[rows],
+                      "start": raw["start"].astype(np.int64)[rows], "domain": message[rows]})
     d = d.sort_values(["domain_id", "global_tid", "start"], kind="stable") \
         .drop_duplicates(["domain_id", "global_tid"], keep="first")
     d = d[d["domain"].notna().to_numpy()]   # an unnamed domain names nothing (SQL: d.name IS NULL)
@@ -307,7 +319,7 @@ def _with_domains(df: pd.DataFrame, domains: pd.DataFrame) -> pd.DataFrame:
     ``text`` (a domain created on several threads of one process names the range once per thread,
     as nsys's join does)."""
     if domains.empty:
-        return df.assign(name=df["text"])
+        return df if "name" in df.columns else df.assign(name=df["text"])   # ``name`` made as ``text``
     left = df.assign(_d=df["domain_id"].fillna(-(2**62)).astype(np.int64), _p=df["global_tid"] & PID_BITS)
     merged = left.merge(domains, how="left", left_on=["_d", "_p"], right_on=["domain_id", "pid_bits"],
                         suffixes=("", "_dom"), sort=False)

@@ -39,10 +39,14 @@ def test_union_length_by_group_in_blocks_matches_a_bitmap_and_skips_negative_gro
         assert length == _bitmap_length(starts[m], ends[m])
 
 
-def test_window_union_is_the_union_of_the_clipped_intervals() -> None:
+@pytest.mark.parametrize("in_place_from", [0, 1 << 30])   # without a permutation, and with one
+def test_window_union_is_the_union_of_the_clipped_intervals(monkeypatch: pytest.MonkeyPatch,
+                                                            in_place_from: int) -> None:
+    monkeypatch.setattr(intervals, "IN_PLACE_FROM", in_place_from)
+    monkeypatch.setattr(intervals, "BLOCK", 7)
     rng = np.random.default_rng(6)
     starts = rng.integers(0, 1000, size=80)
-    ends = starts + rng.integers(0, 60, size=80)
+    ends = starts + rng.integers(0, 60, size=80)       # touching, nested and empty ones among them
     us, ue = intervals.window_union(starts, ends, 200, 700)
     ref_s, ref_e = intervals.union(*intervals.clip(starts, ends, 200, 700))
     assert us.tolist() == ref_s.tolist() and ue.tolist() == ref_e.tolist()

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfgate.analysis.ranges import range_stats
@@ -120,3 +121,36 @@ def test_the_pypi_nvtx_package_capture_on_2022_4_is_refused_as_rangeless(tmp_pat
                      (start, tid))
     with pytest.raises(TraceError, match="holds no push/pop or start/end ranges"):
         load_trace(path)
+
+
+def test_narrow_gpu_op_columns_widen_where_a_value_does_not_fit(tmp_path: Path) -> None:
+    """Correlation ids and byte counts are read as int32 and widened to int64 where a value needs
+    it; the values and the launch join are those of the export."""
+    path = _copy(tmp_path, H100)
+    with sqlite3.connect(path) as conn:
+        rowid, corr = conn.execute("SELECT rowid, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+        big = corr + (1 << 33)
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = ? WHERE rowid = ?", (big, rowid))
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = ? WHERE correlationId = ?", (big, corr))
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = ? WHERE rowid = "
+                     "(SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_MEMCPY)", (3 << 30,))
+    t = load_trace(path)
+    ops, _ = t.gpu()
+    assert ops.correlation_id.dtype == np.int64 and ops.bytes.dtype == np.int64
+    assert ops.correlation_id[0] == big and ops.api_start[0] >= 0          # still joined to its call
+    assert (3 << 30) in ops.bytes.tolist()
+    assert load_trace(H100).ops.correlation_id.dtype == np.int32            # where every id fits
+
+
+def test_an_op_whose_global_pid_differs_above_the_pid_is_not_joined(tmp_path: Path) -> None:
+    """The launch join compares the whole globalPid: an op whose bits above the pid differ from its
+    call's (another host or VM) stays unjoined, and ``global_pid`` gives its own value back."""
+    path = _copy(tmp_path, H100)
+    with sqlite3.connect(path) as conn:
+        rowid, gpid = conn.execute("SELECT rowid, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = ? WHERE rowid = ?", (gpid + (1 << 56), rowid))
+    ops, _ = load_trace(path).gpu()
+    assert ops.pid_rest.strides != (0,)                                   # held per op here
+    assert ops.global_pid[0] == gpid + (1 << 56) and ops.global_pid[1] == gpid
+    assert ops.api_start[0] == -1 and (ops.api_start[1:] >= 0).mean() > 0.9
+    assert load_trace(H100).ops.pid_rest.strides == (0,)                  # one value, held once

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 BLOCK = 1 << 20   # rows per block of per-row work: temporaries of 8 MB per int64 column
+IN_PLACE_FROM = 4 * BLOCK   # window unions of this many intervals on: no permutation (memory)
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -43,19 +44,23 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
 
 
 def window_union(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """``union(*clip(starts, ends, lo, hi))``, each temporary freed as soon as it is used (peak
-    memory: about 40 B per interval, the input's own columns aside)."""
+    """``union(*clip(starts, ends, lo, hi))``, each temporary freed as soon as it is used. From
+    ``IN_PLACE_FROM`` intervals on, without a permutation of them (peak memory: the two clipped
+    columns, the input's own aside): starts and ends are sorted each on its own, in place. Every
+    clipped interval has a positive length, so the k smallest ends belong to the k earliest starts
+    wherever a new segment begins: interval i (by start) begins one exactly when i ends come
+    before its start, and the segment before it ends at the i-th smallest end."""
     s, e = clip(starts, ends, lo, hi)
     if s.size == 0:
         return s, e
-    order = np.argsort(s, kind="stable")
-    s = s[order]
-    e = e[order]
-    del order
-    np.maximum.accumulate(e, out=e)
+    if s.size < IN_PLACE_FROM:
+        return union(s, e)
+    s.sort(kind="stable")     # runs of sorted ops (one per table): merged, not sorted again
+    e.sort(kind="stable")
     new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    np.greater(s[1:], e[:-1], out=new[1:])
+    for at in range(0, s.size, BLOCK):
+        part = s[at:at + BLOCK]
+        np.equal(np.searchsorted(e, part, side="left"), np.arange(at, at + part.size), out=new[at:at + part.size])
     first = np.flatnonzero(new)
     del new
     last = np.r_[first[1:] - 1, s.size - 1]

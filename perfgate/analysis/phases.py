@@ -12,9 +12,12 @@ from perfgate.gpu_ops import GpuOps
 from perfgate.model import PhaseStats
 
 
+INSTANCE_COLUMNS = ("row_id", "start", "end", "global_tid", "pid")
+
+
 def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """The phases of each measured iteration, with ``phase`` (name) and ``step_index`` (position
-    of the step in ``measured``): NVTX ranges on the step's thread that are direct children of the
+    """The phases of each measured iteration: the ``INSTANCE_COLUMNS`` of their ranges, with
+    ``phase`` (name) and ``step_index`` (position of the step in ``measured``): NVTX ranges on the step's thread that are direct children of the
     iteration, i.e. inside the step range or between its end and the next step's start
     (``period_end``; the range's end when that column is absent), plus ``between_steps`` pieces:
     the parts of that gap no such range covers (synthetic rows, ``row_id`` -1)."""
@@ -49,12 +52,16 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     if found_pos:
         cand, step_index = np.concatenate(found_pos), np.concatenate(found_step)
         direct = top_level_mask(n_start[cand], n_end[cand], step_index)
-        inst = nvtx.iloc[cand[direct]].reset_index(drop=True).assign(step_index=step_index[direct])
-        names = pd.unique(inst["name"])
-        folded = {n: phase_name(n) for n in names}
-        inst = inst.assign(phase=inst["name"].map(folded))
+        rows = cand[direct]
+        del cand
+        # only the columns the instances are used for: at 10^6 ranges each column is 8 MB
+        inst = pd.DataFrame({c: nvtx[c].to_numpy()[rows] for c in INSTANCE_COLUMNS})
+        inst["step_index"] = step_index[direct]
+        codes, names = pd.factorize(nvtx["name"].to_numpy()[rows])
+        inst["phase"] = np.array([phase_name(n) for n in names] + [np.nan], dtype=object)[codes]
     else:
-        inst = nvtx.iloc[:0].assign(step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
+        inst = pd.DataFrame({c: nvtx[c].to_numpy()[:0] for c in INSTANCE_COLUMNS}).assign(
+            step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
     between = between_steps_pieces(steps, inst)
     if between.empty:
         return inst
@@ -104,7 +111,6 @@ def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFram
     s, e, k = s[ok], e[ok], k[ok]
     return pd.DataFrame({
         "row_id": np.full(s.size, -1, dtype=np.int64), "start": s, "end": e,
-        "text": BETWEEN_STEPS, "name": BETWEEN_STEPS,
         "global_tid": steps["global_tid"].to_numpy()[k], "pid": steps["pid"].to_numpy()[k],
         "step_index": k, "phase": BETWEEN_STEPS,
     })
@@ -113,8 +119,9 @@ def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFram
 def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block: int = BLOCK) -> np.ndarray:
     """Per event (process ``pid``, time ``t``): the row position in ``instances`` of the phase
     instance of that process open at ``t`` (on any thread; the one that started last when several
-    are), -1 when none is. Events are looked up ``block`` at a time (bounded temporaries)."""
-    inst = np.full(t.size, -1, dtype=np.int64)
+    are), -1 when none is. Events are looked up ``block`` at a time (bounded temporaries); int32
+    positions where the instances are fewer than 2**31 (4 bytes per event less)."""
+    inst = np.full(t.size, -1, dtype=np.int32 if len(instances) < 2**31 else np.int64)
     if t.size == 0 or instances.empty:
         return inst
     ipid = instances["pid"].to_numpy()
@@ -125,15 +132,19 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block
     procs = np.unique(p)
     for at in range(0, t.size, block):
         tb, pb, out = t[at:at + block], pid[at:at + block], inst[at:at + block]
+        if procs.size == 1:                                         # one process: no row selection
+            k = np.searchsorted(s, tb, side="right") - 1
+            ok = (k >= 0) & (pb == procs[0])
+            ok[ok] = tb[ok] <= e[k[ok]]
+            out[ok] = order[k[ok]]
+            continue
         for one in procs:                                           # processes, not steps or rows
             a, b = np.searchsorted(p, one, side="left"), np.searchsorted(p, one, side="right")
-            mine = np.flatnonzero(pb == one) if procs.size > 1 else np.arange(tb.size)
+            mine = np.flatnonzero(pb == one)
             tm = tb[mine]
             k = np.searchsorted(s[a:b], tm, side="right") - 1
             ok = k >= 0
             ok[ok] = tm[ok] <= e[a:b][k[ok]]
-            if procs.size == 1:
-                ok &= pb == one
             out[mine[ok]] = order[k[ok] + a]
     return inst
 
@@ -149,6 +160,8 @@ def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps, block: int = BLOCK)
     group = open_instance(instances, ops.pid, ops.api_start, block)
     dev_codes = np.unique(ops.device_id)
     ndev = max(dev_codes.size, 1)
+    if len(instances) * ndev >= 2**31:
+        group = group.astype(np.int64)
     for at in range(0, group.size, block):
         g = group[at:at + block]
         hit = (g >= 0) & (ops.api_tid[at:at + block] >= 0)
@@ -166,25 +179,27 @@ def phase_stats(instances: pd.DataFrame, measured_steps: int, total_step_ns: int
     Ordered by first appearance inside a step."""
     if instances.empty:
         return {}
-    df = instances.assign(dur=instances["end"] - instances["start"])
-    if gpu_busy_ns is not None:
-        df = df.assign(gpu=gpu_busy_ns)
-    proj_by_row: pd.Series | None = None
+    dur = (instances["end"] - instances["start"]).to_numpy()
+    proj: np.ndarray | None = None
     if projected is not None:
         proj_by_row = (projected["proj_end"] - projected["proj_start"]).set_axis(projected["row_id"])
-        df = df.assign(proj=df["row_id"].map(proj_by_row).fillna(0).astype("int64"))
-    order = df.sort_values(["step_index", "start"]).drop_duplicates("phase")["phase"]
+        proj = instances["row_id"].map(proj_by_row).fillna(0).astype("int64").to_numpy()
+    order = instances[["step_index", "start", "phase"]].sort_values(["step_index", "start"]) \
+        .drop_duplicates("phase")["phase"]
+    # each phase's rows by one code per row, not by comparing every row's name once per phase
+    codes, names = pd.factorize(instances["phase"].to_numpy())
+    code_of = {name: code for code, name in enumerate(names)}
     out: dict[str, PhaseStats] = {}
     steps = max(measured_steps, 1)
     for name in order:
-        g = df[df["phase"] == name]
-        dur_ms = g["dur"].to_numpy() / 1e6
+        rows = codes == code_of[name]
+        dur_ms = dur[rows] / 1e6
         total_ms = float(dur_ms.sum())
-        gpu_ms = float(g["gpu"].sum()) / 1e6 if gpu_busy_ns is not None else None
-        proj_ms = float(g["proj"].sum()) / 1e6 if proj_by_row is not None else None
+        gpu_ms = float(gpu_busy_ns[rows].sum()) / 1e6 if gpu_busy_ns is not None else None
+        proj_ms = float(proj[rows].sum()) / 1e6 if proj is not None else None
         out[name] = PhaseStats(
             name=name,
-            count=len(g),
+            count=int(np.count_nonzero(rows)),
             cpu_total_ms=total_ms,
             cpu_median_ms=float(np.median(dur_ms)),
             cpu_mean_ms=float(dur_ms.mean()),

@@ -282,7 +282,8 @@ def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.nd
             part = slice(at, at + BLOCK)
             traced = launches.api_start[part] >= 0
             op_pid, op_launch = launches.pid[part][traced], launches.api_start[part][traced]
-            op_rank = ranks.get_indexer(op_pid)
+            op_rank = (ranks.get_indexer(op_pid) if len(ranks) > 1    # one process: no hash lookups
+                       else np.where(op_pid == ranks[0], 0, -1))
             mine = op_rank >= 0
             op_key = op_rank[mine].astype(np.int64) * (1 << 50) + op_launch[mine]
             pos = np.searchsorted(sorted_key, op_key, side="right") - 1

@@ -114,17 +114,29 @@ def _pids(frame: pd.DataFrame) -> np.ndarray:
 def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream: np.ndarray,
                  ops: GpuOps, kernels: np.ndarray) -> tuple[int, int]:
     """(copy ns overlapping kernels of the same GPU, copy ns on a stream that runs kernels);
-    ``kernels``: the rows of ``ops`` that are the kernels counted."""
+    ``kernels``: the rows of ``ops`` that are the kernels counted. Only the kernels that overlap a
+    copy take part in the union (the others add nothing to the overlap), found a block at a time."""
     overlap_ns, on_compute_ns = 0, 0
     devices = pd.unique(cdev)
-    kdev = ops.device_id[kernels] if devices.size else None
     for dev in devices:                                       # devices, not copies
         mine = cdev == dev
-        rows = kernels[kdev == dev]
+        cu_s, cu_e = intervals.union(cstart[mine], cend[mine])
+        near: list[np.ndarray] = []
+        streams: list[np.ndarray] = []
+        for at in range(0, kernels.size, BLOCK):
+            rows = kernels[at:at + BLOCK]
+            rows = rows[ops.device_id[rows] == dev]
+            streams.append(pd.unique(ops.stream_id[rows]))
+            ks, ke = ops.start[rows], ops.end[rows]
+            i = np.searchsorted(cu_s, ke, side="left") - 1      # the last copy span starting before ke
+            hit = i >= 0
+            hit[hit] = cu_e[i[hit]] > ks[hit]
+            near.append(rows[hit])
+        rows = np.concatenate(near) if near else kernels[:0]
         us, ue = intervals.union(ops.start[rows], ops.end[rows])
         overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
         del us, ue
-        on = mine & np.isin(cstream, pd.unique(ops.stream_id[rows]))
+        on = mine & np.isin(cstream, pd.unique(np.concatenate(streams)) if streams else [])
         on_compute_ns += int((cend[on] - cstart[on]).sum())
     return overlap_ns, on_compute_ns
 
@@ -156,6 +168,7 @@ def _window_idle(trace: Trace, launched: GpuOps, phases: pd.DataFrame, lo: int,
     if count == 0:
         return None
     busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(launched, lo, hi))
+    trace.forget(("busy", (lo, hi)))     # no later stage needs them: freed on return (peak memory)
     devices = sorted({d for d, _ in pairs})
     idle_ns, idle_phase_ns = _idle_by_phase(
         {d: busy[d] for d in devices}, {d: np.array(sorted(p for dd, p in pairs if dd == d)) for d in devices},
@@ -289,17 +302,21 @@ def _kernels_by_phase(trace: Trace, phases: pd.DataFrame, steps: pd.DataFrame, k
     sorted order; kernels launched outside the measured iterations are left out. Grouped on integer
     codes (places numbered in sorted order), never on a column of strings."""
     code, labels = _where_codes(phases, steps, kpid, t)
-    keep = np.flatnonzero(code >= 0)
+    keep = code >= 0                                        # a mask: 1 byte per kernel
     by_phase: dict[str, dict[str, list[float]]] = {}
-    if keep.size == 0:
+    if not keep.any():
         return by_phase
     # one int64 key per (place, name), ordered as the pair: name ids from -1 up shifted by one
     span = int(kname.max()) + 2
-    key = code[keep] * span
+    key = code[keep].astype(np.int64)
+    del code
+    key *= span
     key += kname[keep]
     key += 1
-    census = pd.Series(dur_ms[keep]).groupby(key)
-    for k, count, total in zip(census.size().index.tolist(), census.size(), census.sum()):
+    census = pd.Series(dur_ms if keep.all() else dur_ms[keep]).groupby(key)
+    del keep
+    sizes = census.size()
+    for k, count, total in zip(sizes.index.tolist(), sizes, census.sum()):
         where, name_id = divmod(k, span)
         by_phase.setdefault(labels[where], {})[trace.string(name_id - 1)] = [count / n, float(total) / n]
     return by_phase
@@ -314,16 +331,17 @@ def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: 
     if t.size == 0:
         return np.zeros(0, dtype=np.int64), []
     iters = steps.assign(end=steps["period_end"]) if "period_end" in steps.columns else steps
-    in_step = open_instance(iters.reset_index(drop=True), pid, t) >= 0
-    inst = open_instance(phases.reset_index(drop=True), pid, t) if len(phases) else np.full(t.size, -1)
+    in_step = open_instance(iters, pid, t) >= 0          # positions: no index needed
+    inst = open_instance(phases, pid, t) if len(phases) else np.full(t.size, -1)
     phase_names = phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object)
     # the labels sorted, each phase instance's rank among them (np.unique's, without sorting every row)
     first, distinct = pd.factorize(np.append(phase_names, STEP_CODE).astype(object))
     labels = np.array(sorted(distinct), dtype=object)
     rank = np.searchsorted(labels, np.asarray(distinct, dtype=object))[first]
-    codes = np.append(rank[:-1], -1).astype(np.int64)      # position -1: no phase
-    code = codes[inst]
-    code[(inst < 0) & in_step] = rank[-1]
+    codes = np.append(rank[:-1], -1).astype(np.int32)      # position -1: no phase
+    code = codes[inst]                                      # int32: 4 bytes per event less
+    del inst
+    code[(code < 0) & in_step] = rank[-1]
     return code, labels.tolist()
 
 
