@@ -338,3 +338,18 @@ def test_a_command_whose_module_cannot_be_imported_says_why(monkeypatch: pytest.
     assert err.startswith("perfgate: error: perfgate report cannot run: importing perfgate.report failed "
                           "(No module named 'junit_xml')"), err
     assert "unavailable: No module named 'junit_xml'" in " ".join(cli.build_parser().format_help().split())
+
+
+def test_analyze_and_its_errors_import_no_renderer_library() -> None:
+    """``perfgate analyze`` (and the one-line error of any command) imported every report renderer
+    through ``perfgate.report``, junit-xml among them: on the GPU machine, where junit-xml was not
+    installed, an analyze error ended in a ModuleNotFoundError traceback."""
+    import subprocess
+
+    trace = Path(__file__).parent / "fixtures" / "traces" / "gpu-transformer" / "trace.sqlite"
+    code = ("import sys; from perfgate.cli import main; "
+            f"codes = (main(['analyze', {str(trace)!r}, '--format', 'json']), main(['analyze', '/nonexistent.sqlite'])); "
+            "loaded = sorted(m for m in ('junit_xml', 'perfgate.report.junit', 'perfgate.report.markdown', "
+            "'perfgate.report.charts', 'matplotlib') if m in sys.modules); print(codes, loaded, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "(0, 2) []", done.stderr[-2000:]

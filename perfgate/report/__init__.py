@@ -27,13 +27,6 @@ from typing import Any, TextIO
 
 from perfgate.errors import PerfgateError
 from perfgate.model import WorkloadResult
-from perfgate.report.annotations import render_annotations
-from perfgate.report.benchmark_json import render_benchmark_json
-from perfgate.report.charts import render_charts
-from perfgate.report.json_report import render_report_json
-from perfgate.report.junit import render_junit
-from perfgate.report.markdown import render_markdown, render_pr_comment
-from perfgate.report.terminal import failure_message, render_summary
 from perfgate.secrets import redact_text, secret_values
 
 __all__ = [
@@ -41,6 +34,23 @@ __all__ = [
     "render_junit", "render_markdown", "render_pr_comment", "render_report_json",
     "render_summary", "write_all",
 ]
+
+# The renderers, imported when first used: importing one submodule (``report.escape`` for an
+# error message, ``report.terminal`` for the summary) must not import every renderer and its
+# libraries (junit-xml, matplotlib's helpers).
+_RENDERERS = {
+    "render_annotations": "annotations", "render_benchmark_json": "benchmark_json", "render_charts": "charts",
+    "render_report_json": "json_report", "render_junit": "junit", "render_markdown": "markdown",
+    "render_pr_comment": "markdown", "failure_message": "terminal", "render_summary": "terminal",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENDERERS:
+        import importlib
+
+        return getattr(importlib.import_module(f"perfgate.report.{_RENDERERS[name]}"), name)
+    raise AttributeError(f"module 'perfgate.report' has no attribute {name!r}")
 
 CHARTS_DIR = "charts"
 
@@ -80,6 +90,13 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
     written (a full disk, no permission) does not stop the others: ReportWriteError at the end
     names each one and why, and the files written stay.
     """
+    from perfgate.report.annotations import render_annotations
+    from perfgate.report.benchmark_json import render_benchmark_json
+    from perfgate.report.charts import render_charts
+    from perfgate.report.json_report import render_report_json
+    from perfgate.report.junit import render_junit
+    from perfgate.report.markdown import render_markdown, render_pr_comment
+
     env = os.environ if env is None else env
     known = secret_values(env)
     failures: list[str] = []
@@ -162,7 +179,10 @@ def _written(option: str, path: object, write: Callable[[], Any]) -> None:
 
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Run ``perfgate report``; returns the exit status."""
+    from perfgate.report.annotations import render_annotations
     from perfgate.report.json_report import results_from_report
+    from perfgate.report.markdown import render_markdown, render_pr_comment
+    from perfgate.report.terminal import render_summary
 
     env = os.environ if env is None else env
     try:
