@@ -20,6 +20,7 @@ from perfgate.errors import ConfigError, PerfgateError
 from perfgate.workloads import selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a program its pipe's reader left
 PLUGGABLE = ("ab", "calibrate", "report", "history")
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
@@ -162,6 +163,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except PerfgateError as exc:
         _error(str(exc))
         return EXIT_ERROR
+    except BrokenPipeError:  # whoever read stdout went away (`perfgate analyze | head`): end quietly
+        stop_all()
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except OSError as exc:  # a full disk, a file perfgate may not read or write
         _error(f"{exc.filename if exc.filename is not None else 'a file'}: {exc.strerror or exc}")
         return EXIT_ERROR
@@ -190,6 +195,16 @@ def _main(argv: Sequence[str] | None) -> int:
         _error(f"internal error (a bug in perfgate, please report it): {type(exc).__name__}: {exc} "
                "(PERFGATE_DEBUG=1 prints the traceback)")
         return EXIT_ERROR
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe is silent."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _error(message: str) -> None:

@@ -353,3 +353,15 @@ def test_analyze_and_its_errors_import_no_renderer_library() -> None:
             "'perfgate.report.charts', 'matplotlib') if m in sys.modules); print(codes, loaded, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "(0, 2) []", done.stderr[-2000:]
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``perfgate analyze t.sqlite | head`` printed ``perfgate: error: a file: Broken pipe`` (seen on
+    the GPU machine); it now ends without a word, exit 141 as for SIGPIPE."""
+    trace = Path(__file__).parent / "fixtures" / "traces" / "gpu-transformer" / "trace.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "perfgate", "analyze", str(trace)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()                      # as `head` does once it has its lines, here before the first
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == ""
