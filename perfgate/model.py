@@ -175,7 +175,7 @@ class GpuWork:
     cuda_api_ms_per_step: float
     h2d_bytes_per_step: float
     h2d_ms_per_step: float
-    pageable_copies: int              # memcpys from/to pageable host memory in the window
+    pageable_copies: int              # H2D memcpys from pageable host memory launched in the window
     sync_calls_per_step: float        # cudaStreamSynchronize/cudaDeviceSynchronize (and driver twins)
     peak_memory_bytes: int | None = None   # CUDA_GPU_MEMORY_USAGE_EVENTS (nsys --cuda-memory-usage=true)
     graph_launches_per_step: float = 0.0   # CUDA graph launches (their kernels are not in kernels_per_step)

@@ -29,7 +29,7 @@ EXPECTED: dict[str, dict[str, object]] = {
     "toy-h100": {"bottleneck": "GPU compute bound", "fires": {"pageable_copies", "blocking_copy", "copy_not_overlapped",
                            "no_mixed_precision", "not_compiled", "synchronizing_api_calls"},
                  "silent": {"dataloader_blocking", "cpu_launch_bound", "low_gpu_utilization"},
-                 "facts": {"h2d_copies_per_step": 2.0, "h2d_pageable_per_step": 2.0,
+                 "facts": {"h2d_copies_per_step": 2.0,
                            "h2d_syncs_per_step": 2.0, "h2d_on_compute_stream_fraction": 1.0,
                            "h2d_overlap_fraction": 0.0, "kernels_per_step": 40.0}},
 }

@@ -78,9 +78,23 @@ def test_pageable_copies_fire_from_half_a_copy_per_step(pageable: int, fires: bo
         assert finding.evidence[0].startswith(f"{pageable / STEPS:.1f} pageable memcpys per step")
 
 
-def test_pageable_copies_prefer_the_trace_count_of_h2d_copies() -> None:
-    facts = TraceFacts(steps=STEPS, h2d_pageable_per_step=0.0)
-    assert rules.pageable_copies(gpu_run(pageable_copies=50), facts) is None
+@pytest.mark.parametrize("case, fires", [("gpu-resnet-pageable", True), ("gpu-seed003-loop-workers0", True),
+                                         ("gpu-resnet-pinned", False), ("gpu-transformer", False)])
+def test_pageable_copies_answer_the_same_from_the_trace_and_from_its_baseline_record(case: str, fires: bool) -> None:
+    """One count of pageable copies: the rule used the trace's count of host-to-device copies when
+    it had the trace, and the analysis's count of copies in either direction when it read a
+    baseline's record, so a baseline and a run could disagree about the same program."""
+    from pathlib import Path
+
+    from perfgate.baseline import BaselineLaunch
+    from perfgate.files import analyze_file
+
+    a = analyze_file(Path(__file__).parent / "fixtures" / "traces" / case / "trace.sqlite")
+    from_record = BaselineLaunch.of(a, a.metrics()).analysis()
+    assert from_record.gpu is not None and from_record.gpu.pageable_copies == a.gpu.pageable_copies
+    assert (rules.pageable_copies(a) is not None) is fires
+    assert (rules.pageable_copies(from_record) is not None) is fires
+    assert ("pageable_copies" in {f["rule"] for f in a.extra["diagnosis"]["findings"]}) is fires
 
 
 @pytest.mark.parametrize("per_step, fires", [(0.9, False), (1.0, True)])

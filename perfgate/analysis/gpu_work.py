@@ -37,7 +37,7 @@ def gpu_work(ops: GpuOps, api: ApiCalls, strings: dict[int, str], memory_events:
                 for i, r in by_name.head(top_kernels).iterrows())
     copies = inside & (ops.kind == MEMCPY)
     h2d = copies & (ops.copy_kind == COPY_HTOD)
-    pageable = copies & ((ops.src_kind == MEM_PAGEABLE) | (ops.dst_kind == MEM_PAGEABLE))
+    pageable = h2d & (ops.src_kind == MEM_PAGEABLE)   # what pin_memory fixes: device-bound copies
     sync_ids = {i for i in api.count_by_name if api_name(strings.get(int(i), "")) in SYNC_CALLS}
     syncs = sum(api.count_by_name[i] for i in sync_ids)
     return GpuWork(

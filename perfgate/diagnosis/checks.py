@@ -96,11 +96,11 @@ def _idle_in(analysis: Analysis, facts: TraceFacts | None, phase: str) -> float 
 
 
 def pageable_copies(analysis: Analysis, facts: TraceFacts | None = None) -> Finding | None:
-    """Async memcpys from/to pageable host memory (nsys: cuda_memcpy_async)."""
+    """Host-to-device memcpys from pageable memory (nsys: cuda_memcpy_async), as the analysis counts
+    them (``GpuWork.pageable_copies``): one count, whether the trace or a baseline's record is read."""
     if analysis.gpu is None:
         return None
-    per_step = (facts.h2d_pageable_per_step if facts is not None
-                else _per_step(analysis.gpu.pageable_copies, analysis))
+    per_step = _per_step(analysis.gpu.pageable_copies, analysis)
     if per_step < PAGEABLE_COPIES_PER_STEP_MIN:
         return None
     return Finding(

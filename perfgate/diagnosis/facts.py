@@ -36,7 +36,6 @@ class TraceFacts:
     median_kernel_us: float | None = None
     h2d_copies_per_step: float = 0.0
     h2d_copy_ms_per_step: float = 0.0
-    h2d_pageable_per_step: float = 0.0
     h2d_on_compute_stream_fraction: float | None = None  # H2D copy time on a stream that runs kernels
     h2d_overlap_fraction: float | None = None            # H2D copy time overlapping kernels (same GPU)
     sync_calls_per_step: float = 0.0
@@ -86,7 +85,6 @@ D2H_COPY_KIND = 2
 SYNC_APIS = SYNC_CALLS
 SYNC_MEMCPY_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)(?!.*Async)")
 H2D_COPY_KIND = 1
-PAGEABLE_MEMORY_KIND = 0
 
 
 def _overlap_ns(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> int:
@@ -235,7 +233,6 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     copy_ns = int((cend - cstart).sum())
     # copies first: the kernels' columns are gathered one device at a time, only where copies are
     overlap_ns, on_compute_ns = _h2d_overlap(cstart, cend, cdev, cstream, launched, ki)
-    pageable = int((launched.src_kind[c] == PAGEABLE_MEMORY_KIND).sum())
     kname, kpid = launched.name_id[ki], launched.pid[ki]
     kstart = launched.start[ki]
     dur_ms = (launched.end[ki] - kstart) / 1e6
@@ -283,7 +280,6 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
         h2d_copies_per_step=int(c.size) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
-        h2d_pageable_per_step=float(pageable) / n,
         h2d_on_compute_stream_fraction=on_compute_ns / copy_ns if copy_ns else None,
         h2d_overlap_fraction=overlap_ns / copy_ns if copy_ns else None,
         sync_calls_per_step=sync_calls / n,
