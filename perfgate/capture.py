@@ -247,12 +247,18 @@ def run_capture(
             f"the workload and their children) was ended (timeout_s in [tool.perfgate] or --perfgate-timeout); "
             f"log: {log_path}\n{log_tail(text)}"
         )
-    if returncode != 0:
-        raise WorkloadFailedError(
-            f"workload {spec.full_name} exited with code {returncode} under nsys; "
-            f"last lines of its output ({log_path}):\n{log_tail(text)}"
-        )
     report = output.with_suffix(".nsys-rep")
+    if returncode != 0:
+        if any(launch_dir.glob(f"{output.name}.*")):   # nsys wrote a report: the workload's own exit
+            raise WorkloadFailedError(
+                f"workload {spec.full_name} exited with code {returncode} under nsys; "
+                f"last lines of its output ({log_path}):\n{log_tail(text)}"
+            )
+        raise WorkloadFailedError(   # no report at all: nsys may never have started the workload
+            f"nsys exited with code {returncode} and wrote no report for workload {spec.full_name}: nsys itself "
+            f"failed (e.g. another nsys session on this machine, or no permission to trace), or the workload "
+            f"ended before nsys recorded it; last lines of the output ({log_path}):\n{log_tail(text)}"
+        )
     sqlite = output.with_suffix(".sqlite")
     if not report.exists() and not report.with_name(report.name + WITHHELD_SUFFIX).exists():
         leftovers = sorted(launch_dir.glob("*.qdstrm*"))

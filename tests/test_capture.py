@@ -225,3 +225,23 @@ def test_log_tail_makes_workflow_commands_and_terminal_controls_inert() -> None:
 
     text = "ok\n::error title=x::fake failure\n  ::add-mask::abc\n\x1b[31mred\x1b[0m\x07\n"
     assert log_tail(text).splitlines() == ["ok", "(log) ::error title=x::fake failure", "(log)   ::add-mask::abc", "red"]
+
+
+def test_an_nsys_that_never_started_the_workload_is_not_blamed_on_it(tmp_path: Path, nsys_path: str) -> None:
+    """nsys 2022.4 sometimes fails to start beside other nsys sessions (``ClientProxy::GetLocalEndpoint``,
+    exit 1, no report); the error said "workload tiny exited with code 1". Here an nsys whose
+    ``profile`` fails that way (the real nsys for everything else) must be named instead."""
+    import dataclasses
+
+    wrapper = tmp_path / "bin" / "nsys"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\nif [ \"$1\" = profile ]; then\n"
+                       "  echo 'ClientProxy::GetLocalEndpoint: failed to connect' >&2; exit 1\nfi\n"
+                       f"exec {nsys_path} \"$@\"\n")
+    wrapper.chmod(0o755)
+    settings = dataclasses.replace(tiny_project(tmp_path / "project"), nsys=str(wrapper))
+    with pytest.raises(WorkloadFailedError) as err:
+        run_capture(SPEC, settings, tmp_path / "launch-0")
+    text = str(err.value)
+    assert text.startswith("nsys exited with code 1 and wrote no report for workload tiny: nsys itself failed")
+    assert "ClientProxy::GetLocalEndpoint" in text
