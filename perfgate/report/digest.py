@@ -21,7 +21,7 @@ from perfgate.wording import (  # re-exported: the renderers write a comparison 
 )
 
 __all__ = [
-    "Digest", "VERDICT_ICONS", "describe", "digest", "fmt_change", "fmt_metric_change", "fmt_number",
+    "Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "describe", "digest", "fmt_change", "fmt_metric_change", "fmt_number",
     "fmt_stats", "fmt_step", "fmt_tolerance", "fmt_value", "fmt_worst_phase", "one_line", "phase_comparisons",
     "phase_name", "regressed", "worst_phase",
 ]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from perfgate.model import Verdict, WorkloadResult
 from perfgate.report.digest import (
+    STEP_MEAN_METRIC,
     digest,
     fmt_metric_change,
     fmt_number,
@@ -92,7 +93,7 @@ def failure_message(result: WorkloadResult) -> str:
         lines += _table(("metric", "baseline", "current", "change", "tolerance", "statistics"),
                         rows, indent="  ")
     elif d.step_current_ms is not None:
-        kind = "mean" if d.step_metric == "step_time_mean_ms" else "median"
+        kind = "mean" if d.step_metric == STEP_MEAN_METRIC else "median"
         lines.append(f"step time (each launch's {kind} step, geometric mean over launches): {fmt_step(d)}")
     if result.message:
         lines.append(result.message.strip())
