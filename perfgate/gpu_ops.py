@@ -74,9 +74,11 @@ class GpuOps:
         """The ops' globalPid (made when asked for: 8 bytes per op)."""
         return (self.pid.astype(np.int64) << 24) | self.pid_rest
 
-    def call_time(self) -> np.ndarray:
-        """When each op was launched: its API call's start, its own start where that was not traced."""
-        return np.where(self.api_start >= 0, self.api_start, self.start)
+    def call_time(self, rows: Any = slice(None)) -> np.ndarray:
+        """When each op (of ``rows``: an index array, a mask or a slice) was launched: its API call's
+        start, its own start where that was not traced."""
+        api = self.api_start[rows]
+        return np.where(api >= 0, api, self.start[rows])
 
     def with_calls(self, api_start: np.ndarray, api_end: np.ndarray, api_tid: np.ndarray) -> GpuOps:
         return replace(self, api_start=api_start, api_end=api_end, api_tid=api_tid)

@@ -78,8 +78,7 @@ def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: pd.DataFrame) 
     if nccl.size == 0:
         return None
     is_compute = (ops.kind == KERNEL) & ~is_nccl
-    api = ops.api_start[nccl]
-    launched = np.where(api >= 0, api, ops.start[nccl])      # GpuOps.call_time of these ops only
+    launched = ops.call_time(nccl)
     windows = measured.groupby("pid").agg(lo=("start", "min"), hi=("period_end", "max"), steps=("start", "size"))
     compute_by_device: dict[int, np.ndarray] = {}      # per GPU: its compute kernels (indices)
     ranks: list[RankComm] = []

@@ -145,7 +145,7 @@ def _launched_in(ops: GpuOps, lo: int, hi: int) -> np.ndarray:
     out = np.empty(len(ops), dtype=bool)
     for at in range(0, len(ops), BLOCK):
         part = slice(at, at + BLOCK)
-        t = np.where(ops.api_start[part] >= 0, ops.api_start[part], ops.start[part])
+        t = ops.call_time(part)
         out[part] = (t >= lo) & (t <= hi)
     return out
 
@@ -236,11 +236,8 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     kname, kpid = launched.name_id[ki], launched.pid[ki]
     kstart = launched.start[ki]
     dur_ms = (launched.end[ki] - kstart) / 1e6
-    # a kernel's launch time: its call's start, its own start where the launch was not traced
-    klaunch = launched.api_start[ki]
-    untraced = klaunch < 0
-    klaunch[untraced] = kstart[untraced]
-    del kstart, untraced
+    klaunch = launched.call_time(ki)
+    del kstart
     by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
     stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
                   for i, c, t in zip(by_name.size().index, by_name.size(), by_name.sum()))
