@@ -15,13 +15,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.compare import ComparePolicy, Outcome, compare_launches, describe, needs_more_launches
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.model import Verdict
+from perfgate.sequential import look_level
 
 if TYPE_CHECKING:
     from perfgate.config import Settings
@@ -88,7 +89,9 @@ def run_ab(
 ) -> AbResult:
     """Run ``launches`` interleaved rounds (one base and one head launch each), compare, and while the
     outcome is INCONCLUSIVE (``needs_more_launches``) add ``add_launches`` rounds (default: as many as
-    at first) up to ``max_launches`` per side (default: ``launches``, i.e. no extra rounds)."""
+    at first) up to ``max_launches`` per side (default: ``launches``, i.e. no extra rounds). With more
+    than one possible look, each tests at Pocock's level for them (perfgate.sequential.look_level),
+    so the whole run raises a false alarm with chance ``policy.alpha``, not once per look."""
     if launches < 1:
         raise ConfigError(f"option --launches: must be >= 1 (got {launches})")
     cap = launches if max_launches is None else max_launches
@@ -97,6 +100,8 @@ def run_ab(
     step = launches if add_launches is None else add_launches
     if step < 1:
         raise ConfigError(f"option --add-launches: must be >= 1 (got {step})")
+    sizes = list(range(launches, cap, step)) + [cap]
+    policy = replace(policy, alpha=look_level(policy.alpha, tuple((n, n) for n in sizes)))
     sides: dict[str, list[dict[str, float]]] = {BASE: [], HEAD: []}
     order: list[tuple[str, int]] = []
     history: list[Verdict] = []

@@ -3,7 +3,7 @@ current side into per-metric comparisons and one overall verdict, under a Compar
 metrics mean and the tolerance grammar are perfgate.metrics (re-exported here).
 
 Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
-tolerance (relative AND absolute floor) AND the launch-level one-sided Welch test on logs is
+tolerance (relative AND absolute floor) AND the launch-level one-sided Student t-test on logs is
 significant (p < alpha; Holm-adjusted across the secondary metrics). Beyond tolerance but not
 significant is INCONCLUSIVE (more launches help). With one launch per side the tolerance decides.
 """

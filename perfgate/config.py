@@ -53,8 +53,9 @@ def _at_least(low: float, what: str) -> Callable[[Any], str | None]:
     return lambda v: None if v >= low else f"expected {what}"
 
 
-#: The most launches any count may ask for: every look of the gate tests at alpha / (max - min + 1),
-#: so a count with a few zeros too many would make it unable to decide and let it launch for ever.
+#: The most launches any count may ask for: every look of the gate tests at a level that falls with
+#: the number of looks (perfgate.sequential.look_level; alpha / looks beyond 40), so a count with a
+#: few zeros too many would make it unable to decide and let it launch for ever.
 MAX_LAUNCHES = 1000
 
 
@@ -152,7 +153,7 @@ SETTINGS: tuple[Setting, ...] = (
             "launches", "N", _launch_count),
     Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.sequential)",
             "min-launches", "N", _launch_count),
-    Setting("max_launches", "int", 5, "most timing launches per workload: one more per look while the verdict "
+    Setting("max_launches", "int", 10, "most timing launches per workload: one more per look while the verdict "
             "is unclear", "max-launches", "N", _launch_count),
     Setting("record_launches", "int", 5, "timing launches recorded into a new baseline",
             "record-launches", "N", _launch_count),

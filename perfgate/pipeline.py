@@ -341,7 +341,8 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     from perfgate.sequential import noise_report
 
     analyses = result.analyses
-    look_policy = replace(policy, alpha=settings.budget.look_alpha(policy.alpha))
+    look_policy = replace(policy, alpha=settings.budget.look_alpha(
+        policy.alpha, len(baseline.launch_metrics) if baseline else 0))
     outcome = compare_launches(baseline.launch_metrics if baseline else None,
                                gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict
@@ -378,14 +379,14 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
 
 def _undecided(outcome: Outcome, noise: Any, settings: Settings, stopped: str | None) -> str:
     """Why an INCONCLUSIVE run could not decide, and what to do (printed under the verdict)."""
-    n = outcome.n_current
-    why = (f"why: the change is beyond tolerance but not significant after {n} launch{'es' if n != 1 else ''}"
-           f" ({stopped or 'budget spent'}); {noise.describe()}.")
+    n, s = outcome.n_current, "es" if outcome.n_current != 1 else ""
+    why = (f"why: the change is beyond tolerance but not significant after {n} launch{s}"
+           f" ({stopped or 'budget spent'}; each look needs p < {noise.alpha:.2g}, α {settings.alpha:g} spread over "
+           f"the budget's looks); {noise.describe()}.")
     todo = ("to decide: raise max_launches (now " f"{settings.max_launches}) or budget_s, rerun on a quieter "
             "machine, or compare in the same job with `perfgate ab` (drift since the baseline was recorded "
             "cannot show there)")
     return f"{why}\n{todo}"
-
 
 
 def _write_result(result: WorkloadResult) -> None:

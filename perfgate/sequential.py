@@ -2,9 +2,10 @@
 
 The gate starts ``min_launches`` launches, compares them with the baseline, and adds one launch at
 a time while the verdict is not clear (a gating metric INCONCLUSIVE: beyond tolerance, not yet
-significant), until ``max_launches`` or ``budget_s``. Each look tests at ``alpha / looks`` (a
-Bonferroni split over the most looks the budget allows), so the false-alarm rate of the whole
-procedure stays at or below ``alpha`` however many looks are taken.
+significant), until ``max_launches`` or ``budget_s``. Each look tests at one level, Pocock's constant
+boundary for the looks the budget allows (:func:`look_level`): with no change, the chance that any
+look of the whole procedure rejects is ``alpha``. Stopping early (``budget_s``, a decided verdict)
+only takes fewer looks, so it keeps the rate below ``alpha``.
 
 The noise of a workload is the launch-to-launch spread of its step time (the standard deviation of
 the log of each launch's value, about its coefficient of variation); with the baseline's launch count
@@ -14,6 +15,7 @@ shared by the gate (perfgate.pipeline) and its calibration (perfgate.calibrate).
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +40,7 @@ class LaunchBudget:
     ``max_launches`` at most, and no new launch once ``budget_s`` seconds have passed (0: no limit)."""
 
     min_launches: int = 1
-    max_launches: int = 5
+    max_launches: int = 10
     budget_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -55,9 +57,61 @@ class LaunchBudget:
         """The most comparisons a run can make: one per launch from ``min_launches`` on."""
         return self.max_launches - self.min_launches + 1
 
-    def look_alpha(self, alpha: float) -> float:
-        """The significance level of each look: ``alpha`` split over the looks (Bonferroni)."""
-        return alpha / self.looks
+    def look_alpha(self, alpha: float, n_baseline: int) -> float:
+        """The level of each look against ``n_baseline`` baseline launches (:func:`look_level`)."""
+        return look_level(alpha, tuple((n_baseline, k) for k in range(self.min_launches, self.max_launches + 1)))
+
+
+#: Simulated null runs behind :func:`look_level` (its level is within about 3 % of exact, relative).
+LEVEL_SIMULATIONS = 100_000
+#: More looks than this are split by Bonferroni instead (valid for an exact test, a little stricter).
+MAX_SIMULATED_LOOKS = 40
+_LEVEL_SEED = 20261124
+_LEVEL_VALUES = 2_000_000          # simulated launch values held at once (16 MB)
+
+
+@functools.lru_cache(maxsize=128)
+def look_level(alpha: float, looks: tuple[tuple[int, int], ...]) -> float:
+    """The one nominal level at which each of ``looks`` (baseline, current launch counts, in the
+    order they are taken) tests, so that with no change the chance that any of them rejects is
+    ``alpha``: Pocock's constant boundary for the looks' Student t-statistics (perfgate.stats.shift_test).
+
+    With no change every launch is a draw from one distribution, and the t-statistics of the looks
+    do not depend on its scale, so their joint law is that of standard normal draws: the level is
+    the ``alpha`` quantile of the smallest p-value over the looks of ``LEVEL_SIMULATIONS`` simulated
+    runs (fixed seed: the same level every time). The looks share their launches, so this is less
+    strict than splitting ``alpha`` over them (Bonferroni: 0.002 for 5 looks against 5 baseline
+    launches, where this gives 0.003). One look (a fixed design): ``alpha`` itself; more than
+    ``MAX_SIMULATED_LOOKS``: ``alpha / looks`` (Bonferroni, a bound for any exact test). Looks where
+    no test is possible (1 vs 1) do not count."""
+    tested = tuple((nb, nc) for nb, nc in looks if nb >= 1 and nc >= 1 and nb + nc >= 3)
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"alpha: must be between 0 and 1 (got {alpha!r})")
+    if len(tested) <= 1:
+        return alpha
+    if len(tested) > MAX_SIMULATED_LOOKS:
+        return alpha / len(tested)
+    import numpy as np
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(_LEVEL_SEED)
+    nb_max, nc_max = max(nb for nb, _ in tested), max(nc for _, nc in tested)
+    chunk = max(1_000, _LEVEL_VALUES // (nb_max + nc_max))
+    smallest = []
+    for start in range(0, LEVEL_SIMULATIONS, chunk):
+        sims = min(chunk, LEVEL_SIMULATIONS - start)
+        base, cur = rng.standard_normal((sims, nb_max)), rng.standard_normal((sims, nc_max))
+        sb, sb2 = np.cumsum(base, axis=1), np.cumsum(base * base, axis=1)
+        sc, sc2 = np.cumsum(cur, axis=1), np.cumsum(cur * cur, axis=1)
+        low = np.ones(sims)
+        for nb, nc in tested:
+            mb, mc = sb[:, nb - 1] / nb, sc[:, nc - 1] / nc
+            squares = (sb2[:, nb - 1] - nb * mb * mb) + (sc2[:, nc - 1] - nc * mc * mc)
+            df = nb + nc - 2
+            t = (mc - mb) / np.sqrt(np.maximum(squares, 0.0) / df * (1.0 / nb + 1.0 / nc))
+            low = np.minimum(low, sps.t.sf(t, df))
+        smallest.append(low)
+    return float(min(alpha, np.quantile(np.concatenate(smallest), alpha)))
 
 
 def launch_noise(launches: Sequence[Mapping[str, float]], metric: str = NOISE_METRIC) -> float | None:
@@ -73,13 +127,8 @@ def launch_noise(launches: Sequence[Mapping[str, float]], metric: str = NOISE_ME
 
 
 def _df(n_baseline: int, n_current: int) -> float:
-    """Degrees of freedom of the launch-level test (perfgate.stats.shift_test) at equal variances."""
-    if n_current < 2:
-        return float(n_baseline - 1)
-    if n_baseline < 2:
-        return float(n_current - 1)
-    a, b = 1.0 / n_baseline, 1.0 / n_current
-    return (a + b) ** 2 / (a * a / (n_baseline - 1) + b * b / (n_current - 1))
+    """Degrees of freedom of the launch-level test (perfgate.stats.shift_test)."""
+    return float(n_baseline + n_current - 2)
 
 
 def detectable_change(noise: float, n_baseline: int, n_current: int, alpha: float,
@@ -152,9 +201,9 @@ def noise_report(baseline: Sequence[Mapping[str, float]], budget: LaunchBudget,
                  policy: ComparePolicy) -> NoiseReport:
     """The NoiseReport of a baseline's launches at ``budget`` under ``policy``."""
     noise = launch_noise(baseline)
-    alpha = budget.look_alpha(policy.alpha)
-    tolerance = policy.tolerance_for(NOISE_METRIC)
     n = sum(1 for m in baseline if NOISE_METRIC in m)
+    alpha = budget.look_alpha(policy.alpha, n)
+    tolerance = policy.tolerance_for(NOISE_METRIC)
     return NoiseReport(noise=noise, n_baseline=n, max_launches=budget.max_launches, alpha=alpha,
                        tolerance=tolerance,
                        detectable=detectable_change(noise, n, budget.max_launches, alpha, tolerance)
@@ -193,7 +242,7 @@ def run_looks(baseline: Sequence[Mapping[str, float]], launch: Callable[[int], M
     Returns the current launches' metrics, the looks, and why it stopped."""
     from perfgate.compare import compare_launches
 
-    look_policy = replace(policy, alpha=budget.look_alpha(policy.alpha))
+    look_policy = replace(policy, alpha=budget.look_alpha(policy.alpha, len(baseline)))
     started = clock()
     current: list[Mapping[str, float]] = []
     looks: list[Look] = []

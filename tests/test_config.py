@@ -35,18 +35,18 @@ def test_defaults_apply_without_a_perfgate_table(tmp_path: Path) -> None:
     assert s.artifacts_dir == root / ".perfgate" / "runs"
     assert (s.trace, s.capture_range, s.timeout_s, s.launches, s.size, s.strict) == (
         "auto", "none", 900.0, None, "auto", False)
-    assert (s.min_launches, s.max_launches, s.record_launches, s.budget_s, s.profile) == (1, 5, 5, 0.0, "auto")
+    assert (s.min_launches, s.max_launches, s.record_launches, s.budget_s, s.profile) == (1, 10, 5, 0.0, "auto")
 
 
 def test_a_fixed_launch_count_sets_every_launch_count_and_bad_budgets_are_named(tmp_path: Path) -> None:
     root = project(tmp_path, "[tool.perfgate]\nlaunches = 2\nmax_launches = 9\n")
     s = load_settings(root, env={})
     assert (s.min_launches, s.max_launches, s.record_launches) == (2, 2, 2)   # launches wins: a fixed design
-    assert s.budget.looks == 1 and s.budget.look_alpha(0.01) == 0.01
+    assert s.budget.looks == 1 and s.budget.look_alpha(0.01, 2) == 0.01
     for sub in "bcde":
         (tmp_path / sub).mkdir()
     s = load_settings(project(tmp_path / "b", "[tool.perfgate]\nmin_launches = 2\nmax_launches = 6\n"), env={})
-    assert s.budget.looks == 5 and s.budget.look_alpha(0.01) == pytest.approx(0.002)
+    assert s.budget.looks == 5 and 0.002 < s.budget.look_alpha(0.01, 5) < 0.01
     with pytest.raises(ConfigError, match=r"max_launches \(2\) is below min_launches \(3\)"):
         load_settings(project(tmp_path / "c", "[tool.perfgate]\nmin_launches = 3\nmax_launches = 2\n"), env={})
     with pytest.raises(ConfigError, match="PERFGATE_BUDGET_S.*seconds >= 0"):

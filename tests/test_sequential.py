@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import stats as sps
 import pytest
 
 from perfgate.compare import ComparePolicy, compare_launches
@@ -25,13 +26,38 @@ def launches(rng: np.random.Generator, n: int, cv: float, change: float = 0.0) -
     return out
 
 
-def test_budget_splits_alpha_over_its_looks_and_rejects_nonsense() -> None:
-    assert LaunchBudget(1, 5).looks == 5 and LaunchBudget(1, 5).look_alpha(0.01) == pytest.approx(0.002)
-    assert LaunchBudget(3, 3).look_alpha(0.01) == 0.01                 # a fixed design: one look
+def test_budget_sets_one_level_for_its_looks_and_rejects_nonsense() -> None:
+    assert LaunchBudget(1, 5).looks == 5
+    # Pocock's level for 5 looks against 5 baseline launches: above Bonferroni's 0.002, below 0.01
+    assert 0.0027 < LaunchBudget(1, 5).look_alpha(0.01, 5) < 0.0036
+    assert LaunchBudget(3, 3).look_alpha(0.01, 5) == 0.01              # a fixed design: one look
+    assert LaunchBudget(1, 10).look_alpha(0.01, 5) < LaunchBudget(1, 5).look_alpha(0.01, 5)
     with pytest.raises(ConfigError, match="max_launches: must be at least min_launches"):
         LaunchBudget(4, 2)
     with pytest.raises(ConfigError, match="budget_s"):
         LaunchBudget(1, 2, float("nan"))
+
+
+@pytest.mark.parametrize("n_baseline, max_launches", [(5, 5), (5, 10), (10, 10)])
+def test_look_level_holds_the_whole_procedure_at_alpha_where_bonferroni_does_not(n_baseline: int,
+                                                                                   max_launches: int) -> None:
+    """With no change, the chance that any look (1, 2, ... max_launches current launches against
+    n_baseline) rejects at look_level is alpha: checked with scipy's pooled t-test on fresh draws
+    (another seed than look_level's). Bonferroni's alpha / looks is not a bound here: against 10
+    baseline launches the look at 2 launches alone exceeds it (the old Welch test, more so)."""
+    alpha, sims = 0.01, 100_000
+    level = LaunchBudget(1, max_launches).look_alpha(alpha, n_baseline)
+    rng = np.random.default_rng(99)
+    base, cur = rng.standard_normal((sims, n_baseline)), rng.standard_normal((sims, max_launches))
+    low = np.ones(sims)
+    for k in range(1, max_launches + 1):
+        c = cur[:, :k]
+        p = sps.ttest_ind(c, base, axis=1, equal_var=True, alternative="greater").pvalue if k > 1 else \
+            sps.t.sf((c[:, 0] - base.mean(1)) / (base.std(1, ddof=1) * np.sqrt(1 + 1 / n_baseline)), n_baseline - 1)
+        low = np.minimum(low, p)
+    assert (low < level).mean() == pytest.approx(alpha, rel=0.15)
+    assert level > alpha / max_launches                      # less strict than Bonferroni ...
+    assert level < alpha                                     # ... and stricter than one look
 
 
 def test_launch_noise_is_the_sd_of_log_values() -> None:
@@ -129,15 +155,15 @@ def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
     from perfgate.report.terminal import render_summary
 
     noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]
-    budget = LaunchBudget(1, 5)
+    settings = load_settings(env={})
+    budget = settings.budget                                  # the defaults: 1 to 10 launches
     _, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
                                  POLICY, budget)
     outcome = looks[-1].outcome
-    assert outcome.verdict == Verdict.INCONCLUSIVE
-    settings = load_settings(env={})
+    assert outcome.verdict == Verdict.INCONCLUSIVE and len(looks) == 10
     text = _undecided(outcome, noise_report(noisy, budget, POLICY), settings, reason)
-    assert "not significant after 5 launches (max_launches (5) reached)" in text
-    assert "launch-to-launch noise 8." in text and "raise max_launches (now 5)" in text
+    assert "not significant after 10 launches (max_launches (10) reached; each look needs p < 0.0023," in text
+    assert "launch-to-launch noise 8." in text and "raise max_launches (now 10)" in text
     result = WorkloadResult(workload="w", verdict=Verdict.INCONCLUSIVE, message=outcome.summary + "\n" + text)
     lines = render_summary([result])
     assert any(line.startswith("w: why: the change is beyond tolerance") for line in lines)

@@ -1,4 +1,4 @@
-"""perfgate.stats: launch-level Welch test, Holm, the three-way decision and stability checks."""
+"""perfgate.stats: launch-level Student t-test, Holm, the three-way decision and stability checks."""
 from __future__ import annotations
 
 import math
@@ -32,38 +32,52 @@ def test_geometric_mean_of_ratios_is_their_root() -> None:
         geometric_mean([1.0, 0.0])
 
 
-# --------------------------------------------------------------------------- Welch on logs
+# --------------------------------------------------------------------------- Student's t on logs
 
 
 BASE = [100.0, 101.5, 99.2, 100.8, 98.9]
 HEAD = [104.1, 102.9, 105.6, 103.3]
 
 
-def _explicit_welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """t, Welch–Satterthwaite df and one-sided p(b > a) written out by hand."""
+def _explicit_student(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """t, df and one-sided p(b > a) of the pooled-variance two-sample test, written out by hand."""
     la, lb = np.log(a), np.log(b)
     na, nb = len(la), len(lb)
     ma, mb = sum(la) / na, sum(lb) / nb
-    va = sum((x - ma) ** 2 for x in la) / (na - 1)
-    vb = sum((x - mb) ** 2 for x in lb) / (nb - 1)
-    se2 = va / na + vb / nb
-    t = (mb - ma) / math.sqrt(se2)
-    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    pooled = (sum((x - ma) ** 2 for x in la) + sum((x - mb) ** 2 for x in lb)) / (na + nb - 2)
+    t = (mb - ma) / math.sqrt(pooled * (1 / na + 1 / nb))
+    df = na + nb - 2
     return t, df, float(sps.t.sf(t, df))
 
 
-def test_welch_on_logs_matches_the_textbook_formula() -> None:
-    t, df, p = _explicit_welch(BASE, HEAD)
+def test_student_on_logs_matches_the_textbook_formula() -> None:
+    t, df, p = _explicit_student(BASE, HEAD)
     r = shift_test(BASE, HEAD, alpha=0.01)
-    assert r is not None and r.method == "welch"
+    assert r is not None and r.method == "student"
     assert r.t == pytest.approx(t, rel=1e-12)
-    assert r.df == pytest.approx(df, rel=1e-12)
+    assert r.df == df == 7
     assert r.p_increase == pytest.approx(p, rel=1e-10)
     assert r.p_decrease == pytest.approx(1 - p, rel=1e-10)
     assert p < 0.001  # a clear 3.6 % slowdown with ~1 % noise
-    # scipy's own Welch agrees too
-    ref = sps.ttest_ind(np.log(HEAD), np.log(BASE), equal_var=False, alternative="greater")
+    # scipy's own pooled t-test agrees too
+    ref = sps.ttest_ind(np.log(HEAD), np.log(BASE), equal_var=True, alternative="greater")
     assert r.p_increase == pytest.approx(ref.pvalue, rel=1e-10)
+
+
+def test_the_pooled_test_holds_its_level_at_two_launches_where_welch_does_not() -> None:
+    """The sequential gate looks at 2 current launches against 5 recorded ones. With no change
+    (one distribution), the pooled test rejects at its level; Welch's, with a variance from 2
+    launches, rejects at about 1.8x its level (docs/statistics.md §2)."""
+    rng = np.random.default_rng(11)
+    sims, alpha = 200_000, 0.001
+    base, cur = rng.standard_normal((sims, 5)), rng.standard_normal((sims, 2))
+    welch = sps.ttest_ind(cur, base, axis=1, equal_var=False, alternative="greater").pvalue
+    student = sps.ttest_ind(cur, base, axis=1, equal_var=True, alternative="greater").pvalue
+    assert (student < alpha).mean() == pytest.approx(alpha, rel=0.2)
+    assert (welch < alpha).mean() > 1.5 * alpha
+    # and shift_test is the pooled one (on logs, so exponentiate the draws)
+    r = shift_test(np.exp(base[0]).tolist(), np.exp(cur[0]).tolist())
+    assert r is not None and r.p_increase == pytest.approx(float(student[0]), rel=1e-9)
 
 
 def test_welch_estimate_is_log_ratio_of_geometric_means_and_ci_bounds_are_one_sided() -> None:
@@ -80,7 +94,7 @@ def test_welch_estimate_is_log_ratio_of_geometric_means_and_ci_bounds_are_one_si
 def test_one_new_launch_against_a_history_uses_the_history_variance() -> None:
     history = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
     r = shift_test(history, [103.0], alpha=0.01)
-    assert r is not None and r.method == "t-one-sided-variance"
+    assert r is not None and r.method == "student"
     lh = np.log(history)
     s = np.std(lh, ddof=1)
     t = (math.log(103.0) - lh.mean()) / (s * math.sqrt(1 / 6 + 1))

@@ -6,13 +6,15 @@
 #   scripts/gpu/adaptive-gate.sh gate WORKLOAD args ARGS... # the same, the slowdown given as workload
 #                                                           # arguments (e.g. --slow-data-ms 50)
 #   scripts/gpu/adaptive-gate.sh calibrate WORKLOAD POOL [WORKLOAD ARGS]   # perfgate calibrate, +3 %
+#   WORK=DIR scripts/gpu/adaptive-gate.sh rerun WORKLOAD     # one more unchanged run against WORK's baseline
+# NO_RERUN=1 leaves out the unchanged rerun, NO_BARE=1 the bare run (to fit one 10-minute device call).
 # Wall times are the whole pytest command. Writes logs and reports under $OUT and prints the lines.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 mode=$1; name=$2; shift 2
-work=$(mktemp -d /tmp/adaptive.XXXX)
+work=${WORK:-$(mktemp -d /tmp/adaptive.XXXX)}   # WORK=DIR keeps the baselines for another call
 own_ms() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     if l.startswith("PERFGATE_SELF_REPORT "): r=json.loads(l.split(" ",1)[1])
@@ -28,11 +30,13 @@ gate() {  # gate TAG [pytest args...]
   grep -E "^perfgate: |^$name|REGRESSED|INCONCLUSIVE|first reason" "$OUT/$name-$tag.log" | cut -c1-400 | head -40
 }
 if [ "$mode" = gate ]; then
-  start=$(date +%s.%N)
-  python3 -m "workloads.$name" > "$OUT/$name-bare.log" 2>&1
-  echo "[$name bare] exit $?, wall $(python3 -c "import time;print('%.1f' % (time.time()-$start))") s, own median $(own_ms "$OUT/$name-bare.log") ms"
+  if [ "${NO_BARE:-0}" != 1 ]; then
+    start=$(date +%s.%N)
+    python3 -m "workloads.$name" > "$OUT/$name-bare.log" 2>&1
+    echo "[$name bare] exit $?, wall $(python3 -c "import time;print('%.1f' % (time.time()-$start))") s, own median $(own_ms "$OUT/$name-bare.log") ms"
+  fi
   gate record --perfgate-update-baselines
-  gate rerun
+  [ "${NO_RERUN:-0}" = 1 ] || gate rerun
   if [ $# -gt 0 ]; then
     if [ "$1" = args ]; then
       shift; slow_args=("$@"); tag=slow
@@ -55,6 +59,8 @@ PY
     gate "$tag"
     cp "$work/pyproject.orig" pyproject.toml
   fi
+elif [ "$mode" = rerun ]; then
+  gate "rerun-$(date +%H%M%S)"
 elif [ "$mode" = calibrate ]; then
   pool=$1; shift
   start=$(date +%s.%N)

@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--bucket-cap-mb", default="1", help="the communication change (DDP's default: 25)")
     parser.add_argument("--extra-args", default="", help="more workload arguments for every run (space-separated)")
+    parser.add_argument("--record-launches", type=int, default=3,
+                        help="baseline launches on GPUs (default 3, where the gate's is 5: four runs must fit "
+                             "one 10-minute device call)")
+    parser.add_argument("--max-launches", type=int, default=4, help="most launches of each gate run on GPUs (default 4)")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, Any] = {"artifacts_dir": str(out / "runs"), "baseline_dir": str(out / "baselines"),
                                  "report_dir": str(out / "report"), "size": args.size}
     # on a CPU a smoke check of the script: one launch each, a loose tolerance (shared cores are noisy)
-    overrides.update({"profile": "always"} if gpu else
+    overrides.update({"profile": "always", "record_launches": args.record_launches,
+                      "max_launches": args.max_launches} if gpu else
                      {"launches": 1, "tolerance": {"step_time*": "50%+5", "phase.*": "off"}})
     settings = load_settings(ROOT, env={}, overrides=overrides)
     from perfgate.machine import machine_info
