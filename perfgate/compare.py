@@ -234,12 +234,12 @@ def compare_launches(
     compared = _gatekeep([_compare_row(r, policy, p_adj.get(r.metric), sizes.get(r.metric, 0)) for r in rows], policy)
     comparisons = _order_rows(compared + no_data)
     verdict = _overall(comparisons)
-    n_b, n_c = _timed(baseline), _timed(current)
+    n_b, n_c = timed_launches(baseline), timed_launches(current)
     return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c),
                    strict=policy.strict_new, n_baseline=n_b, n_current=n_c)
 
 
-def _timed(launches: Sequence[Mapping[str, float]]) -> int:
+def timed_launches(launches: Sequence[Mapping[str, float]]) -> int:
     """How many launches measured step time: a profile launch's mapping holds only the GPU facts
     the timing launches lack (``files.gate_metrics``), so it is not counted (all are when none did)."""
     return sum(1 for m in launches if any(spec_for(k).primary for k in m)) or len(launches)
@@ -362,7 +362,7 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
             tolerance=policy.tolerance_for(metric), verdict=Verdict.NEW, gating=False, note="no baseline"))
     step = next((r for r in rows if r.metric == "step_time_ms" and r.current is not None), None)
     what = f"; step_time_ms {fmt_value(step.current, 'ms')}" if step else ""
-    n = _timed(current)
+    n = timed_launches(current)
     summary = f"NEW: no baseline{what} ({n} launch{'es' if n != 1 else ''})"
     if policy.strict_new:
         summary += "; strict mode: a missing baseline fails"

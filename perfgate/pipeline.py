@@ -337,12 +337,12 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
           policy: ComparePolicy) -> None:
     """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
     launch budget; fills ``result`` (verdict, comparisons, message, attribution)."""
-    from perfgate.compare import compare_launches
+    from perfgate.compare import compare_launches, timed_launches
     from perfgate.sequential import noise_report
 
     analyses = result.analyses
     look_policy = replace(policy, alpha=settings.budget.look_alpha(
-        policy.alpha, len(baseline.launch_metrics) if baseline else 0))
+        policy.alpha, timed_launches(baseline.launch_metrics) if baseline else 0))
     outcome = compare_launches(baseline.launch_metrics if baseline else None,
                                gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict

@@ -240,9 +240,9 @@ def run_looks(baseline: Sequence[Mapping[str, float]], launch: Callable[[int], M
     """Take launches (``launch(k)`` returns launch k's metrics) and compare after each one from
     ``min_launches`` on, at the per-look level, until the verdict is clear or the budget is spent.
     Returns the current launches' metrics, the looks, and why it stopped."""
-    from perfgate.compare import compare_launches
+    from perfgate.compare import compare_launches, timed_launches
 
-    look_policy = replace(policy, alpha=budget.look_alpha(policy.alpha, len(baseline)))
+    look_policy = replace(policy, alpha=budget.look_alpha(policy.alpha, timed_launches(baseline)))
     started = clock()
     current: list[Mapping[str, float]] = []
     looks: list[Look] = []

@@ -168,3 +168,24 @@ def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
     lines = render_summary([result])
     assert any(line.startswith("w: why: the change is beyond tolerance") for line in lines)
     assert any(line.startswith("w: to decide: raise max_launches") for line in lines)
+
+
+def test_the_level_counts_the_baselines_timing_launches_not_its_profile_launch() -> None:
+    """A recorded baseline holds 5 timing launches and the profile launch's GPU facts. The level is
+    Pocock's for 5 baseline launches (0.00228), not 6 (0.00225): a first launch whose p-value lies
+    between the two is REGRESSED with the profile launch in the baseline as without it."""
+    steps = [100.0, 104.0, 97.0, 102.0, 99.0]
+    logs = np.log(steps)
+    level5, level6 = LaunchBudget(1, 10).look_alpha(0.01, 5), LaunchBudget(1, 10).look_alpha(0.01, 6)
+    assert level6 < level5
+    target = (level5 + level6) / 2
+    t = sps.t.isf(target, 4)                                           # one launch against 5: df 4
+    value = float(np.exp(logs.mean() + t * logs.std(ddof=1) * math.sqrt(1 + 1 / 5)))
+    baseline = [{"step_time_ms": v, "step_time_mean_ms": v} for v in steps]
+    profile = {"gpu_idle_fraction": 0.1, "kernels_per_step": 300.0}   # no step time: not a timing launch
+    for base in (baseline, [*baseline, profile]):
+        _, looks, _ = run_looks(base, lambda k: {"step_time_ms": value, "step_time_mean_ms": value},
+                                POLICY, LaunchBudget(1, 10))
+        row = next(c for c in looks[0].outcome.comparisons if c.metric == "step_time_ms")
+        assert row.p_value == pytest.approx(target, rel=1e-6)
+        assert looks[0].outcome.verdict == Verdict.REGRESSED and len(looks) == 1
