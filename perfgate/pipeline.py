@@ -52,7 +52,7 @@ from perfgate.files import (  # noqa: F401
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
-    from perfgate.compare import ComparePolicy, Outcome
+    from perfgate.compare import ComparePolicy
     from perfgate.trace import Trace
 
 RESULT_FILE = "result.json"
@@ -362,7 +362,8 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.extra["noise"] = noise.to_dict()
     if outcome.verdict == Verdict.INCONCLUSIVE:
-        result.message += "\n" + _undecided(outcome, noise, settings, result.extra.get("stopped"))
+        result.message += "\n" + noise.undecided(spec.full_name, outcome.n_current, result.extra.get("stopped"),
+                                                 policy.alpha)
     warning = noise.warning(spec.full_name)
     if warning:
         result.message += f"\nwarning: {warning}"
@@ -375,18 +376,6 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
 
             result.extra["attribution"] = attribution.to_dict()
             result.message += "\n" + render_attribution_text(attribution)
-
-
-def _undecided(outcome: Outcome, noise: Any, settings: Settings, stopped: str | None) -> str:
-    """Why an INCONCLUSIVE run could not decide, and what to do (printed under the verdict)."""
-    n, s = outcome.n_current, "es" if outcome.n_current != 1 else ""
-    why = (f"why: the change is beyond tolerance but not significant after {n} launch{s}"
-           f" ({stopped or 'budget spent'}; each look needs p < {noise.alpha:.2g}, α {settings.alpha:g} spread over "
-           f"the budget's looks); {noise.describe()}.")
-    todo = ("to decide: raise max_launches (now " f"{settings.max_launches}) or budget_s, rerun on a quieter "
-            "machine, or compare in the same job with `perfgate ab` (drift since the baseline was recorded "
-            "cannot show there)")
-    return f"{why}\n{todo}"
 
 
 def _write_result(result: WorkloadResult) -> None:

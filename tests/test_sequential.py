@@ -151,7 +151,6 @@ def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -
 def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
     from perfgate.config import load_settings
     from perfgate.model import WorkloadResult
-    from perfgate.pipeline import _undecided
     from perfgate.report.terminal import render_summary
 
     noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]
@@ -161,9 +160,10 @@ def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
                                  POLICY, budget)
     outcome = looks[-1].outcome
     assert outcome.verdict == Verdict.INCONCLUSIVE and len(looks) == 10
-    text = _undecided(outcome, noise_report(noisy, budget, POLICY), settings, reason)
+    text = noise_report(noisy, budget, POLICY).undecided("w", outcome.n_current, reason, POLICY.alpha)
     assert "not significant after 10 launches (max_launches (10) reached; each look needs p < 0.0023," in text
     assert "launch-to-launch noise 8." in text and "raise max_launches (now 10)" in text
+    assert "`perfgate history w --refresh-baseline`" in text
     result = WorkloadResult(workload="w", verdict=Verdict.INCONCLUSIVE, message=outcome.summary + "\n" + text)
     lines = render_summary([result])
     assert any(line.startswith("w: why: the change is beyond tolerance") for line in lines)
