@@ -80,7 +80,7 @@ def test_the_pooled_test_holds_its_level_at_two_launches_where_welch_does_not() 
     assert r is not None and r.p_increase == pytest.approx(float(student[0]), rel=1e-9)
 
 
-def test_welch_estimate_is_log_ratio_of_geometric_means_and_ci_bounds_are_one_sided() -> None:
+def test_the_estimate_is_the_log_ratio_of_geometric_means_and_ci_bounds_are_one_sided() -> None:
     r = shift_test(BASE, HEAD, alpha=0.01)
     assert r is not None
     assert math.exp(r.estimate) == pytest.approx(geometric_mean(HEAD) / geometric_mean(BASE))
