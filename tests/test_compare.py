@@ -181,18 +181,17 @@ def test_tiny_phase_does_not_fail_on_large_relative_noise_thanks_to_the_floor() 
 
 
 def test_gpu_idle_fraction_uses_an_absolute_tolerance() -> None:
-    # step time 2 % slower: significant (cv 0.1 %) but within its 3 % tolerance, so the secondary
-    # family is open and the idle fraction is judged on its own absolute tolerance (+0.03)
-    small = compare_launches(_launches(5, 9, idle=0.10, cv=0.001), _launches(5, 10, idle=0.12, step=102.0, cv=0.001))
-    large = compare_launches(_launches(5, 9, idle=0.10, cv=0.001), _launches(5, 10, idle=0.15, step=102.0, cv=0.001))
+    # step time 5 % slower: REGRESSED, so the secondary family is open and the idle fraction is
+    # judged on its own absolute tolerance (+0.03)
+    small = compare_launches(_launches(5, 9, idle=0.10, cv=0.001), _launches(5, 10, idle=0.12, step=105.0, cv=0.001))
+    large = compare_launches(_launches(5, 9, idle=0.10, cv=0.001), _launches(5, 10, idle=0.15, step=105.0, cv=0.001))
     assert small.row("gpu_idle_fraction").verdict == Verdict.PASS  # type: ignore[union-attr]
-    assert small.verdict == Verdict.PASS
     big = large.row("gpu_idle_fraction")
     assert big is not None and big.verdict == Verdict.REGRESSED and big.delta == pytest.approx(0.05, abs=0.005)
     assert big.gating and large.verdict == Verdict.REGRESSED
 
 
-def test_secondary_regressions_gate_only_behind_a_worse_step_time() -> None:
+def test_secondary_regressions_gate_only_behind_a_regressed_step_time() -> None:
     # A/A on an H100: the CPU time of a phase of a GPU-bound step moves while step time does not.
     base = _launches(5, 31, idle=0.10, cv=0.001)
     same_step = _launches(5, 32, idle=0.16, forward=40.0, cv=0.001)
@@ -202,11 +201,16 @@ def test_secondary_regressions_gate_only_behind_a_worse_step_time() -> None:
     assert idle is not None and idle.verdict == Verdict.REGRESSED and not idle.gating
     assert "secondary metrics gate only behind it" in fwd.note
     assert out.verdict == Verdict.PASS and not out.failed
-    # the same phase regression while step time got significantly (if slightly) worse fails, naming it
-    slower = _launches(5, 32, idle=0.10, forward=40.0, step=101.5, cv=0.001)
-    failed = compare_launches(base, slower)
-    assert failed.verdict == Verdict.REGRESSED and failed.summary.startswith("REGRESSED: phase.forward.cpu_ms")
-    assert failed.row("step_time_ms").verdict == Verdict.PASS  # type: ignore[union-attr]
+    # step time significantly (if slightly) worse but within its 3 % tolerance: drift, as an
+    # unchanged DDP rerun on an H100 showed (+1.4 %, forward's CPU time +17 %): still not gating
+    drifted = compare_launches(base, _launches(5, 32, idle=0.10, forward=40.0, step=101.5, cv=0.001))
+    step = drifted.row("step_time_ms")
+    assert step is not None and step.verdict == Verdict.PASS and step.p_value is not None and step.p_value < 0.001
+    assert drifted.verdict == Verdict.PASS and not drifted.row("phase.forward.cpu_ms").gating  # type: ignore[union-attr]
+    # beyond its tolerance, the step time fails and the phase is named beside it
+    slower = compare_launches(base, _launches(5, 32, idle=0.10, forward=40.0, step=105.0, cv=0.001))
+    assert slower.verdict == Verdict.REGRESSED and slower.row("phase.forward.cpu_ms").gating  # type: ignore[union-attr]
+    assert "phase.forward.cpu_ms" in slower.summary and "step_time_ms" in slower.summary
 
 
 def test_higher_is_better_metric_regresses_when_it_drops() -> None:

@@ -5,6 +5,7 @@ synthetic images, one process per GPU (NCCL), or per CPU process (gloo).
     python -m workloads.ddp                                        # world size 1, no torchrun
     ... -m workloads.ddp --bucket-cap-mb 1                         # many small all-reduces per step
     ... -m workloads.ddp --no-sync-steps 4                         # accumulate 4 micro-batches per step
+    ... -m workloads.ddp --backend gloo                            # gloo on CUDA: ranks may share a GPU
 
 Every rank emits the NVTX ranges; rank 0 prints the self-report (its own host-timed steps,
 samples/s counted over all ranks).
@@ -64,6 +65,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     accumulation.add_argument(
         "--accumulate", type=_positive_int, metavar="N",
         help="N micro-batches per step, each all-reduced (accumulation without no_sync: N times the all-reduces)")
+    add("--backend", choices=("nccl", "gloo"),
+        help="process group backend (default: nccl on cuda, gloo on cpu). gloo on cuda all-reduces through "
+             "the host and lets several ranks share one GPU (rank r on GPU r mod the GPU count), where NCCL "
+             "needs a GPU per rank")
     add("--allreduce-ranges", action="store_true", default=None,
         help="an NVTX range 'allreduce' around each bucket's all-reduce (a DDP comm hook doing what DDP's "
              "default does): the buckets show in a CPU (gloo) trace, where no NCCL kernel does")
@@ -134,11 +139,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def init_process_group(device: str) -> tuple[int, int, int]:
-    """Join torchrun's group, or make a group of one; NCCL on cuda, gloo on cpu."""
+def init_process_group(device: str, backend: str | None = None) -> tuple[int, int, int]:
+    """Join torchrun's group, or make a group of one; NCCL on cuda, gloo on cpu unless ``backend``
+    says. Returns (world size, rank, the local rank's device index: its GPU on cuda)."""
     world_size, rank, local_rank = _world()
-    backend = "nccl" if device == "cuda" else "gloo"
+    backend = backend or ("nccl" if device == "cuda" else "gloo")
     if device == "cuda":
+        local_rank %= torch.cuda.device_count()     # ranks sharing a GPU (gloo)
         torch.cuda.set_device(local_rank)
     if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
         dist.init_process_group(backend=backend)
@@ -172,7 +179,7 @@ WORKLOAD = Workload(name="ddp", description=__doc__.split("\n\n")[0], presets=PR
 
 def main(argv: Sequence[str] | None = None) -> int:
     knobs = parse_knobs(WORKLOAD, argv)
-    world_size, rank, local_rank = init_process_group(knobs.device)
+    world_size, rank, local_rank = init_process_group(knobs.device, knobs.extra.get("backend"))
     try:
         ddp = _Ddp(knobs, [local_rank] if knobs.device == "cuda" else None)
         placement = Dist(

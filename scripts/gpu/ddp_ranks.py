@@ -5,6 +5,7 @@ declared in pyproject.toml, through perfgate's pipeline: a baseline, an unchange
 
     python3 scripts/gpu/ddp_ranks.py OUT_DIR                  # on a machine with 2+ GPUs
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --size cpu       # the same on a CPU (gloo), to check it
+    python3 scripts/gpu/ddp_ranks.py OUT_DIR --backend gloo --nproc 2   # 2 ranks sharing one GPU (gloo)
 
 On a GPU every run takes the CUDA-traced profile launch (``profile = "always"``): its analysis has
 the NCCL communication per rank (perfgate/analysis/comm.py) that the table shows.
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="baseline launches on GPUs (default 3, where the gate's is 5: four runs must fit "
                              "one 10-minute device call)")
     parser.add_argument("--max-launches", type=int, default=4, help="most launches of each gate run on GPUs (default 4)")
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default=None,
+                        help="the workload's --backend (gloo: ranks may share a GPU, no NCCL kernels)")
+    parser.add_argument("--nproc", type=int, default=None, help="ranks (default: one per GPU, 2 on a CPU)")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -86,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     from perfgate.machine import machine_info
 
     gpus = machine_info(None, settings.machine_class).gpu_count
-    if gpu and gpus < 2:
-        print(f"ddp_ranks: {gpus} GPU(s) visible; the multi-GPU run needs 2 or more", file=sys.stderr)
+    if gpu and gpus < 2 and args.backend != "gloo":
+        print(f"ddp_ranks: {gpus} GPU(s) visible; the multi-GPU run needs 2 or more (or --backend gloo, "
+              "where ranks share a GPU)", file=sys.stderr)
         return 2
     spec = select_workloads(discover_workloads(settings, gpus if gpu else 0), ["ddp"])[0]
-    spec = replace(spec, args=(*spec.args, *args.extra_args.split()))
+    backend = ("--backend", args.backend) if args.backend else ()
+    spec = replace(spec, args=(*spec.args, *backend, *args.extra_args.split()),
+                   nproc=args.nproc or max(spec.nproc, 2))
     results: dict[str, WorkloadResult] = {}
     results["baseline"] = run_workload(spec, settings, update_baseline=True)
     results["rerun"] = run_workload(spec, settings)
@@ -104,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     buckets = ("--bucket-cap-mb", args.bucket_cap_mb)
     results["small buckets"] = run_workload(replace(spec, args=(*spec.args, *buckets)), settings)
     changes = {"baseline": "recorded", "rerun": "unchanged", "straggler": " ".join(slow), "small buckets": " ".join(buckets)}
-    md = [f"# ddp on {spec.nproc} {'GPUs (NCCL)' if gpu else 'CPU processes (gloo)'}\n",
+    where = (f"ranks on {gpus} GPU{'s' if gpus != 1 else ''} ({args.backend or 'nccl'})" if gpu
+             else "CPU processes (gloo)")
+    md = [f"# ddp: {spec.nproc} {where}\n",
           "| run | change | verdict | step ms (baseline -> current) | first reason |", "|---|---|---|---|---|"]
     doc: dict[str, Any] = {}
     for name, r in results.items():
