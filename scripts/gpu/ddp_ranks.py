@@ -120,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         row = next((c for c in r.comparisons if c.metric == "step_time_ms"), None)
         first = (r.extra.get("attribution") or {}).get("first_reason") or ""
         steps = "-" if row is None else f"{_f(row.baseline)} -> {_f(row.current)}"
-        md.append(f"| {name} | {changes[name]} | {r.verdict} | {steps} | {first} |")
+        failed = ", ".join(c.metric for c in r.comparisons if c.gating and str(c.verdict) == "REGRESSED")
+        md.append(f"| {name} | {changes[name]} | {r.verdict}{f' ({failed})' if failed else ''} | {steps} | {first} |")
         shown = _shown(r)
-        doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error,
+        doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error, "message": r.message,
+                     "regressed": [c.metric for c in r.comparisons if c.gating and str(c.verdict) == "REGRESSED"],
                      "analysis": shown.to_dict() if shown is not None else None}
     for name, r in results.items():
         shown = _shown(r)
