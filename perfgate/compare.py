@@ -254,9 +254,9 @@ def _gatekeep(rows: list[MetricComparison], policy: ComparePolicy) -> list[Metri
     while step time moved 0.1 %). A step time that is significantly worse but within its tolerance
     does not open the family: a steady job drifts by that much between a recording and a later run
     (an unchanged 2-rank DDP rerun on an H100 failed so, most likely: +1.4 %, significant, with
-    forward's CPU time +17 %),
-    and neither does one beyond its tolerance but not significant (a noisy workload's drift).
-    Metrics that gate alone (``policy.alone``: memory, energy) are not behind this gate."""
+    forward's CPU time +17 %), and neither does one beyond its tolerance but not significant (a
+    noisy workload's drift). Metrics that gate alone (``policy.alone``: memory, energy) are not
+    behind this gate."""
     primaries = [r for r in rows if spec_for(r.metric).primary and r.gating]
     if any(r.verdict == Verdict.REGRESSED for r in primaries):
         return rows

@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from perfgate.model import Analysis, WorkloadResult  # noqa: E402
+from perfgate.model import Analysis, Verdict, WorkloadResult  # noqa: E402
 
 COLUMNS = ("rank", "pid", "GPU", "step ms", "NCCL kernels/step", "comm ms/step", "exposed ms/step", "overlap")
 
@@ -120,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         row = next((c for c in r.comparisons if c.metric == "step_time_ms"), None)
         first = (r.extra.get("attribution") or {}).get("first_reason") or ""
         steps = "-" if row is None else f"{_f(row.baseline)} -> {_f(row.current)}"
-        failed = ", ".join(c.metric for c in r.comparisons if c.gating and str(c.verdict) == "REGRESSED")
-        md.append(f"| {name} | {changes[name]} | {r.verdict}{f' ({failed})' if failed else ''} | {steps} | {first} |")
+        failed = [c.metric for c in r.comparisons if c.gating and c.verdict == Verdict.REGRESSED]
+        which = f" ({', '.join(failed)})" if failed else ""
+        md.append(f"| {name} | {changes[name]} | {r.verdict}{which} | {steps} | {first} |")
         shown = _shown(r)
         doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error, "message": r.message,
-                     "regressed": [c.metric for c in r.comparisons if c.gating and str(c.verdict) == "REGRESSED"],
-                     "analysis": shown.to_dict() if shown is not None else None}
+                     "regressed": failed, "analysis": shown.to_dict() if shown is not None else None}
     for name, r in results.items():
         shown = _shown(r)
         if shown is not None:
