@@ -40,6 +40,9 @@ PRIMARY_METRIC = "step_time_ms"
 LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
 #: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
 STEP_KEYS = ("range", "source", "basis", "count", "warmup_skipped", "batch_size")
+#: The profile launch's metrics hold no step times (the timing launches measure them), so its
+#: ``steps`` keeps its own summary: the diagnosis compares its phases with its own step.
+STEP_SUMMARY_KEYS = ("median_ms", "mean_ms", "p10_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms")
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,13 @@ class BaselineLaunch:
     detail: dict[str, Any] = field(default_factory=dict)   # the record's other keys
 
     @classmethod
-    def of(cls, a: Analysis, metrics: dict[str, float]) -> BaselineLaunch:
+    def of(cls, a: Analysis, metrics: dict[str, float], *, step_summary: bool = False) -> BaselineLaunch:
         """The launch record of ``a``, with ``metrics`` (those of its metrics the baseline keeps):
-        its analysis record (``Analysis.to_dict``) projected onto LAUNCH_KEYS and STEP_KEYS."""
+        its analysis record (``Analysis.to_dict``) projected onto LAUNCH_KEYS and STEP_KEYS (and
+        STEP_SUMMARY_KEYS with ``step_summary``: a launch whose metrics hold no step time)."""
         record = a.to_dict()
-        detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in STEP_KEYS},
+        steps = STEP_KEYS + (STEP_SUMMARY_KEYS if step_summary else ())
+        detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in steps},
                   **{k: record.get(k) for k in LAUNCH_KEYS}, **({"ranks": record["ranks"]} if a.ranks else {}),
                   **({"comm": record["comm"]} if a.comm is not None else {})}
         return cls(metrics=metrics, step_durations_ms=tuple(a.steps.durations_ms), detail=detail)
@@ -89,8 +94,10 @@ class BaselineLaunch:
         ``perfgate history`` recorded) one step of the mean step time, the phases' CPU time per step
         and the GPU-idle fraction."""
         m = self.metrics
-        a = Analysis.from_dict({**self.detail, "metrics": dict(m),
-                                "steps": self.detail.get("steps") or {"count": 1, "basis": "period"}})
+        steps = self.detail.get("steps") or {"count": 1, "basis": "period"}
+        if "mean_ms" not in steps and "step_time_mean_ms" not in m:
+            steps = {**steps, **_steps_from_phases(self.detail.get("phases") or {})}
+        a = Analysis.from_dict({**self.detail, "metrics": dict(m), "steps": steps})
         if not a.phases:
             step_ms = a.steps.summary_ms.mean
             a = replace(a, phases={name: PhaseStats(
@@ -159,6 +166,17 @@ def baseline_path(baseline_dir: Path, workload: str, machine_class: str, variant
     return folder / f"{machine_class}.json"
 
 
+def _steps_from_phases(phases: Mapping[str, Any]) -> dict[str, float]:
+    """The mean step of a profile launch recorded before its ``steps`` kept a summary (perfgate
+    0.1.0 until 2026-11-26): a phase's CPU time per step over its share of the step (both in the
+    record); nothing when no phase has a share."""
+    for p in phases.values():
+        if isinstance(p, Mapping) and (p.get("share_of_step") or 0) > 0:
+            mean = float(p.get("cpu_per_step_ms") or 0.0) / float(p["share_of_step"])
+            return {"mean_ms": mean, "median_ms": mean}
+    return {}
+
+
 def summarize_launches(launches: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
     """Per metric: count, median, mean and sample stdev over the launches that have it."""
     names = sorted({m for launch in launches for m in launch})
@@ -190,7 +208,7 @@ def baseline_from_analyses(
     launches = [BaselineLaunch.of(a, metrics) for a, metrics in zip(analyses, timing)]
     if profile is not None:
         gpu_only = {m: v for m, v in profile_metrics(profile, timing).items() if math.isfinite(v)}
-        launches.append(replace(BaselineLaunch.of(profile, gpu_only), step_durations_ms=()))
+        launches.append(replace(BaselineLaunch.of(profile, gpu_only, step_summary=True), step_durations_ms=()))
     machine_dict = {k: v for k, v in asdict(machine).items() if k != "hostname"}
     return Baseline(workload=workload, variant=variant, machine_class=machine.machine_class,
                     launches=tuple(launches), machine=machine_dict, provenance=dict(provenance))

@@ -48,7 +48,7 @@ python="$venv/bin/python"
 
 req=requirements/ci.txt
 if [ "${PERFGATE_SKIP_TORCH:-0}" = 1 ]; then
-  req=$(mktemp); grep -vE '^(torch|torchvision)==' requirements/ci.txt > "$req"
+  req=$(mktemp); grep -vE '^(torch|torchvision)=' requirements/ci.txt > "$req"
 fi
 "$python" -m pip install -q -r "$req"
 "$python" -m pip install -q --no-deps --no-build-isolation -e .

@@ -219,6 +219,71 @@ def test_more_all_reduces_per_step_name_the_bucket_size(ddp: tuple) -> None:
     assert r is not None and r.ms == 0.0 and r.text.startswith("NCCL kernels per step 7 -> 12: smaller DDP buckets")
 
 
+def test_all_reduces_per_backward_that_grew_name_the_bucket_size_alone(ddp: tuple) -> None:
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason
+
+    base, kernels = ddp
+    cur = replace(base, kernels_per_step=48.0)
+    # one backward per step on both sides, 46 all-reduces in it where there were 5: the buckets
+    r = comm_reason(base, cur, 4.0, kernels, _all_reduces(kernels, 46.0), {"backward": 1.0}, {"backward": 1.0})
+    assert r is not None and r.text == ("NCCL kernels per step 7 -> 48 (all-reduce 5 -> 46 in backward, 46 per "
+                                        "backward where it was 5): smaller DDP buckets (bucket_cap_mb)?")
+    # four backwards per step and 5 -> 20 all-reduces (4-fold): each micro-step's backward communicates
+    cur = replace(base, kernels_per_step=22.0)
+    r = comm_reason(base, cur, 4.0, kernels, _all_reduces(kernels, 20.0), {"backward": 4.0}, {"backward": 4.0})
+    assert r is not None and r.text == (
+        "NCCL kernels per step 7 -> 22 (all-reduce 5 -> 20 in backward, which runs 4 times per step: each backward "
+        "now communicates, not only the last): gradients all-reduced at every micro-step (no_sync() dropped from "
+        "the accumulation?)")
+    # a backward that runs more often than before (a larger accumulation): neither is claimed
+    r = comm_reason(base, cur, 4.0, kernels, _all_reduces(kernels, 20.0), {"backward": 1.0}, {"backward": 4.0})
+    assert r is not None and r.text.endswith("smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every "
+                                             "micro-step (no_sync dropped)?")
+
+
+RECORDS = Path(__file__).parent / "fixtures" / "records" / "ddp-h200-nosync.json"
+
+
+@pytest.fixture(scope="module")
+def h200_runs() -> dict[str, Analysis]:
+    """The profile-launch analyses of ddp_ranks.py's four runs on two H200s (NCCL), the baseline
+    accumulating 4 micro-batches per step inside no_sync()."""
+    import json
+
+    runs = json.loads(RECORDS.read_text())["runs"]
+    return {name: Analysis.from_dict(run["analysis"]) for name, run in runs.items()}
+
+
+def test_no_sync_dropped_on_two_h200s_is_named_and_not_taken_for_a_straggler(h200_runs: dict) -> None:
+    """The real run: dropping no_sync() put 28 NCCL kernels in a step instead of 7; rank 0's forward
+    grew +19.7 ms/step and rank 1's +6.9 (the ranks wait for each other four times a step now), which
+    the straggler test alone would call a slow rank 0. The gate's first reason then was the DDP bucket
+    copies' "+483 kernel launches/step in backward ... more layers or calls?"."""
+    from perfgate.diagnosis.attribution import explain_regression
+    from perfgate.diagnosis.differences import straggler_reason
+
+    base, cur = h200_runs["baseline"], h200_runs["no_sync dropped"]
+    assert straggler_reason(base.ranks, cur.ranks, 40.0) is not None      # what the collectives change rules out
+    a = explain_regression(base, cur)
+    assert a.first_reason.endswith(
+        "NCCL kernels per step 7 -> 28 (all-reduce 5 -> 20 in backward, which runs 4 times per step: each backward "
+        "now communicates, not only the last): gradients all-reduced at every micro-step (no_sync() dropped from "
+        "the accumulation?)")
+    assert a.cause == "collectives per step"
+    assert not any(r.mechanism == "straggler" for r in a.reasons)
+
+
+def test_the_straggler_on_two_h200s_is_named_by_rank_and_phase(h200_runs: dict) -> None:
+    from perfgate.diagnosis.attribution import explain_regression
+
+    a = explain_regression(h200_runs["baseline"], h200_runs["straggler"])
+    assert a.first_reason == ("rank 1 forward +119.0 ms/step (rank 0 -0.7 ms/step): one slow rank holds every step "
+                              "of the job back")
+    assert a.cause == "straggler rank"
+
+
 def test_a_straggler_is_not_taken_for_a_communication_change(ddp: tuple) -> None:
     from dataclasses import replace
 

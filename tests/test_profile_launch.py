@@ -45,3 +45,35 @@ def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: 
     assert [a.extra["capture"] for a in base] == ["profile"] and cur == [profile]
     base, cur = _explained_launches(back.launch_analyses, [timing], None)    # no current profile: timing
     assert [a.extra["capture"] for a in base] == ["timing", "timing"] and cur == [timing]
+
+
+def test_a_baseline_profile_launch_is_diagnosed_against_its_own_step_time(tmp_path: Path) -> None:
+    """The profile launch's metrics hold no step time, so its record keeps its own step summary.
+    Before, its step read back as 0 ms: the change the diagnosis explained was the whole step
+    (+244 ms instead of +47 ms on two H200s), and the reasons' thresholds grew with it: the real
+    no_sync() change was explained as "+483 kernel launches/step in backward ... more layers?"."""
+    import json
+
+    from perfgate.diagnosis import explain_regression
+    from perfgate.model import Analysis
+
+    runs = json.loads((Path(__file__).parent / "fixtures" / "records" / "ddp-h200-nosync.json").read_text())["runs"]
+    base, cur, timing = (Analysis.from_dict(runs[n]["analysis"]) for n in ("baseline", "no_sync dropped", "rerun"))
+    timing = replace(timing, extra={**timing.extra, "capture": "timing"})    # a stand-in timing launch
+    machine = MachineInfo("test-x2", None, 2, None, None, None, None)
+    back = load_baseline(write_baseline(tmp_path / "b.json", baseline_from_analyses(
+        "ddp", [timing], machine, {"command": "test"}, profile=base)))
+    launches, current = _explained_launches(back.launch_analyses, [timing], cur)
+    assert len(launches) == 1 and current == [cur]
+    assert launches[0].steps.summary_ms.mean == base.steps.summary_ms.mean      # 197.34 ms, not 0
+    a = explain_regression(launches, current)
+    assert round(a.step_mean_delta_ms, 2) == 46.94
+    assert "no_sync() dropped" in a.first_reason
+
+    # a baseline written before the summary was kept: the mean step comes from a phase's share
+    doc = json.loads((tmp_path / "b.json").read_text())
+    for key in ("median_ms", "mean_ms", "p10_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms"):
+        del doc["launches"][-1]["steps"][key]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = load_baseline(tmp_path / "old.json").launch_analyses[-1]
+    assert abs(old.steps.summary_ms.mean - base.steps.summary_ms.mean) < 1e-9

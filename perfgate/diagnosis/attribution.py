@@ -19,7 +19,7 @@ from perfgate.diagnosis.evidence import (
     step_mean_ms,
 )
 from perfgate.diagnosis import resources
-from perfgate.diagnosis.comm import comm_reason, leads, without_communication
+from perfgate.diagnosis.comm import collectives_changed, comm_reason, leads, runs_per_step, without_communication
 from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MIN_MS, differences, straggler_reason
 from perfgate.diagnosis.facts import STEP_CODE, TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import (
@@ -244,11 +244,16 @@ def explain_regression(
     reasons = _reasons(base, cur, new, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
     comm = None if step_delta <= 0 else comm_reason(
         base.comm, cur.comm, step_delta, base_facts.kernels_by_phase if base_facts else None,
-        cur_facts.kernels_by_phase if cur_facts else None)
+        cur_facts.kernels_by_phase if cur_facts else None,
+        runs_per_step(base.phases, base.steps.count), runs_per_step(cur.phases, cur.steps.count))
     if comm is not None:          # what changed in communication, before the phases it shows in
         reasons.insert(0 if leads(comm, step_delta) else len(reasons), comm)
-    straggler = straggler_reason(base.ranks, cur.ranks, step_delta) if step_delta > 0 else None
-    if straggler is not None:     # which rank: said before what changed in the job's phases
+    # which rank: said before what changed in the job's phases; but where the collectives per step
+    # changed, the ranks wait for each other at more points, and a skew they had before grows with
+    # them: that is no slow rank
+    straggler = (straggler_reason(base.ranks, cur.ranks, step_delta)
+                 if step_delta > 0 and not collectives_changed(comm) else None)
+    if straggler is not None:
         reasons.insert(0, straggler)
     reason, cause = _first_reason(reasons, cur, phases, idle_phase_delta, kernels, step_delta)
     rows = _comparisons(comparisons)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfgate.analysis.comm import NCCL_KERNEL
 from perfgate.diagnosis.records import Reason
-from perfgate.model import CommStats
+from perfgate.model import CommStats, PhaseStats
 
 Kernels = Mapping[str, Mapping[str, list[float]]]    # TraceFacts.kernels_by_phase
 
@@ -24,6 +24,7 @@ MIN_EXPOSED_MS = 0.1        # exposed growth (ms/step) below which it is no reas
 MIN_SHARE_OF_STEP = 0.1     # ... nor below this share of the step-time change
 LOST_OVERLAP = 0.10         # overlap share falling by this much (absolute) is named
 MORE_KERNELS = 0.25         # NCCL kernels per step growing by this share (and by one at least)
+ACCUMULATION_SLACK = 0.1    # runs of a phase per step (and collectives per run) equal within this share
 _COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 _WORDS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
           "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send/recv"}
@@ -65,6 +66,8 @@ class CommChange:
     exposed_delta_ms: float
     base_collectives: dict[tuple[str, str], list[float]]
     cur_collectives: dict[tuple[str, str], list[float]]
+    base_runs: Mapping[str, float] = field(default_factory=dict)   # instances per step of each phase
+    cur_runs: Mapping[str, float] = field(default_factory=dict)
 
     def main(self) -> tuple[str, str | None]:
         """The collective that takes most of the current side's NCCL time, and its phase."""
@@ -94,15 +97,30 @@ def exposed(change: CommChange) -> str | None:
 
 
 def more_kernels(change: CommChange) -> str | None:
-    """More collectives per step: smaller DDP buckets, or an all-reduce at every micro-step."""
+    """More collectives per step: smaller DDP buckets, or an all-reduce at every micro-step. The phase
+    that launches the collective that grew most tells which: where it runs N >= 2 times per step on
+    both sides and its collectives grew N-fold, every run now communicates where only the last did
+    (gradient accumulation without no_sync()); where it runs as often as before and each run
+    launches more collectives, the buckets are smaller."""
     b, c = change.base.kernels_per_step, change.cur.kernels_per_step
     if c - b < max(1.0, MORE_KERNELS * b):
         return None
     grew = sorted(((k, change.base_collectives.get(k, [0.0, 0.0])[0], v[0])
                    for k, v in change.cur_collectives.items()), key=lambda x: x[1] - x[2])
-    detail = "".join(f" ({name} {bc:.0f} -> {cc:.0f} in {phase})" for (name, phase), bc, cc in grew[:1] if cc > bc)
-    return (f"NCCL kernels per step {b:.0f} -> {c:.0f}{detail}: smaller DDP buckets (bucket_cap_mb), or "
-            "gradients all-reduced at every micro-step (no_sync dropped)?")
+    numbers = f"NCCL kernels per step {b:.0f} -> {c:.0f}"
+    if not grew or grew[0][2] <= grew[0][1]:
+        return (f"{numbers}: smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every "
+                "micro-step (no_sync dropped)?")
+    (name, phase), bc, cc = grew[0]
+    detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
+    runs_b, runs_c = change.base_runs.get(phase), change.cur_runs.get(phase)
+    if runs_b is None or runs_c is None or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
+        return (f"{detail}): smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every "
+                "micro-step (no_sync dropped)?")
+    if runs_c >= 2 - ACCUMULATION_SLACK and bc > 0 and abs(cc / bc - runs_c) <= ACCUMULATION_SLACK * runs_c:
+        return (f"{detail}, which runs {runs_c:.0f} times per step: each {phase} now communicates, not only "
+                f"the last): gradients all-reduced at every micro-step (no_sync() dropped from the accumulation?)")
+    return f"{detail}, {cc / runs_c:.0f} per {phase} where it was {bc / runs_b:.0f}): smaller DDP buckets (bucket_cap_mb)?"
 
 
 @dataclass(frozen=True)
@@ -128,19 +146,33 @@ def exposed_growth(base: CommStats, cur: CommStats) -> float:
 
 
 def comm_reason(base: CommStats | None, cur: CommStats | None, step_delta_ms: float,
-                base_kernels: Kernels | None = None, cur_kernels: Kernels | None = None) -> Reason | None:
+                base_kernels: Kernels | None = None, cur_kernels: Kernels | None = None,
+                base_runs: Mapping[str, float] | None = None,
+                cur_runs: Mapping[str, float] | None = None) -> Reason | None:
     """One reason from the rules of :data:`COMM_RULES` that fire, or None (also when a side has no
     communication). ``*_kernels``: TraceFacts.kernels_by_phase of each side, naming the collective
-    and the phase it is launched in."""
+    and the phase it is launched in; ``*_runs``: instances per step of each phase (``runs_per_step``)."""
     if base is None or cur is None:
         return None
     change = CommChange(base, cur, step_delta_ms, exposed_growth(base, cur),
-                        by_collective(base_kernels or {}), by_collective(cur_kernels or {}))
+                        by_collective(base_kernels or {}), by_collective(cur_kernels or {}),
+                        base_runs or {}, cur_runs or {})
     fired = [(rule, text) for rule in COMM_RULES if (text := rule.says(change)) is not None]
     if not fired:
         return None
     return Reason("comm:" + "+".join(r.id for r, _ in fired), change.main()[1],
                   max(change.exposed_delta_ms, 0.0), "; ".join(t for _, t in fired), fired[-1][0].cause)
+
+
+def runs_per_step(phases: Mapping[str, PhaseStats], steps: int) -> dict[str, float]:
+    """Instances per measured step of each phase (4 for a backward of 4 accumulated micro-batches)."""
+    return {name: p.count / steps for name, p in phases.items()} if steps > 0 else {}
+
+
+def collectives_changed(reason: Reason | None) -> bool:
+    """Whether a communication reason says the collectives per step changed: an edit of the job's
+    communication, after which the ranks wait for each other at more (or fewer) points per step."""
+    return reason is not None and "comm_kernels" in reason.mechanism
 
 
 def leads(reason: Reason, step_delta_ms: float) -> bool:

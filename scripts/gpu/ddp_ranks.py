@@ -6,6 +6,7 @@ declared in pyproject.toml, through perfgate's pipeline: a baseline, an unchange
     python3 scripts/gpu/ddp_ranks.py OUT_DIR                  # on a machine with 2+ GPUs
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --size cpu       # the same on a CPU (gloo), to check it
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --backend gloo --nproc 2   # 2 ranks sharing one GPU (gloo)
+    python3 scripts/gpu/ddp_ranks.py OUT_DIR --comm no_sync   # the change: no_sync() dropped from accumulation
 
 On a GPU every run takes the CUDA-traced profile launch (``profile = "always"``): its analysis has
 the NCCL communication per rank (perfgate/analysis/comm.py) that the table shows.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -67,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--size", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--bucket-cap-mb", default="1", help="the communication change (DDP's default: 25)")
+    parser.add_argument("--comm", choices=("buckets", "no_sync"), default="buckets",
+                        help="the communication change: buckets (--bucket-cap-mb, against DDP's default 25 MB) or "
+                             "no_sync (every run accumulates --micro-steps micro-batches inside no_sync(); the change "
+                             "drops no_sync, all-reducing every micro-batch)")
+    parser.add_argument("--bucket-cap-mb", default="1", help="the bucket change (DDP's default: 25)")
+    parser.add_argument("--micro-steps", default="4", help="micro-batches per step with --comm no_sync (default 4)")
     parser.add_argument("--extra-args", default="", help="more workload arguments for every run (space-separated)")
     parser.add_argument("--record-launches", type=int, default=3,
                         help="baseline launches on GPUs (default 3, where the gate's is 5: four runs must fit "
@@ -96,21 +103,36 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = select_workloads(discover_workloads(settings, gpus if gpu else 0), ["ddp"])[0]
     backend = ("--backend", args.backend) if args.backend else ()
-    spec = replace(spec, args=(*spec.args, *backend, *args.extra_args.split()),
+    no_sync = ("--no-sync-steps", args.micro_steps) if args.comm == "no_sync" else ()
+    base_args = (*spec.args, *backend, *args.extra_args.split())
+    spec = replace(spec, args=(*base_args, *no_sync),
                    nproc=args.nproc or max(spec.nproc, 2))
     results: dict[str, WorkloadResult] = {}
-    results["baseline"] = run_workload(spec, settings, update_baseline=True)
-    results["rerun"] = run_workload(spec, settings)
+
+    def run(name: str, run_spec: Any, **kwargs: Any) -> None:   # each run's verdict printed as it ends
+        started = time.monotonic()
+        results[name] = r = run_workload(run_spec, settings, **kwargs)
+        print(f"ddp_ranks: {name}: {r.verdict} after {time.monotonic() - started:.0f} s", flush=True)
+
+    run("baseline", spec, update_baseline=True)
+    run("rerun", spec)
     base = _shown(results["baseline"])
     step_ms = base.steps.summary_ms.median if base is not None else 50.0
-    # the straggler sleeps in forward: half a step on GPUs; on a CPU five (the other rank's compute
-    # speeds up while it sleeps, the cores being shared)
-    slow_ms = max((0.5 if gpu else 5.0) * step_ms, 10.0)
+    # the straggler sleeps in every forward: half a step in all on GPUs; on a CPU five (the other
+    # rank's compute speeds up while it sleeps, the cores being shared)
+    micro = int(args.micro_steps) if no_sync else 1
+    slow_ms = max((0.5 if gpu else 5.0) * step_ms / micro, 10.0)
     slow = ("--slow-rank", str(spec.nproc - 1), "--slow-phase", "forward", "--slow-ms", f"{slow_ms:.0f}")
-    results["straggler"] = run_workload(replace(spec, args=(*spec.args, *slow)), settings)
-    buckets = ("--bucket-cap-mb", args.bucket_cap_mb)
-    results["small buckets"] = run_workload(replace(spec, args=(*spec.args, *buckets)), settings)
-    changes = {"baseline": "recorded", "rerun": "unchanged", "straggler": " ".join(slow), "small buckets": " ".join(buckets)}
+    run("straggler", replace(spec, args=(*spec.args, *slow)))
+    if args.comm == "no_sync":   # the same micro-batches, each all-reduced: no_sync() dropped
+        comm_name, comm = "no_sync dropped", ("--accumulate", args.micro_steps)
+        comm_spec = replace(spec, args=(*base_args, *comm))
+    else:
+        comm_name, comm = "small buckets", ("--bucket-cap-mb", args.bucket_cap_mb)
+        comm_spec = replace(spec, args=(*spec.args, *comm))
+    run(comm_name, comm_spec)
+    changes = {"baseline": "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), "rerun": "unchanged",
+               "straggler": " ".join(slow), comm_name: " ".join(comm)}
     where = (f"ranks on {gpus} GPU{'s' if gpus != 1 else ''} ({args.backend or 'nccl'})" if gpu
              else "CPU processes (gloo)")
     md = [f"# ddp: {spec.nproc} {where}\n",
@@ -125,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         md.append(f"| {name} | {changes[name]} | {r.verdict}{which} | {steps} | {first} |")
         shown = _shown(r)
         doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error, "message": r.message,
-                     "regressed": failed, "analysis": shown.to_dict() if shown is not None else None}
+                     "regressed": failed, "attribution": r.extra.get("attribution"),
+                     "analysis": shown.to_dict() if shown is not None else None}
     for name, r in results.items():
         shown = _shown(r)
         if shown is not None:
