@@ -7,6 +7,7 @@ declared in pyproject.toml, through perfgate's pipeline: a baseline, an unchange
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --size cpu       # the same on a CPU (gloo), to check it
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --backend gloo --nproc 2   # 2 ranks sharing one GPU (gloo)
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --comm no_sync   # the change: no_sync() dropped from accumulation
+    python3 scripts/gpu/ddp_ranks.py OUT_DIR --comm p2p_off --comm-only   # NCCL_P2P_DISABLE=1, baseline and change alone
 
 On a GPU every run takes the CUDA-traced profile launch (``profile = "always"``): its analysis has
 the NCCL communication per rank (perfgate/analysis/comm.py) that the table shows.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -69,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--size", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--comm", choices=("buckets", "no_sync"), default="buckets",
-                        help="the communication change: buckets (--bucket-cap-mb, against DDP's default 25 MB) or "
+    parser.add_argument("--comm", choices=("buckets", "no_sync", "p2p_off"), default="buckets",
+                        help="the communication change: buckets (--bucket-cap-mb, against DDP's default 25 MB), "
                              "no_sync (every run accumulates --micro-steps micro-batches inside no_sync(); the change "
-                             "drops no_sync, all-reducing every micro-batch)")
+                             "drops no_sync, all-reducing every micro-batch) or p2p_off (the change runs with "
+                             "NCCL_P2P_DISABLE=1: all-reduces through host memory instead of NVLink/PCIe P2P)")
+    parser.add_argument("--comm-only", action="store_true",
+                        help="record the baseline and run the communication change alone (no rerun, no straggler)")
     parser.add_argument("--bucket-cap-mb", default="1", help="the bucket change (DDP's default: 25)")
     parser.add_argument("--micro-steps", default="4", help="micro-batches per step with --comm no_sync (default 4)")
     parser.add_argument("--extra-args", default="", help="more workload arguments for every run (space-separated)")
@@ -115,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddp_ranks: {name}: {r.verdict} after {time.monotonic() - started:.0f} s", flush=True)
 
     run("baseline", spec, update_baseline=True)
-    run("rerun", spec)
+    if not args.comm_only:
+        run("rerun", spec)
     base = _shown(results["baseline"])
     step_ms = base.steps.summary_ms.median if base is not None else 50.0
     # the straggler sleeps in every forward: half a step in all on GPUs; on a CPU five (the other
@@ -123,14 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     micro = int(args.micro_steps) if no_sync else 1
     slow_ms = max((0.5 if gpu else 5.0) * step_ms / micro, 10.0)
     slow = ("--slow-rank", str(spec.nproc - 1), "--slow-phase", "forward", "--slow-ms", f"{slow_ms:.0f}")
-    run("straggler", replace(spec, args=(*spec.args, *slow)))
+    if not args.comm_only:
+        run("straggler", replace(spec, args=(*spec.args, *slow)))
     if args.comm == "no_sync":   # the same micro-batches, each all-reduced: no_sync() dropped
         comm_name, comm = "no_sync dropped", ("--accumulate", args.micro_steps)
         comm_spec = replace(spec, args=(*base_args, *comm))
+    elif args.comm == "p2p_off":   # the same job, its NCCL told not to use peer-to-peer copies
+        comm_name, comm, comm_spec = "P2P off", ("NCCL_P2P_DISABLE=1",), spec
     else:
         comm_name, comm = "small buckets", ("--bucket-cap-mb", args.bucket_cap_mb)
         comm_spec = replace(spec, args=(*spec.args, *comm))
-    run(comm_name, comm_spec)
+    env = dict(c.split("=", 1) for c in comm if "=" in c and not c.startswith("-"))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)          # the capture's environment is this process's (perfgate.capture)
+    try:
+        run(comm_name, comm_spec)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     changes = {"baseline": "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), "rerun": "unchanged",
                "straggler": " ".join(slow), comm_name: " ".join(comm)}
     where = (f"ranks on {gpus} GPU{'s' if gpus != 1 else ''} ({args.backend or 'nccl'})" if gpu
