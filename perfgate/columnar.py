@@ -54,14 +54,19 @@ class _SqliteResult:
         self.names = [d[0] for d in cursor.description]
 
     def _columns(self, rows: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
-        cols = list(zip(*rows)) if rows else [()] * len(self.names)
+        """One array per column: int64 where every value is an integer, float64 where any is a
+        float, object where any is text or NULL (None). numpy infers the type in C: a column of
+        integers is int64, with a float float64, and with a None (or as text) object or unicode."""
+        if not rows:
+            return {name: np.array([], dtype=np.int64) for name in self.names}
         out = {}
-        for name, values in zip(self.names, cols):
-            if any(isinstance(v, str) or v is None for v in values):
-                out[name] = np.array(values, dtype=object)
-            else:
-                out[name] = np.array(values, dtype=np.float64 if any(isinstance(v, float) for v in values)
-                                     else np.int64)
+        for name, values in zip(self.names, zip(*rows)):
+            array = np.array(values)
+            if array.dtype.kind == "U":
+                array = np.array(values, dtype=object)
+            elif array.dtype.kind not in "iufO":     # e.g. an integer beyond int64: as DuckDB refuses it
+                raise TraceError(f"column {name}: values numpy reads as {array.dtype}")
+            out[name] = array
         return out
 
     def fetchnumpy(self) -> dict[str, np.ndarray]:
