@@ -113,11 +113,11 @@ def more_kernels(change: CommChange) -> str | None:
                 "micro-step (no_sync dropped)?")
     (name, phase), bc, cc = grew[0]
     detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
-    runs_b, runs_c = change.base_runs.get(phase), change.cur_runs.get(phase)
-    if runs_b is None or runs_c is None or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
+    runs_b, runs_c = change.base_runs.get(phase) or 0.0, change.cur_runs.get(phase) or 0.0
+    if bc <= 0 or runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
         return (f"{detail}): smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every "
                 "micro-step (no_sync dropped)?")
-    if runs_c >= 2 - ACCUMULATION_SLACK and bc > 0 and abs(cc / bc - runs_c) <= ACCUMULATION_SLACK * runs_c:
+    if runs_c >= 2 - ACCUMULATION_SLACK and abs(cc / bc - runs_c) <= ACCUMULATION_SLACK * runs_c:
         return (f"{detail}, which runs {runs_c:.0f} times per step: each {phase} now communicates, not only "
                 f"the last): gradients all-reduced at every micro-step (no_sync() dropped from the accumulation?)")
     return f"{detail}, {cc / runs_c:.0f} per {phase} where it was {bc / runs_b:.0f}): smaller DDP buckets (bucket_cap_mb)?"
