@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -140,16 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         comm_name, comm = "small buckets", ("--bucket-cap-mb", args.bucket_cap_mb)
         comm_spec = replace(spec, args=(*spec.args, *comm))
     env = dict(c.split("=", 1) for c in comm if "=" in c and not c.startswith("-"))
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)          # the capture's environment is this process's (perfgate.capture)
-    try:
+    with mock.patch.dict(os.environ, env):   # the capture's environment is this process's (perfgate.capture)
         run(comm_name, comm_spec)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     changes = {"baseline": "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), "rerun": "unchanged",
                "straggler": " ".join(slow), comm_name: " ".join(comm)}
     where = (f"ranks on {gpus} GPU{'s' if gpus != 1 else ''} ({args.backend or 'nccl'})" if gpu
