@@ -54,9 +54,8 @@ class _SqliteResult:
         self.names = [d[0] for d in cursor.description]
 
     def _columns(self, rows: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
-        """One array per column: int64 where every value is an integer, float64 where any is a
-        float, object where any is text or NULL (None). numpy infers the type in C: a column of
-        integers is int64, with a float float64, and with a None (or as text) object or unicode."""
+        """One array per column, its type inferred by numpy (in C): int64 where every value is an
+        integer, float64 where any is a float, object where any is text or NULL (None)."""
         if not rows:
             return {name: np.array([], dtype=np.int64) for name in self.names}
         out = {}
@@ -64,7 +63,7 @@ class _SqliteResult:
             array = np.array(values)
             if array.dtype.kind == "U":
                 array = np.array(values, dtype=object)
-            elif array.dtype.kind not in "iufO":     # e.g. an integer beyond int64: as DuckDB refuses it
+            elif array.dtype.kind not in "iufO":     # e.g. a BLOB column (bytes): no query reads one
                 raise TraceError(f"column {name}: values numpy reads as {array.dtype}")
             out[name] = array
         return out

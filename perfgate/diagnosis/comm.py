@@ -25,6 +25,8 @@ MIN_SHARE_OF_STEP = 0.1     # ... nor below this share of the step-time change
 LOST_OVERLAP = 0.10         # overlap share falling by this much (absolute) is named
 MORE_KERNELS = 0.25         # NCCL kernels per step growing by this share (and by one at least)
 ACCUMULATION_SLACK = 0.1    # runs of a phase per step (and collectives per run) equal within this share
+#: the likely edit behind more collectives per step, where the records cannot tell which
+EITHER_EDIT = "smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every micro-step (no_sync dropped)?"
 _COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 _WORDS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
           "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send/recv"}
@@ -109,14 +111,12 @@ def more_kernels(change: CommChange) -> str | None:
                    for k, v in change.cur_collectives.items()), key=lambda x: x[1] - x[2])
     numbers = f"NCCL kernels per step {b:.0f} -> {c:.0f}"
     if not grew or grew[0][2] <= grew[0][1]:
-        return (f"{numbers}: smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every "
-                "micro-step (no_sync dropped)?")
+        return f"{numbers}: {EITHER_EDIT}"
     (name, phase), bc, cc = grew[0]
     detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
     runs_b, runs_c = change.base_runs.get(phase) or 0.0, change.cur_runs.get(phase) or 0.0
     if bc <= 0 or runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
-        return (f"{detail}): smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every "
-                "micro-step (no_sync dropped)?")
+        return f"{detail}): {EITHER_EDIT}"
     if runs_c >= 2 - ACCUMULATION_SLACK and abs(cc / bc - runs_c) <= ACCUMULATION_SLACK * runs_c:
         return (f"{detail}, which runs {runs_c:.0f} times per step: each {phase} now communicates, not only "
                 f"the last): gradients all-reduced at every micro-step (no_sync() dropped from the accumulation?)")

@@ -132,15 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     slow = ("--slow-rank", str(spec.nproc - 1), "--slow-phase", "forward", "--slow-ms", f"{slow_ms:.0f}")
     if not args.comm_only:
         run("straggler", replace(spec, args=(*spec.args, *slow)))
+    env: dict[str, str] = {}
     if args.comm == "no_sync":   # the same micro-batches, each all-reduced: no_sync() dropped
         comm_name, comm = "no_sync dropped", ("--accumulate", args.micro_steps)
         comm_spec = replace(spec, args=(*base_args, *comm))
     elif args.comm == "p2p_off":   # the same job, its NCCL told not to use peer-to-peer copies
-        comm_name, comm, comm_spec = "P2P off", ("NCCL_P2P_DISABLE=1",), spec
+        env = {"NCCL_P2P_DISABLE": "1"}
+        comm_name, comm, comm_spec = "P2P off", tuple(f"{k}={v}" for k, v in env.items()), spec
     else:
         comm_name, comm = "small buckets", ("--bucket-cap-mb", args.bucket_cap_mb)
         comm_spec = replace(spec, args=(*spec.args, *comm))
-    env = dict(c.split("=", 1) for c in comm if "=" in c and not c.startswith("-"))
     with mock.patch.dict(os.environ, env):   # the capture's environment is this process's (perfgate.capture)
         run(comm_name, comm_spec)
     changes = {"baseline": "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), "rerun": "unchanged",
