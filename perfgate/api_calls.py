@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.columnar import CATALOG, stream
+from perfgate.columnar import CATALOG, stream, stream_integers
+from perfgate.columns import factorize, grouped_cummax
 from perfgate.gpu_ops import PID_BITS, PID_MASK, GpuOps
 
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -115,11 +116,13 @@ class _Union:
     def add(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         if tid.size == 0 or not self.ordered:
             return
-        import pandas as pd
-
-        inv, threads = pd.factorize(tid, sort=False)
+        if (tid == tid[0]).all():                 # one thread: no grouping
+            self._add_each(np.zeros(tid.size, dtype=np.int64), [int(tid[0])], start, end)
+            return
+        inv, thread_list = factorize(tid)
+        threads = np.array(thread_list, dtype=np.int64)
         if threads.size <= FEW_THREADS:
-            self._add_each(inv, threads.tolist(), start, end)
+            self._add_each(inv, thread_list, start, end)
             return
         inv = inv.astype(np.int16 if threads.size < 2**15 else np.int64)
         order = np.argsort(inv, kind="stable")    # radix sort; keeps each thread's export order
@@ -131,7 +134,7 @@ class _Union:
         if (s < prev_start).any():
             self.ordered = False
             return
-        run = _grouped_cummax(e, g)
+        run = grouped_cummax(e, first)
         prev_end = np.where(first, carry_end[g], np.maximum(np.r_[run[:1], run[:-1]], carry_end[g]))
         self.busy += int(np.maximum(0, e - np.maximum(s, prev_end)).sum())
         last = np.r_[np.flatnonzero(first)[1:] - 1, g.size - 1]
@@ -160,25 +163,15 @@ class _Union:
             self.last_start[t], self.run_end[t] = int(s[-1]), int(run[-1])
 
 
-def _grouped_cummax(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` restarting at each new group (rows sorted by group)."""
-    if values.size == 0:
-        return values.copy()
-    base = values.min()
-    span = int(values.max() - base) + 1
-    if span * (int(groups.max()) + 1) < 2**62:   # lift each group above the previous one
-        lift = groups.astype(np.int64) * span
-        return np.maximum.accumulate(values - base + lift) - lift + base
-    import pandas as pd
-
-    return pd.Series(values).groupby(groups).cummax().to_numpy(dtype=np.int64)
-
-
-def _calls(con: Any, columns: set[str], where: str = "", order: str = "") -> Iterator[dict[str, np.ndarray]]:
+def _calls(con: Any, columns: set[str], window: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """The API calls in export order (``window``: only those starting in it, by thread and start)."""
     name = "coalesce(nameId, -1)" if "nameId" in columns else "-1"
-    sql = (f'SELECT start, "end", globalTid AS tid, coalesce(correlationId, -1) AS corr, {name} AS name '
-           f"FROM {CATALOG}.{RUNTIME_TABLE} {where} {order}")
-    return stream(con, sql)
+    exprs = {"start": "start", "end": '"end"', "tid": "globalTid", "corr": "coalesce(correlationId, -1)", "name": name}
+    if window is None:
+        return stream_integers(con, RUNTIME_TABLE, exprs)
+    listed = ", ".join(f"{sql} AS {n}" for n, sql in exprs.items())
+    return stream(con, f"SELECT {listed} FROM {CATALOG}.{RUNTIME_TABLE} "
+                       f"WHERE start BETWEEN {window[0]} AND {window[1]} ORDER BY globalTid, start")
 
 
 def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, int] | None,
@@ -222,7 +215,7 @@ def scan_runtime(con: Any, columns: set[str], ops: GpuOps, window: tuple[int, in
         return launched, None
     if not union.ordered:
         union = _Union()
-        for c in _calls(con, columns, f"WHERE start BETWEEN {lo} AND {hi}", "ORDER BY globalTid, start"):
+        for c in _calls(con, columns, (lo, hi)):
             union.add(c["tid"], c["start"], np.minimum(c["end"], hi))
     ks, ke, kt = ([np.concatenate(p) for p in zip(*kept)] if kept
                   else [np.zeros(0, dtype=np.int64) for _ in range(3)])

@@ -10,7 +10,8 @@ sqlite3 (``SqliteConnection``): the same results, slower.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,42 @@ def stream(con: Any, sql: str, rows: int = ROWS_PER_CHUNK) -> Iterator[dict[str,
         if len(chunk) == 0:
             return
         yield {c: chunk[c].to_numpy() for c in chunk.columns}
+
+
+def stream_integers(con: Any, table: str, columns: Mapping[str, str],
+                    rows: int = ROWS_PER_CHUNK) -> Iterator[dict[str, np.ndarray]]:
+    """The rows of ``table`` in rowid order, ``rows`` rowids at a time, as int64 arrays of the
+    integer SQL expressions ``columns`` (name -> expression; NULLs coalesced by the caller).
+
+    Through sqlite3, each chunk is one query that gives each column as one comma-separated string
+    (``group_concat``, made by SQLite in C) parsed by numpy in C: no Python object per value, about
+    twice as fast as rows fetched through the cursor. The expressions are aggregated in the same
+    scan, so the columns stay aligned; a value that is not an integer is an error."""
+    if not isinstance(con, SqliteConnection):
+        exprs = ", ".join(f"{sql} AS {name}" for name, sql in columns.items())
+        yield from stream(con, f"SELECT {exprs} FROM {CATALOG}.{table}", rows)
+        return
+    source = f"{CATALOG}.{table}"
+    # one aggregate a query: SQLite reads min(rowid) or max(rowid) off the b-tree's edge
+    first = con.con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
+    last = con.con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
+    if first is None:
+        return
+    aggregates = ", ".join(f"group_concat({sql})" for sql in columns.values())
+    query = f"SELECT count(*), {aggregates} FROM {source} WHERE rowid >= ? AND rowid < ?"
+    for at in range(int(first), int(last) + 1, rows):
+        n, *texts = con.con.execute(query, (at, at + rows)).fetchone()
+        if n == 0:
+            continue
+        chunk = {}
+        for name, text in zip(columns, texts):
+            try:
+                with warnings.catch_warnings():   # numpy before 2.x warned and stopped at a bad value
+                    warnings.simplefilter("error", DeprecationWarning)
+                    values = np.fromstring(text or "", dtype=np.int64, sep=",")
+            except (ValueError, DeprecationWarning) as exc:
+                raise TraceError(f"{table}: column {name} holds a value that is not an integer") from exc
+            if values.size != n:
+                raise TraceError(f"{table}: column {name} holds {n - values.size} NULL or non-integer values")
+            chunk[name] = values
+        yield chunk

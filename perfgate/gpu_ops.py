@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.columnar import CATALOG, stream
+from perfgate.columnar import stream_integers
 
 GPU_OP_TABLES: dict[str, str] = {
     "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -121,11 +121,10 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
     for kind, table, cols in present:
         name = next((c for c in ("shortName", "demangledName") if c in cols), None)
         # only the columns the table has: the others stay -1 as allocated (a kernel has no copy kind)
-        exprs = [f"coalesce({src}, -1) AS {dst}" for dst, src in _SOURCES if src.strip('"') in cols]
+        exprs = {dst: f"coalesce({src}, -1)" for dst, src in _SOURCES if src.strip('"') in cols}
         if name:
-            exprs.append(f"coalesce({name}, -1) AS name_id")
-        sql = f"SELECT {', '.join(exprs)} FROM {CATALOG}.{table}"
-        for chunk in stream(con, sql):
+            exprs["name_id"] = f"coalesce({name}, -1)"
+        for chunk in stream_integers(con, table, exprs):
             k = chunk["start"].size
             for dst, values in chunk.items():
                 if dst in WIDENED and out[dst].dtype != np.int64 and values.size and not _fits(values):

@@ -11,8 +11,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-
-import pandas as pd
+from typing import Any
 
 from perfgate.errors import ConfigError, NsysNotFoundError, TraceError
 
@@ -166,9 +165,11 @@ def resolve_report_name(nsys: Path, report_name: str) -> str:
     )
 
 
-def stats_csv(nsys: Path, report_name: str, trace: Path) -> pd.DataFrame:
-    """Run ``nsys stats -r <report> -f csv`` on ``trace`` and return its table (empty frame when
-    nsys skips the report because the trace has no such data)."""
+def stats_csv(nsys: Path, report_name: str, trace: Path) -> Any:
+    """Run ``nsys stats -r <report> -f csv`` on ``trace`` and return its table as a pandas frame
+    (empty when nsys skips the report because the trace has no such data)."""
+    import pandas as pd
+
     name = resolve_report_name(nsys, report_name)
     with tempfile.TemporaryDirectory(prefix="perfgate-stats-") as tmp:
         prefix = Path(tmp) / "out"

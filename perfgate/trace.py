@@ -5,7 +5,7 @@ Small tables (meta data, enums, StringIds) and the schema probe go through sqlit
 tables through DuckDB's SQLite scanner (``perfgate.columnar``), each needed column read once:
 NVTX ranges when the trace is loaded, GPU ops and the CUDA API calls on first use
 (``Trace.gpu``). Files are opened read-only (``file:...?mode=ro`` / ``READ_ONLY``). Column names
-in the frames are snake_case; timestamps are integer ns relative to session start.
+in the tables are snake_case; timestamps are integer ns relative to session start.
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-
 from perfgate import columnar
+from perfgate.columns import Columns, factorize, run_starts
 from perfgate.api_calls import RUNTIME_TABLE, SYNC_CALLS, ApiCalls, api_name, scan_runtime
 from perfgate.errors import TraceError
 from perfgate.gpu_ops import GPU_OP_TABLES, KIND_CODES, PID_MASK, GpuOps, empty_ops, read_gpu_ops
@@ -44,20 +43,21 @@ __all__ = ["GPU_OP_TABLES", "KIND_CODES", "PID_MASK", "RUNTIME_TABLE", "Trace", 
 class Trace:
     """One nsys export.
 
-    ``nvtx``: one row per NVTX push/pop or start/end range, columns ``row_id, start, end,
-    unterminated, text, name, style, global_tid, end_global_tid, domain_id, pid``. ``name`` is the
+    ``nvtx``: one row per NVTX push/pop or start/end range (``Columns``, in export order):
+    ``row_id, start, end, unterminated, text, name, style, global_tid, end_global_tid, domain_id,
+    pid``; ``end_global_tid`` and ``domain_id`` are ``NO_ID`` where the export has NULL. ``name`` is the
     ``domain:text`` tag nsys stats prints (``text`` alone in the default domain); an unterminated
     range ends at the largest NVTX timestamp, as in ``nsys stats``.
     ``gpu(window)``: the GPU ops joined to their launching calls (``GpuOps``, read and joined once)
     and the CUDA API calls of a window (``ApiCalls``), from one pass over the API-call table.
-    ``gpu_ops`` / ``runtime`` / ``memory_events``: the same tables as pandas frames, for tests and
-    inspection (``runtime`` reads the whole API-call table).
+    ``gpu_ops`` / ``runtime``: the same tables as pandas frames, for tests and inspection
+    (``runtime`` reads the whole API-call table); ``memory_events``: the GPU memory events.
     """
 
     path: Path
     nsys_version: str | None
     schema_version: str | None
-    nvtx: pd.DataFrame
+    nvtx: Columns
     strings: dict[int, str]
     tables: frozenset[str] = field(default_factory=frozenset)
     columns: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
@@ -118,14 +118,16 @@ class Trace:
         return self._cache[key]
 
     @property
-    def gpu_ops(self) -> pd.DataFrame:
+    def gpu_ops(self) -> Any:
         """GPU ops with their API-call columns, as a frame (``kind`` categorical)."""
         return self.gpu()[0].frame()
 
     @property
-    def runtime(self) -> pd.DataFrame:
-        """The whole API-call table as a frame: ``start, end, global_tid, global_pid,
+    def runtime(self) -> Any:
+        """The whole API-call table as a pandas frame: ``start, end, global_tid, global_pid,
         correlation_id, name_id``."""
+        import pandas as pd
+
         cols = ("start", "end", "global_tid", "global_pid", "correlation_id", "name_id")
         if RUNTIME_TABLE not in self.tables or self._con is None:
             return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
@@ -137,7 +139,7 @@ class Trace:
         return pd.DataFrame({c: d[c].astype(np.int64) for c in cols})
 
     @property
-    def memory_events(self) -> pd.DataFrame | None:
+    def memory_events(self) -> Columns | None:
         """``start, global_pid, device_id, bytes, op`` (op 0 alloc, 1 free) of
         CUDA_GPU_MEMORY_USAGE_EVENTS, or None without that table."""
         if "memory" not in self._cache:
@@ -232,9 +234,10 @@ def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
 
 NVTX_COLUMNS = ("row_id", "start", "end", "unterminated", "text", "name", "style", "global_tid",
                 "end_global_tid", "domain_id", "pid")
+NO_ID = -1   # end_global_tid / domain_id where the export has NULL (a range ended on its own thread)
 
 
-def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
+def _nvtx(con: Any, probe: dict[str, Any]) -> Columns:
     """NVTX ranges named and closed exactly as ``nsys stats`` (nvtxsum / nvtx_sum) does: the
     message is coalesce(StringIds via textId, text); the domain comes from the NvtxDomainCreate
     row with the same domainId in the same process (the earliest per thread that created it)."""
@@ -246,19 +249,19 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
     wanted = ",".join(str(t) for t in (*pushpop, *startend, create))
     opt = {c: (c if c in cols else "NULL") for c in ("textId", "endGlobalTid", "domainId")}
     table = f"{columnar.CATALOG}.NVTX_EVENTS"
-    # the rows as numpy arrays: one DataFrame is made, of the ranges, in its final column order
     raw = columnar.fetch(con, f"""
         SELECT rowid AS row_id, start, coalesce("end", -1) AS "end", "end" IS NULL AS unterminated,
                eventType AS event_type, text, coalesce({opt['textId']}, -1) AS text_id, globalTid AS global_tid,
-               coalesce({opt['endGlobalTid']}, -1) AS end_global_tid, {opt['endGlobalTid']} IS NULL AS end_tid_null,
-               coalesce({opt['domainId']}, -1) AS domain_id, {opt['domainId']} IS NULL AS domain_null
+               coalesce({opt['endGlobalTid']}, {NO_ID}) AS end_global_tid,
+               coalesce({opt['domainId']}, {NO_ID}) AS domain_id, {opt['domainId']} IS NULL AS domain_null
         FROM {table} WHERE eventType IN ({wanted}) ORDER BY rowid""")
-    for flag in ("unterminated", "end_tid_null", "domain_null"):   # 0/1 through sqlite3
+    for flag in ("unterminated", "domain_null"):   # 0/1 through sqlite3
         raw[flag] = raw[flag].astype(bool)
     message = _messages(raw["text"], raw["text_id"], probe["strings"])
     is_range = np.isin(raw["event_type"], pushpop + startend)
     if not is_range.any():
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in NVTX_COLUMNS})
+        return Columns.empty_of(NVTX_COLUMNS, {"text": object, "name": object, "style": object,
+                                               "unterminated": bool})
     domain = _domain_names(raw, message, create, "domainId" in cols)
     ranges = {k: v[is_range] for k, v in raw.items() if k not in ("text", "text_id")}
     del raw
@@ -266,23 +269,17 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> pd.DataFrame:
     end = ranges["end"].astype(np.int64)
     if unterminated.any():   # the largest NVTX timestamp: read only where a range needs it
         end[unterminated] = columnar.fetch(con, f'SELECT greatest(max(start), max("end")) AS m FROM {table}')["m"][0]
-    text = message[is_range]
-    text[pd.isna(text)] = ""
-    text = _shared(text)
-    end_tid_null, domain_null = ranges["end_tid_null"], ranges["domain_null"]
-    df = pd.DataFrame({
+    text = _shared(message[is_range])
+    global_tid = ranges["global_tid"].astype(np.int64)
+    domain_id = np.where(ranges["domain_null"], NO_ID, ranges["domain_id"]).astype(np.int64)
+    rows = Columns({
         "row_id": ranges["row_id"].astype(np.int64), "start": ranges["start"].astype(np.int64), "end": end,
         "unterminated": unterminated, "text": text, "name": text,
         "style": np.array(["PushPop", "StartEnd"], dtype=object)[np.isin(ranges["event_type"], startend).astype(np.int8)],
-        "global_tid": ranges["global_tid"].astype(np.int64),
-        "end_global_tid": pd.arrays.IntegerArray(
-            np.where(end_tid_null, 0, ranges["end_global_tid"]).astype(np.int64), end_tid_null.copy()),
-        "domain_id": pd.arrays.IntegerArray(np.where(domain_null, 0, ranges["domain_id"]).astype(np.int64),
-                                            domain_null.copy()),
+        "global_tid": global_tid, "end_global_tid": ranges["end_global_tid"].astype(np.int64),
+        "domain_id": domain_id, "pid": (global_tid >> 24) & 0xFFFFFF,
     })
-    df = _with_domains(df, domain)
-    df["pid"] = (df["global_tid"].to_numpy() >> 24) & 0xFFFFFF
-    return df if list(df.columns) == list(NVTX_COLUMNS) else df[list(NVTX_COLUMNS)]
+    return _with_domains(rows, domain)
 
 
 def _messages(text: np.ndarray, text_id: np.ndarray, strings: dict[int, str]) -> np.ndarray:
@@ -292,59 +289,77 @@ def _messages(text: np.ndarray, text_id: np.ndarray, strings: dict[int, str]) ->
     ids = np.asarray(text_id, dtype=np.int64)
     has = np.flatnonzero(ids >= 0)
     if has.size:
-        looked = pd.Series(ids[has]).map(strings).to_numpy(dtype=object)
-        found = pd.notna(looked)
+        distinct, inverse = np.unique(ids[has], return_inverse=True)    # a lookup per distinct id
+        looked = np.array([strings.get(int(i)) for i in distinct] + [None], dtype=object)[inverse.reshape(-1)]
+        found = np.array([v is not None for v in looked], dtype=bool)
         out[has[found]] = looked[found]
     return out
 
 
-def _domain_names(raw: dict[str, np.ndarray], message: np.ndarray, create: int, has_domains: bool) -> pd.DataFrame:
+def _domain_names(raw: dict[str, np.ndarray], message: np.ndarray, create: int, has_domains: bool) -> Columns:
     """One row per (domainId, creating thread): the name of its earliest NvtxDomainCreate row,
     with the pid bits it is matched on, ordered like SQLite's GROUP BY."""
     if not has_domains:
-        return pd.DataFrame({"domain_id": pd.Series(dtype="int64"), "pid_bits": pd.Series(dtype="int64"),
-                             "domain": pd.Series(dtype=object)})
+        return Columns.empty_of(("domain_id", "pid_bits", "domain"), {"domain": object})
     rows = (raw["event_type"] == create) & ~raw["domain_null"]
-    d = pd.DataFrame({"domain_id": raw["domain_id"].astype(np.int64)[rows],
-                      "global_tid": raw["global_tid"].astype(np.int64)[rows],
-                      "start": raw["start"].astype(np.int64)[rows], "domain": message[rows]})
-    d = d.sort_values(["domain_id", "global_tid", "start"], kind="stable") \
-        .drop_duplicates(["domain_id", "global_tid"], keep="first")
-    d = d[d["domain"].notna().to_numpy()]   # an unnamed domain names nothing (SQL: d.name IS NULL)
-    return d.assign(pid_bits=d["global_tid"] & PID_BITS)[["domain_id", "pid_bits", "domain"]]
+    d = Columns({"domain_id": raw["domain_id"].astype(np.int64)[rows],
+                 "global_tid": raw["global_tid"].astype(np.int64)[rows],
+                 "start": raw["start"].astype(np.int64)[rows], "domain": message[rows]})
+    d = d.sorted_by("domain_id", "global_tid", "start")
+    d = d.take(run_starts(d["domain_id"]) | run_starts(d["global_tid"]))    # the earliest per thread
+    d = d.take(np.array([not _missing(v) for v in d["domain"]], dtype=bool))  # SQL: d.name IS NULL
+    return Columns({"domain_id": d["domain_id"], "pid_bits": d["global_tid"] & PID_BITS, "domain": d["domain"]})
 
 
-def _with_domains(df: pd.DataFrame, domains: pd.DataFrame) -> pd.DataFrame:
+def _with_domains(rows: Columns, domains: Columns) -> Columns:
     """``name`` = ``domain:text`` where the range's domain was created in its process, else
     ``text`` (a domain created on several threads of one process names the range once per thread,
-    as nsys's join does)."""
+    as nsys's join does: the range's row repeats)."""
     if domains.empty:
-        return df if "name" in df.columns else df.assign(name=df["text"])   # ``name`` made as ``text``
-    left = df.assign(_d=df["domain_id"].fillna(-(2**62)).astype(np.int64), _p=df["global_tid"] & PID_BITS)
-    merged = left.merge(domains, how="left", left_on=["_d", "_p"], right_on=["domain_id", "pid_bits"],
-                        suffixes=("", "_dom"), sort=False)
-    named = merged["domain"].notna().to_numpy()
-    name = merged["text"].to_numpy(dtype=object).copy()
-    name[named] = (merged["domain"][named] + ":" + merged["text"][named]).to_numpy(dtype=object)
-    return merged.drop(columns=["_d", "_p", "domain_id_dom", "pid_bits", "domain"]).assign(name=_shared(name))
+        return rows
+    # the domain rows as runs of one (domain, pid bits) key each, in their order
+    d_key, p_key = domains["domain_id"], domains["pid_bits"]
+    order = np.lexsort((p_key, d_key))
+    d_key, p_key, names = d_key[order], p_key[order], domains["domain"][order]
+    first = np.flatnonzero(run_starts(d_key) | run_starts(p_key))
+    count = np.diff(np.r_[first, d_key.size])
+    key = np.full(len(rows), -1, dtype=np.int64)           # each range's run, -1 for none
+    r_dom, r_pid = rows["domain_id"], rows["global_tid"] & PID_BITS
+    for k, at in enumerate(first):                          # distinct domains, not ranges
+        key[(r_dom == d_key[at]) & (r_pid == p_key[at])] = k
+    repeat = np.where(key >= 0, count[np.maximum(key, 0)], 1)
+    if (repeat != 1).any():
+        out_rows = np.repeat(np.arange(len(rows)), repeat)
+        rows, key = rows.take(out_rows), key[out_rows]
+        nth = np.arange(out_rows.size) - np.repeat(np.cumsum(repeat) - repeat, repeat)
+    else:
+        nth = np.zeros(len(rows), dtype=np.int64)
+    named = np.flatnonzero(key >= 0)
+    name = rows["text"].copy()
+    prefix = names[first[key[named]] + nth[named]]
+    name[named] = [f"{d}:{t}" for d, t in zip(prefix, rows["text"][named])]
+    return rows.assign(name=_shared(name))
+
+
+def _missing(value: Any) -> bool:
+    """A NULL text as sqlite3 (None) or a column reader (NaN) gives it."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _shared(values: np.ndarray) -> np.ndarray:
-    """``values`` (an object array of strings) with equal strings as one object: a range name
-    repeats once per step, and at 10^6 ranges one object per row is tens of MB."""
-    codes, uniques = pd.factorize(values)
-    out = np.asarray(uniques, dtype=object)[codes]
-    missing = codes < 0
-    out[missing] = values[missing]
-    return out
+    """``values`` (an object array of strings, None or NaN where NULL) with equal strings as one
+    object and NULL as "": a range name repeats once per step, and at 10^6 ranges one object per
+    row is tens of MB."""
+    codes, distinct = factorize(values)
+    return np.array(["" if _missing(v) else v for v in distinct] + [""], dtype=object)[codes]
 
 
-def _memory_events(trace: Trace) -> pd.DataFrame | None:
+def _memory_events(trace: Trace) -> Columns | None:
     cols = trace._columns(MEMORY_USAGE_TABLE)
     if MEMORY_USAGE_TABLE not in trace.tables or not {"start", "bytes", "memoryOperationType"} <= cols:
         return None
     gpid = "globalPid" if "globalPid" in cols else "0"
     dev = "deviceId" if "deviceId" in cols else "0"
-    return pd.DataFrame(columnar.fetch(trace._con, (
+    return Columns(columnar.fetch(trace._con, (
         f"SELECT start, {gpid} AS global_pid, {dev} AS device_id, bytes, memoryOperationType AS op "
         f"FROM {columnar.CATALOG}.{MEMORY_USAGE_TABLE} ORDER BY rowid")))

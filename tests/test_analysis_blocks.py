@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze, intervals, phases, steps
 from perfgate.analysis.idle import _top_gaps, busy_intervals
 from perfgate.api_calls import _add_counts
+from perfgate.columns import Columns
 from perfgate.diagnosis.kernel_sets import _dense_codes, _distinct
 from perfgate.trace import load_trace
 
@@ -70,8 +70,8 @@ def test_top_gaps_hold_the_n_longest_gaps_in_time_order(n: int) -> None:
 
 def test_open_instance_in_blocks_matches_a_scan_of_every_instance() -> None:
     rng = np.random.default_rng(8)
-    inst = pd.DataFrame({"pid": rng.integers(1, 3, size=40), "start": np.arange(40) * 100})
-    inst["end"] = inst["start"] + rng.integers(10, 150, size=40)
+    start = np.arange(40) * 100
+    inst = Columns({"pid": rng.integers(1, 3, size=40), "start": start, "end": start + rng.integers(10, 150, size=40)})
     pid = rng.integers(1, 4, size=500)                          # pid 3 has no instance
     t = rng.integers(0, 4200, size=500)
     got = phases.open_instance(inst, pid, t, block=7)

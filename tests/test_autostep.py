@@ -338,7 +338,7 @@ def test_nsys_records_one_range_of_each_kind_per_step(tmp_path: Path, nsys_path:
     proc = subprocess.run(cmd, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
     assert "steps 3 autostep True" in proc.stdout
-    nvtx = load_trace(tmp_path / "trace.sqlite").nvtx
+    nvtx = load_trace(tmp_path / "trace.sqlite").nvtx.frame()
     ours = nvtx[nvtx["text"].str.startswith("perfgate/")].sort_values("start", kind="stable")
     assert ours["text"].value_counts().to_dict() == {DATA_LOAD: 3, BACKWARD: 3, OPTIMIZER: 3}
     assert list(ours["text"]) == [DATA_LOAD, BACKWARD, OPTIMIZER] * 3

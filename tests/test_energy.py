@@ -249,7 +249,8 @@ def test_a_traces_session_start_places_its_ranges_on_the_wall_clock(nsys_path, t
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     began, ended = (int(x) for x in next(ln for ln in done.stdout.splitlines() if ln.startswith("PROBE")).split()[1:])
     trace = load_trace(Path(tmp_path / "t.sqlite"))
-    probe = trace.nvtx[trace.nvtx["text"] == "probe"].iloc[0]
+    nvtx = trace.nvtx.frame()
+    probe = nvtx[nvtx["text"] == "probe"].iloc[0]
     assert trace.session_start_utc_ns is not None
     assert abs(trace.session_start_utc_ns + int(probe["start"]) - began) < 20 * MS
     assert abs(trace.session_start_utc_ns + int(probe["end"]) - ended) < 20 * MS

@@ -120,7 +120,7 @@ def _per_step(path: Path) -> dict[str, float]:
 
     trace = load_trace(path)
     a = analyze_trace(path, AnalysisOptions(skip_steps=1))
-    nvtx = trace.nvtx
+    nvtx = trace.nvtx.frame()
     inside = np.zeros(len(nvtx), dtype=bool)
     for r in a.ranks:
         mine = (nvtx["pid"] == r.pid).to_numpy()

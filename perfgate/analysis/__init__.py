@@ -73,7 +73,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     if len(ops):
         busy = attribute_gpu_time(instances, ops)
         # only the phase instances' own ranges are looked up in the projection
-        projected = project_ranges(trace.nvtx[trace.nvtx["row_id"].isin(instances["row_id"]).to_numpy()], ops)
+        projected = project_ranges(trace.nvtx.take(np.isin(trace.nvtx["row_id"], instances["row_id"])), ops)
         assert api is not None  # trace.gpu aggregates the API calls of every window it is given
         work = gpu_work(ops, api, trace.strings, trace.memory_events, lo, hi, steps.count,
                         options.top_kernels)
@@ -92,7 +92,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         ranges=range_stats(trace.nvtx),
         gpu_idle=idle,
         gpu=work,
-        processes=int(sel.measured["pid"].nunique()),
+        processes=int(np.unique(sel.measured["pid"]).size),
         devices=devices,
         warnings=sel.warnings + _source_note(sel.source),
         ranks=ranks,

@@ -24,9 +24,9 @@ import re
 from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
 
 from perfgate.analysis import intervals
+from perfgate.columns import Columns
 from perfgate.gpu_ops import KERNEL, GpuOps
 from perfgate.model import CommStats, RankComm
 
@@ -67,7 +67,7 @@ def _meeting(starts: np.ndarray, ends: np.ndarray, us: np.ndarray, ue: np.ndarra
     return hit
 
 
-def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: pd.DataFrame) -> CommStats | None:
+def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: Columns) -> CommStats | None:
     """Communication per rank of the measured steps (``pid``, ``start``, ``period_end`` of each);
     None when no NCCL kernel was launched in them."""
     ids = nccl_name_ids(strings)
@@ -79,12 +79,17 @@ def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: pd.DataFrame) 
         return None
     is_compute = (ops.kind == KERNEL) & ~is_nccl
     launched = ops.call_time(nccl)
-    windows = measured.groupby("pid").agg(lo=("start", "min"), hi=("period_end", "max"), steps=("start", "size"))
+    pids, where, steps_of = np.unique(measured["pid"], return_inverse=True, return_counts=True)
+    lo_of = np.full(pids.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi_of = np.full(pids.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo_of, where, measured["start"])
+    np.maximum.at(hi_of, where, measured["period_end"])
     compute_by_device: dict[int, np.ndarray] = {}      # per GPU: its compute kernels (indices)
     ranks: list[RankComm] = []
     totals: list[tuple[int, int, int, int]] = []     # kernels, comm ns, overlapped ns, steps
-    for rank, (pid, w) in enumerate(windows.iterrows()):
-        mine = nccl[(ops.pid[nccl] == pid) & (launched >= w["lo"]) & (launched <= w["hi"])]
+    for rank, (pid, lo, hi, n_steps) in enumerate(zip(pids.tolist(), lo_of.tolist(), hi_of.tolist(),
+                                                      steps_of.tolist())):
+        mine = nccl[(ops.pid[nccl] == pid) & (launched >= lo) & (launched <= hi)]
         comm_ns = overlap_ns = 0
         devices = np.unique(ops.device_id[mine])
         for dev in devices:
@@ -96,7 +101,7 @@ def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: pd.DataFrame) 
             near = compute[_meeting(ops.start[compute], ops.end[compute], cs, ce)]
             comm_ns += int((ce - cs).sum())
             overlap_ns += overlap_length(cs, ce, *intervals.union(ops.start[near], ops.end[near]))
-        steps = max(int(w["steps"]), 1)
+        steps = max(n_steps, 1)
         totals.append((mine.size, comm_ns, overlap_ns, steps))
         ranks.append(RankComm(rank=rank, pid=int(pid), devices=tuple(str(int(d)) for d in devices),
                               kernels_per_step=mine.size / steps, comm_ms=comm_ns / 1e6 / steps,

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfgate.analysis.intervals import group_sums
 from perfgate.api_calls import SYNC_CALLS, ApiCalls, api_name
+from perfgate.columns import Columns, descending_order, run_starts
 from perfgate.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
 from perfgate.model import GpuWork, KernelStat
 
@@ -22,7 +22,7 @@ def in_window(ops: GpuOps, start_ns: int, end_ns: int) -> np.ndarray:
     return (t >= start_ns) & (t <= end_ns)
 
 
-def gpu_work(ops: GpuOps, api: ApiCalls, strings: dict[int, str], memory_events: pd.DataFrame | None,
+def gpu_work(ops: GpuOps, api: ApiCalls, strings: dict[int, str], memory_events: Columns | None,
              start_ns: int, end_ns: int, steps: int, top_kernels: int = 10) -> GpuWork:
     """Per-step GPU work in the window [start_ns, end_ns] over ``steps`` measured steps; ``api``
     holds the API calls of that window."""
@@ -31,10 +31,9 @@ def gpu_work(ops: GpuOps, api: ApiCalls, strings: dict[int, str], memory_events:
     kernels = inside & (ops.kind == KERNEL)
     kdur = ops.end[kernels] - ops.start[kernels]
     ids, counts, totals = group_sums(ops.name_id[kernels], kdur)
-    by_name = pd.DataFrame({"count": counts, "total": totals}, index=ids).sort_values("total", ascending=False)
-    top = tuple(KernelStat(name=strings.get(int(i), f"<kernel {int(i)}>"), count=int(r["count"]),
-                           total_ms=float(r["total"]) / 1e6)
-                for i, r in by_name.head(top_kernels).iterrows())
+    top = tuple(KernelStat(name=strings.get(int(ids[k]), f"<kernel {int(ids[k])}>"), count=int(counts[k]),
+                           total_ms=float(totals[k]) / 1e6)
+                for k in descending_order(totals)[:top_kernels])
     copies = inside & (ops.kind == MEMCPY)
     h2d = copies & (ops.copy_kind == COPY_HTOD)
     pageable = h2d & (ops.src_kind == MEM_PAGEABLE)   # what pin_memory fixes: device-bound copies
@@ -54,11 +53,14 @@ def gpu_work(ops: GpuOps, api: ApiCalls, strings: dict[int, str], memory_events:
     )
 
 
-def peak_memory(events: pd.DataFrame | None) -> int | None:
+def peak_memory(events: Columns | None) -> int | None:
     """Largest allocated total on one (process, device), from CUDA_GPU_MEMORY_USAGE_EVENTS."""
     if events is None or events.empty:
         return None
-    ev = events.sort_values("start", kind="stable")
-    signed = np.where(ev["op"].to_numpy() == 0, 1, -1) * ev["bytes"].to_numpy()
-    live = pd.Series(signed).groupby([ev["global_pid"].to_numpy(), ev["device_id"].to_numpy()]).cumsum()
-    return int(max(live.max(), 0))
+    ev = events.sorted_by("global_pid", "device_id", "start")       # each (process, device) in time order
+    signed = np.where(ev["op"] == 0, 1, -1) * ev["bytes"].astype(np.int64)
+    total = np.cumsum(signed)
+    first = np.flatnonzero(run_starts(ev["global_pid"]) | run_starts(ev["device_id"]))
+    # the running total of each (process, device): the overall one less its value before the group
+    before = np.repeat(total[first] - signed[first], np.diff(np.r_[first, total.size]))
+    return int(max((total - before).max(), 0))

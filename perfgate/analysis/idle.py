@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfgate.analysis import intervals
 from perfgate.analysis.intervals import BLOCK
+from perfgate.columns import Columns
 from perfgate.gpu_ops import GpuOps
 from perfgate.model import GpuIdle, IdleGap
 
@@ -27,7 +27,7 @@ def busy_intervals(ops: GpuOps, window_start_ns: int, window_end_ns: int) -> dic
     return out
 
 
-def gpu_idle(ops: GpuOps, nvtx: pd.DataFrame, window_start_ns: int, window_end_ns: int,
+def gpu_idle(ops: GpuOps, nvtx: Columns, window_start_ns: int, window_end_ns: int,
              longest_gaps: int = 5, busy: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> GpuIdle | None:
     """Idle = window time in which a GPU ran no kernel, memcpy, memset or graph (union of their
     intervals, so overlapping streams count once). Every device with GPU activity anywhere in the
@@ -76,13 +76,13 @@ def _top_gaps(us: np.ndarray, ue: np.ndarray, lo: int, hi: int, n: int) -> tuple
 def _device_processes(ops: GpuOps) -> np.ndarray:
     """The distinct (device, process) pairs of the ops as ``device << 32 | pid``: one pass over the
     ops, a block at a time, not one per gap."""
-    parts = [pd.unique((ops.device_id[at:at + BLOCK].astype(np.int64) << 32) | ops.pid[at:at + BLOCK])
+    parts = [np.unique((ops.device_id[at:at + BLOCK].astype(np.int64) << 32) | ops.pid[at:at + BLOCK])
              for at in range(0, len(ops), BLOCK)]
-    return pd.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _longest(busy: dict[int, tuple[np.ndarray, np.ndarray]], lo: int, hi: int, ops: GpuOps,
-             nvtx: pd.DataFrame, n: int) -> tuple[IdleGap, ...]:
+             nvtx: Columns, n: int) -> tuple[IdleGap, ...]:
     """The ``n`` longest idle gaps over all devices (device order, then time order on ties), with
     the NVTX ranges open on the CPU at each gap's middle in the processes using that device."""
     if n <= 0 or not busy:
@@ -98,9 +98,9 @@ def _longest(busy: dict[int, tuple[np.ndarray, np.ndarray]], lo: int, hi: int, o
         pids = np.unique(pairs[(pairs >> 32) == devs[k]] & 0xFFFFFFFF)
         t = starts[k]
         mid = t + (ends[k] - t) // 2
-        open_ = nvtx[(nvtx["start"] <= mid) & (nvtx["end"] > mid) & nvtx["pid"].isin(pids)]
-        open_ = open_.sort_values(["start", "end"], ascending=[True, False])
+        open_ = nvtx.take((nvtx["start"] <= mid) & (nvtx["end"] > mid) & np.isin(nvtx["pid"], pids))
+        open_ = open_.take(np.lexsort((-open_["end"], open_["start"])))
         out.append(IdleGap(device=device_label(devs[k]), start_ns=int(t),
                            duration_ms=float(ends[k] - t) / 1e6,
-                           cpu_ranges=tuple(open_["name"].str.removeprefix(":"))))
+                           cpu_ranges=tuple(n.removeprefix(":") for n in open_["name"])))
     return tuple(out)

@@ -3,7 +3,8 @@ lengths. Pure and vectorized (sorting plus running maxima, no per-interval Pytho
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
+
+from perfgate.columns import grouped_cummax, run_starts
 
 BLOCK = 1 << 20   # rows per block of per-row work: temporaries of 8 MB per int64 column
 IN_PLACE_FROM = 4 * BLOCK   # window unions of this many intervals on: no permutation (memory)
@@ -127,37 +128,14 @@ def _union_lengths(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndar
     order = np.lexsort((s, g))
     g, s, e = g[order], s[order], e[order]
     del order
-    group_start = np.empty(g.size, dtype=bool)
-    group_start[0] = True
-    group_start[1:] = g[1:] != g[:-1]
-    run_end = _grouped_cummax(e, group_start)
+    group_start = run_starts(g)
+    run_end = grouped_cummax(e, group_start)
     new = group_start.copy()
     new[1:] |= s[1:] > run_end[:-1]
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, g.size - 1]
     seg_lengths = run_end[last] - s[first]
     return g[group_start], np.add.reduceat(seg_lengths, np.flatnonzero(group_start[first]))
-
-
-def _grouped_cummax(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` that restarts where ``group_start`` is True: one
-    ``maximum.accumulate`` after lifting each group above all values of the groups before it."""
-    if values.size == 0:
-        return values.astype(np.int64)
-    gid = np.cumsum(group_start, dtype=np.int64)
-    gid -= 1
-    base = int(values.min())
-    span = int(values.max()) - base + 1
-    if span * (int(gid[-1]) + 1) < 2**62:
-        lift = gid
-        lift *= span                      # in place: at 10^7 ops each temporary is 80 MB
-        out = values - base
-        out += lift
-        np.maximum.accumulate(out, out=out)
-        out -= lift
-        out += base
-        return out
-    return pd.Series(values).groupby(gid).cummax().to_numpy(dtype=np.int64)
 
 
 def group_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -4,10 +4,10 @@ nsys's thread projection (``gpu_thread_proj_ms``)."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfgate.analysis.intervals import BLOCK, union_length_by_group
 from perfgate.analysis.steps import BETWEEN_STEPS, phase_name, top_level_mask
+from perfgate.columns import Columns, factorize, first_seen, previous_max, run_starts
 from perfgate.gpu_ops import GpuOps
 from perfgate.model import PhaseStats
 
@@ -15,37 +15,36 @@ from perfgate.model import PhaseStats
 INSTANCE_COLUMNS = ("row_id", "start", "end", "global_tid", "pid")
 
 
-def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+def phase_instances(nvtx: Columns, measured: Columns) -> Columns:
     """The phases of each measured iteration: the ``INSTANCE_COLUMNS`` of their ranges, with
     ``phase`` (name) and ``step_index`` (position of the step in ``measured``): NVTX ranges on the step's thread that are direct children of the
     iteration, i.e. inside the step range or between its end and the next step's start
     (``period_end``; the range's end when that column is absent), plus ``between_steps`` pieces:
     the parts of that gap no such range covers (synthetic rows, ``row_id`` -1)."""
-    steps = measured.reset_index(drop=True)
-    if "period_end" not in steps.columns:
-        steps = steps.assign(period_end=steps["end"])
-    # candidate rows as positions into ``nvtx``; the frame is copied once, for the instances kept
-    n_tid, n_start, n_end = (nvtx[c].to_numpy() for c in ("global_tid", "start", "end"))
-    n_row = nvtx["row_id"].to_numpy()
+    steps = measured if "period_end" in measured else measured.assign(period_end=measured["end"])
+    # candidate rows as positions into ``nvtx``; the columns are copied once, for the instances kept
+    n_tid, n_start, n_end, n_row = (nvtx[c] for c in ("global_tid", "start", "end", "row_id"))
+    s_tid = steps["global_tid"]
     found_pos: list[np.ndarray] = []
     found_step: list[np.ndarray] = []
-    for tid, st in steps.groupby("global_tid", sort=False):
+    for tid in first_seen(s_tid):                                   # threads, not steps
+        mine = np.flatnonzero(s_tid == tid)
         pos = np.flatnonzero(n_tid == tid)
         pos = pos[np.argsort(n_start[pos], kind="stable")]          # the thread's ranges by start
         starts = n_start[pos]
-        i = np.searchsorted(starts, st["start"].to_numpy(), side="left")
-        j = np.searchsorted(starts, st["period_end"].to_numpy(), side="right")
+        i = np.searchsorted(starts, steps["start"][mine], side="left")
+        j = np.searchsorted(starts, steps["period_end"][mine], side="right")
         lengths = j - i
         if lengths.sum() == 0:
             continue
-        step_pos = np.repeat(st.index.to_numpy(), lengths)
+        step_pos = np.repeat(mine, lengths)
         offsets = np.repeat(i - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
         cand = pos[np.arange(lengths.sum()) + offsets]
-        limit = steps["period_end"].to_numpy()[step_pos]
-        step_row = steps["row_id"].to_numpy()[step_pos]
+        limit = steps["period_end"][step_pos]
+        step_row = steps["row_id"][step_pos]
         keep = (n_end[cand] <= limit) & (n_row[cand] != step_row)
         # a range that straddles the step range's end is not a phase of the step
-        range_end = steps["end"].to_numpy()[step_pos]
+        range_end = steps["end"][step_pos]
         keep &= (n_end[cand] <= range_end) | (n_start[cand] >= range_end)
         found_pos.append(cand[keep])
         found_step.append(step_pos[keep])
@@ -55,44 +54,41 @@ def phase_instances(nvtx: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         rows = cand[direct]
         del cand
         # only the columns the instances are used for: at 10^6 ranges each column is 8 MB
-        inst = pd.DataFrame({c: nvtx[c].to_numpy()[rows] for c in INSTANCE_COLUMNS})
-        inst["step_index"] = step_index[direct]
-        codes, names = pd.factorize(nvtx["name"].to_numpy()[rows])
-        inst["phase"] = np.array([phase_name(n) for n in names] + [np.nan], dtype=object)[codes]
+        codes, names = factorize(nvtx["name"][rows])
+        inst = Columns({**{c: nvtx[c][rows] for c in INSTANCE_COLUMNS}, "step_index": step_index[direct],
+                        "phase": np.array([phase_name(n) for n in names] + [None], dtype=object)[codes]})
     else:
-        inst = pd.DataFrame({c: nvtx[c].to_numpy()[:0] for c in INSTANCE_COLUMNS}).assign(
-            step_index=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
+        inst = Columns({**{c: nvtx[c][:0] for c in INSTANCE_COLUMNS},
+                        "step_index": np.zeros(0, dtype=np.int64), "phase": np.zeros(0, dtype=object)})
     between = between_steps_pieces(steps, inst)
     if between.empty:
         return inst
-    return pd.concat([inst, between], ignore_index=True).sort_values(["step_index", "start"], kind="stable") \
-        .reset_index(drop=True)
+    return Columns.concat([inst, between]).sorted_by("step_index", "start")
 
 
-def steps_key(steps: pd.DataFrame) -> tuple[bytes, ...]:
+def steps_key(steps: Columns) -> tuple[bytes, ...]:
     """What ``phase_instances(nvtx, steps)`` depends on in ``steps``, as a hashable key: equal
     keys, equal instances (``Trace.memo`` shares them between the analysis and the diagnosis)."""
-    ends = steps["period_end"] if "period_end" in steps.columns else steps["end"]
-    return tuple(np.ascontiguousarray(c.to_numpy(np.int64)).tobytes()
+    ends = steps["period_end"] if "period_end" in steps else steps["end"]
+    return tuple(np.ascontiguousarray(c, dtype=np.int64).tobytes()
                  for c in (steps["row_id"], steps["start"], steps["end"], ends, steps["global_tid"]))
 
 
-def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFrame:
+def between_steps_pieces(steps: Columns, inst: Columns) -> Columns:
     """Per iteration, the stretches of [step range end, period end) that no phase instance of
     that iteration covers, as rows of phase ``between_steps`` on the step's thread."""
-    lo = steps["end"].to_numpy()
-    hi = steps["period_end"].to_numpy()
+    lo = steps["end"]
+    hi = steps["period_end"]
     n = len(steps)
     if n == 0 or not (hi > lo).any():
-        return inst.iloc[:0]
-    st_index = inst["step_index"].to_numpy() if len(inst) else np.zeros(0, dtype=np.int64)
-    in_gap = (inst["start"].to_numpy() >= lo[st_index]) if len(inst) else np.zeros(0, dtype=bool)
-    g = inst[in_gap].sort_values(["step_index", "start"], kind="stable")
-    gi = g["step_index"].to_numpy()
-    gs, ge = g["start"].to_numpy(), g["end"].to_numpy()
+        return inst.take(np.zeros(0, dtype=np.int64))
+    in_gap = inst["start"] >= lo[inst["step_index"]]
+    g = inst.take(in_gap).sorted_by("step_index", "start")
+    gi = g["step_index"]
+    gs, ge = g["start"], g["end"]
     # cursor before each gap instance: max(step range end, ends of earlier instances of its step)
-    first = np.r_[True, gi[1:] != gi[:-1]] if gi.size else np.zeros(0, dtype=bool)
-    prev_end = pd.Series(ge).groupby(gi).cummax().groupby(gi).shift(1).to_numpy() if gi.size else ge
+    first = run_starts(gi)
+    prev_end = previous_max(ge, first)
     cursor = np.where(first, lo[gi], np.maximum(lo[gi], np.nan_to_num(prev_end, nan=-1))).astype(np.int64)
     piece_s = [cursor]
     piece_e = [np.minimum(gs, hi[gi])]
@@ -109,14 +105,14 @@ def between_steps_pieces(steps: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFram
     k = np.concatenate(piece_i)
     ok = e > s
     s, e, k = s[ok], e[ok], k[ok]
-    return pd.DataFrame({
+    return Columns({
         "row_id": np.full(s.size, -1, dtype=np.int64), "start": s, "end": e,
-        "global_tid": steps["global_tid"].to_numpy()[k], "pid": steps["pid"].to_numpy()[k],
-        "step_index": k, "phase": BETWEEN_STEPS,
+        "global_tid": steps["global_tid"][k], "pid": steps["pid"][k],
+        "step_index": k, "phase": np.full(s.size, BETWEEN_STEPS, dtype=object),
     })
 
 
-def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block: int = BLOCK) -> np.ndarray:
+def open_instance(instances: Columns, pid: np.ndarray, t: np.ndarray, block: int = BLOCK) -> np.ndarray:
     """Per event (process ``pid``, time ``t``): the row position in ``instances`` of the phase
     instance of that process open at ``t`` (on any thread; the one that started last when several
     are), -1 when none is. Events are looked up ``block`` at a time (bounded temporaries); int32
@@ -124,10 +120,10 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block
     inst = np.full(t.size, -1, dtype=np.int32 if len(instances) < 2**31 else np.int64)
     if t.size == 0 or instances.empty:
         return inst
-    ipid = instances["pid"].to_numpy()
-    order = np.lexsort((instances["start"].to_numpy(), ipid))      # by process, then start
-    s = instances["start"].to_numpy()[order]
-    e = instances["end"].to_numpy()[order]
+    ipid = instances["pid"]
+    order = np.lexsort((instances["start"], ipid))                  # by process, then start
+    s = instances["start"][order]
+    e = instances["end"][order]
     p = ipid[order]
     procs = np.unique(p)
     for at in range(0, t.size, block):
@@ -149,7 +145,7 @@ def open_instance(instances: pd.DataFrame, pid: np.ndarray, t: np.ndarray, block
     return inst
 
 
-def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps, block: int = BLOCK) -> np.ndarray:
+def attribute_gpu_time(instances: Columns, ops: GpuOps, block: int = BLOCK) -> np.ndarray:
     """GPU busy ns per phase instance: each GPU op goes to the phase instance of its process that
     was open (on any thread) when its launching API call started; per instance, the union of its
     ops' intervals on each device, summed over devices. Ops without a traced launch are skipped."""
@@ -173,22 +169,21 @@ def attribute_gpu_time(instances: pd.DataFrame, ops: GpuOps, block: int = BLOCK)
     return busy
 
 
-def phase_stats(instances: pd.DataFrame, measured_steps: int, total_step_ns: int,
-                gpu_busy_ns: np.ndarray | None, projected: pd.DataFrame | None) -> dict[str, PhaseStats]:
+def phase_stats(instances: Columns, measured_steps: int, total_step_ns: int,
+                gpu_busy_ns: np.ndarray | None, projected: Columns | None) -> dict[str, PhaseStats]:
     """Per folded phase name: CPU totals, share of step time, attributed and projected GPU time.
     Ordered by first appearance inside a step."""
     if instances.empty:
         return {}
-    dur = (instances["end"] - instances["start"]).to_numpy()
+    dur = instances["end"] - instances["start"]
     proj: np.ndarray | None = None
     if projected is not None:
-        proj_by_row = (projected["proj_end"] - projected["proj_start"]).set_axis(projected["row_id"])
-        proj = instances["row_id"].map(proj_by_row).fillna(0).astype("int64").to_numpy()
-    order = instances[["step_index", "start", "phase"]].sort_values(["step_index", "start"]) \
-        .drop_duplicates("phase")["phase"]
+        proj = _by_row_id(projected["row_id"], projected["proj_end"] - projected["proj_start"], instances["row_id"])
     # each phase's rows by one code per row, not by comparing every row's name once per phase
-    codes, names = pd.factorize(instances["phase"].to_numpy())
+    codes, names = factorize(instances["phase"])
     code_of = {name: code for code, name in enumerate(names)}
+    by_time = np.lexsort((instances["start"], instances["step_index"]))
+    order = [names[c] for c in first_seen(codes[by_time])]
     out: dict[str, PhaseStats] = {}
     steps = max(measured_steps, 1)
     for name in order:
@@ -209,4 +204,16 @@ def phase_stats(instances: pd.DataFrame, measured_steps: int, total_step_ns: int
             gpu_per_step_ms=None if gpu_ms is None else gpu_ms / steps,
             gpu_thread_proj_ms=proj_ms,
         )
+    return out
+
+
+def _by_row_id(row_id: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``values`` of the rows with the ``wanted`` row ids (row ids distinct), 0 where none has it."""
+    order = np.argsort(row_id, kind="stable")
+    ids = row_id[order]
+    at = np.minimum(np.searchsorted(ids, wanted), max(ids.size - 1, 0))
+    out = np.zeros(wanted.size, dtype=np.int64)
+    if ids.size:
+        hit = ids[at] == wanted
+        out[hit] = values[order][at[hit]]
     return out

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from perfgate.columns import Columns, factorize
 from perfgate.model import RangeStat
 
 
-def range_stats(nvtx: pd.DataFrame) -> dict[str, RangeStat]:
+def range_stats(nvtx: Columns) -> dict[str, RangeStat]:
     """Count and total ns per range name, as nsys prints the name minus a leading ':'.
 
     Both push/pop and start/end ranges count; an unterminated range ends at the largest NVTX
@@ -16,13 +16,12 @@ def range_stats(nvtx: pd.DataFrame) -> dict[str, RangeStat]:
     if nvtx.empty:
         return {}
     # names made and grouped once per distinct name, not once per range
-    codes, names = pd.factorize(nvtx["name"].to_numpy())
-    key_codes, keys = pd.factorize(pd.Index(names).str.removeprefix(":"))
+    codes, names = factorize(nvtx["name"])
+    key_codes, keys = factorize(np.array([n.removeprefix(":") for n in names], dtype=object))
     key = key_codes[codes]
-    dur = (nvtx["end"] - nvtx["start"]).to_numpy()
-    order = np.argsort(key, kind="stable")
-    first = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]])
-    g = pd.DataFrame({"count": np.diff(np.r_[first, key.size]), "total": np.add.reduceat(dur[order], first)},
-                     index=keys[key[order][first]]).sort_index().sort_values(["total", "count"], ascending=False)
-    return {str(k): RangeStat(count=int(c), total_ns=int(t))
-            for k, c, t in zip(g.index, g["count"].to_numpy(), g["total"].to_numpy())}
+    count = np.bincount(key, minlength=len(keys))
+    total = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(total, key, nvtx["end"] - nvtx["start"])
+    # largest total first, then most ranges, then by name
+    ranked = sorted(zip(keys, count.tolist(), total.tolist()), key=lambda r: (-r[2], -r[1], r[0]))
+    return {str(k): RangeStat(count=c, total_ns=t) for k, c, t in ranked}

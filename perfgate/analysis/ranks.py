@@ -7,31 +7,34 @@ than two processes have measured steps (a single-process analysis is unchanged).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from perfgate.columns import Columns, factorize
 from perfgate.model import RankStats
 
 
-def rank_stats(measured: pd.DataFrame, period_ns: np.ndarray,
-               instances: pd.DataFrame) -> tuple[tuple[RankStats, ...], float | None]:
+def rank_stats(measured: Columns, period_ns: np.ndarray,
+               instances: Columns) -> tuple[tuple[RankStats, ...], float | None]:
     """(per-rank stats, rank skew in ms) from the measured steps (sorted by pid, start), their
     iteration periods and the phase instances (``pid``, ``phase``, ``start``, ``end``)."""
-    pids = np.unique(measured["pid"].to_numpy())
+    pids = np.unique(measured["pid"])
     if pids.size < 2:
         return (), None
-    step_pid = measured["pid"].to_numpy()
-    inst_dur = (instances["end"] - instances["start"]).to_numpy() if len(instances) else np.zeros(0)
+    step_pid = measured["pid"]
+    inst_dur = instances["end"] - instances["start"]
+    inst_pid = instances["pid"]
     ranks: list[RankStats] = []
     periods: list[np.ndarray] = []
     for rank, pid in enumerate(pids):
         mine = period_ns[step_pid == pid] / 1e6
         periods.append(mine)
-        own = (instances["pid"].to_numpy() == pid) if len(instances) else np.zeros(0, dtype=bool)
-        per_phase = pd.Series(inst_dur[own]).groupby(instances["phase"].to_numpy()[own], sort=False).sum()
+        own = inst_pid == pid
+        codes, phases = factorize(instances["phase"][own])           # in first-seen order
+        per_phase = np.zeros(len(phases), dtype=np.int64)
+        np.add.at(per_phase, codes, inst_dur[own])
         ranks.append(RankStats(rank=rank, pid=int(pid), steps=int(mine.size),
                                step_time_ms=float(np.median(mine)),
                                phase_cpu_ms={str(n): float(v) / 1e6 / max(mine.size, 1)
-                                             for n, v in per_phase.items()}))
+                                             for n, v in zip(phases, per_phase.tolist())}))
     return tuple(ranks), skew_ms(periods)
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from perfgate.analysis.intervals import BLOCK
+from perfgate.columns import Columns, descending_order, factorize, grouped_cummax, previous_max, run_starts
 from perfgate.errors import ConfigError, TraceError
 from perfgate.model import StepStats, Summary
 
@@ -119,14 +119,16 @@ def summarize(values: np.ndarray | list[float]) -> Summary:
 @dataclass(frozen=True, eq=False)
 class StepSelection:
     """The steps found in a trace: all of them and the measured ones (after warm-up, with a next
-    step). ``measured`` has the nvtx columns plus ``period_end`` (the next step's start)."""
+    step). ``measured`` has the nvtx columns plus ``period_end`` (the next step's start);
+    ``measured_at``: the position of each measured step in ``all_steps``."""
 
     name: str                 # folded name of the step range (or of the iteration marker)
     source: str               # SOURCE_NVTX or a marker source ("autostep", "nsys-pytorch")
-    all_steps: pd.DataFrame   # rows of every step, sorted by (pid, start)
-    measured: pd.DataFrame    # the measured steps, with ``period_end``
+    all_steps: Columns        # rows of every step, sorted by (pid, start)
+    measured: Columns         # the measured steps, with ``period_end``
     warmup_skipped: int       # per process
     warnings: tuple[str, ...]
+    measured_at: np.ndarray
 
     @property
     def window(self) -> tuple[int, int]:
@@ -136,63 +138,78 @@ class StepSelection:
 
 def top_level_mask(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """True for intervals not contained in another interval of the same thread."""
-    n = starts.size
     order = np.lexsort((-ends, starts, threads))
-    s, e, t = starts[order], ends[order], threads[order]
-    new_thread = np.empty(n, dtype=bool)
-    if n:
-        new_thread[0] = True
-        new_thread[1:] = t[1:] != t[:-1]
-    gid = np.cumsum(new_thread)
-    prev_max = pd.Series(e).groupby(gid).cummax().groupby(gid).shift(1).to_numpy()
+    e = ends[order]
+    new_thread = run_starts(threads[order])
+    prev_max = previous_max(e, new_thread)
     top_sorted = new_thread | ~(e <= np.nan_to_num(prev_max, nan=-1))
-    out = np.empty(n, dtype=bool)
+    out = np.empty(starts.size, dtype=bool)
     out[order] = top_sorted
     return out
 
 
-def _top_level(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[top_level_mask(rows["start"].to_numpy(), rows["end"].to_numpy(), rows["global_tid"].to_numpy())]
+def _top_level(rows: Columns) -> Columns:
+    return rows.take(top_level_mask(rows["start"], rows["end"], rows["global_tid"]))
 
 
-def _top_level_named(nvtx: pd.DataFrame, wanted: Callable[[str], bool]) -> pd.DataFrame:
+def _named(nvtx: Columns, wanted: Callable[[str], bool]) -> np.ndarray:
+    """Which rows' message ``wanted`` accepts: one call per distinct message."""
+    codes, texts = factorize(nvtx["text"])
+    return np.array([wanted(t) for t in texts] + [False], dtype=bool)[codes]
+
+
+def _top_level_named(nvtx: Columns, wanted: Callable[[str], bool]) -> Columns:
     """Top-most ranges per thread among those whose message ``wanted`` accepts (never perfgate's own
     hook ranges), sorted by (pid, start)."""
-    names = {t for t in pd.unique(nvtx["text"]) if not t.startswith(AUTOSTEP_PREFIX) and wanted(t)}
-    return _top_level(nvtx[nvtx["text"].isin(names)]).sort_values(["pid", "start"], kind="stable")
+    rows = nvtx.take(_named(nvtx, lambda t: not t.startswith(AUTOSTEP_PREFIX) and wanted(t)))
+    return _top_level(rows).sorted_by("pid", "start")
 
 
-def user_step_ranges(nvtx: pd.DataFrame, pattern: str | None) -> tuple[str, pd.DataFrame] | None:
+def _most_frequent(values: np.ndarray) -> list[tuple[str, int]]:
+    """(value, count) pairs, most frequent first, ties ordered as pandas' ``value_counts`` orders
+    them (counts in first-seen order, then its descending sort)."""
+    codes, distinct = factorize(values)
+    counts = np.bincount(codes, minlength=len(distinct))
+    return [(distinct[k], int(counts[k])) for k in descending_order(counts)]
+
+
+def _folded(texts: np.ndarray) -> np.ndarray:
+    """``fold_name`` of each message, folded once per distinct message."""
+    codes, distinct = factorize(texts)
+    return np.array([fold_name(t) for t in distinct] + [""], dtype=object)[codes]
+
+
+def user_step_ranges(nvtx: Columns, pattern: str | None) -> tuple[str, Columns] | None:
     """The user's step ranges: top-most matching ranges per thread, the most frequent folded name
     when several remain; None when no range matches. perfgate's own hook ranges never count."""
     regex = compile_step_pattern(pattern)
     top = _top_level_named(nvtx, lambda t: bool(regex.fullmatch(t)))
     if top.empty:
         return None
-    folded = top["text"].map(fold_name)
-    name = folded.value_counts().index[0]
-    return name, top[(folded == name).to_numpy()]
+    folded = _folded(top["text"])
+    name = _most_frequent(folded)[0][0]
+    return name, top.take(folded == name)
 
 
-def marker_steps(nvtx: pd.DataFrame, marker: str) -> pd.DataFrame:
+def marker_steps(nvtx: Columns, marker: str) -> Columns:
     """Iterations from ranges that end once per iteration: on each thread, one step from the end of
     one marker range to the end of the next (the first marker only opens the first step). The rows
     are synthetic (``row_id`` negative, ``text``/``name`` the marker's folded name)."""
     regex = re.compile(marker)
-    names = {t for t in pd.unique(nvtx["text"]) if regex.fullmatch(t)}
-    cand = nvtx[nvtx["text"].isin(names)]
+    cand = nvtx.take(_named(nvtx, lambda t: bool(regex.fullmatch(t))))
     if cand.empty:
-        return cand.assign(row_id=pd.Series(dtype="int64"))
-    top = _top_level(cand).sort_values(["global_tid", "end"], kind="stable")
-    same = top["global_tid"].to_numpy()[1:] == top["global_tid"].to_numpy()[:-1]
-    ends = top["end"].to_numpy()
-    steps = top.iloc[1:][same].assign(start=ends[:-1][same])
-    label = fold_name(str(top["text"].iloc[0]))
+        return cand
+    top = _top_level(cand).sorted_by("global_tid", "end")
+    tid = top["global_tid"]
+    same = tid[1:] == tid[:-1]
+    ends = top["end"]
+    steps = top.take(np.flatnonzero(same) + 1).assign(start=ends[:-1][same])
+    label = fold_name(str(top["text"][0]))
     steps = steps.assign(text=label, name=label, row_id=-np.arange(1, len(steps) + 1, dtype=np.int64))
-    return steps.sort_values(["pid", "start"], kind="stable")
+    return steps.sorted_by("pid", "start")
 
 
-def find_steps(nvtx: pd.DataFrame, pattern: str | None, source: str) -> tuple[str, str, pd.DataFrame]:
+def find_steps(nvtx: Columns, pattern: str | None, source: str) -> tuple[str, str, Columns]:
     """(name, source, step rows): the user's step ranges, else the first marker source present."""
     found = user_step_ranges(nvtx, pattern)
     if found is not None:
@@ -201,15 +218,15 @@ def find_steps(nvtx: pd.DataFrame, pattern: str | None, source: str) -> tuple[st
         for label, marker in ITERATION_MARKERS:
             steps = marker_steps(nvtx, marker)
             if len(steps):
-                return str(steps["text"].iloc[0]), label, steps
+                return str(steps["text"][0]), label, steps
     raise TraceError(_no_steps_message(nvtx, pattern, source))
 
 
-def with_period_end(steps: pd.DataFrame) -> pd.DataFrame:
+def with_period_end(steps: Columns) -> Columns:
     """``steps`` (sorted by pid, start) with ``period_end``: the next step's start in the same
     process, -1 for the last one."""
-    pid = steps["pid"].to_numpy()
-    start = steps["start"].to_numpy()
+    pid = steps["pid"]
+    start = steps["start"]
     nxt = np.full(len(steps), -1, dtype=np.int64)
     if len(steps) > 1:
         same = pid[1:] == pid[:-1]
@@ -217,46 +234,50 @@ def with_period_end(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.assign(period_end=nxt)
 
 
-def select_steps(nvtx: pd.DataFrame, pattern: str | None, skip_steps: int, source: str) -> StepSelection:
+def select_steps(nvtx: Columns, pattern: str | None, skip_steps: int, source: str) -> StepSelection:
     """Find the steps and drop the first ``skip_steps`` of each process; the measured steps are
     the remaining ones that have a next step (their period ends at its start)."""
     if skip_steps < 0:
         raise ConfigError(f"skip_steps must be >= 0, got {skip_steps}")
     name, origin, steps = find_steps(nvtx, pattern, source)
     steps = with_period_end(steps)
-    counts = steps.groupby("pid").size()
+    pid = steps["pid"]                                   # sorted: each process's steps are a run
+    first = np.flatnonzero(run_starts(pid))
+    per_process = np.diff(np.r_[first, pid.size])
+    count = np.repeat(per_process, per_process)          # the steps of each row's process
     skip = int(skip_steps)
     warnings: list[str] = []
-    fewest = int(counts.min())
+    fewest = int(per_process.min())
     if fewest < skip + 2:
         reduced = max(0, fewest - 2)
         warnings.append(
             f"only {fewest} '{name}' steps in a process: skipping {reduced} warm-up steps instead of {skip}"
         )
         skip = reduced
-    rank = steps.groupby("pid").cumcount().to_numpy()
-    kept = steps[rank >= skip]
-    measured = kept[kept["period_end"].to_numpy() >= 0]
-    lonely = kept[kept["pid"].map(counts).to_numpy() == 1]
-    if len(lonely):   # a process with a single step: its range is all there is
-        warnings.append(f"{len(lonely)} process(es) with a single '{name}' step: measured as the range's duration")
-        measured = pd.concat([measured, lonely.assign(period_end=lonely["end"])]).sort_values(
-            ["pid", "start"], kind="stable")
-    return StepSelection(name, origin, steps, measured, skip, tuple(warnings))
+    rank = np.arange(pid.size) - np.repeat(first, per_process)
+    kept = rank >= skip
+    at = np.flatnonzero(kept & (steps["period_end"] >= 0))
+    lonely = np.flatnonzero(kept & (count == 1))
+    measured = steps.take(at)
+    if lonely.size:   # a process with a single step: its range is all there is
+        warnings.append(f"{lonely.size} process(es) with a single '{name}' step: measured as the range's duration")
+        alone = steps.take(lonely)
+        both = Columns.concat([measured, alone.assign(period_end=alone["end"])])
+        order = np.lexsort((both["start"], both["pid"]))
+        measured, at = both.take(order), np.r_[at, lonely][order]
+    return StepSelection(name, origin, steps, measured, skip, tuple(warnings), at)
 
 
-def measured_iterations(nvtx: pd.DataFrame, steps: StepStats) -> pd.DataFrame:
+def measured_iterations(nvtx: Columns, steps: StepStats) -> Columns:
     """The measured steps of an analysis, found again in its trace (same source, same window)."""
     if steps.source == SOURCE_NVTX:
         rows = _top_level_named(nvtx, lambda t: fold_name(t) == steps.range_name)
     else:
         marker = dict(ITERATION_MARKERS).get(steps.source)
-        rows = marker_steps(nvtx, marker) if marker is not None else nvtx.iloc[:0]
+        rows = marker_steps(nvtx, marker) if marker is not None else nvtx.take(np.zeros(0, dtype=np.int64))
     rows = with_period_end(rows)
-    rows = rows.assign(period_end=np.where(rows["period_end"].to_numpy() >= 0, rows["period_end"].to_numpy(),
-                                           rows["end"].to_numpy()))
-    inside = (rows["start"] >= steps.window_start_ns) & (rows["period_end"] <= steps.window_end_ns)
-    return rows[inside.to_numpy()]
+    rows = rows.assign(period_end=np.where(rows["period_end"] >= 0, rows["period_end"], rows["end"]))
+    return rows.take((rows["start"] >= steps.window_start_ns) & (rows["period_end"] <= steps.window_end_ns))
 
 
 def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.ndarray, np.ndarray]:
@@ -267,23 +288,21 @@ def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.nd
     periods are then shorter than its iterations while the queue fills, and its last iterations'
     GPU work runs after the host window ends. Without GPU launches, ``done`` is the period end."""
     steps = sel.all_steps
-    host_end = np.where(steps["period_end"].to_numpy() >= 0, steps["period_end"].to_numpy(),
-                        steps["end"].to_numpy())
+    host_end = np.where(steps["period_end"] >= 0, steps["period_end"], steps["end"])
     done = host_end.astype(np.int64)
     if launches is not None and len(launches) and len(steps):
         # each op to the last step of its process that started at or before its launch; the key is
         # (process rank, time), the time in ns below 2**50 (13 days); ops a block at a time
-        ranks = pd.Index(pd.unique(steps["pid"]))
-        step_pid = steps["pid"].to_numpy()
-        step_key = ranks.get_indexer(step_pid).astype(np.int64) * (1 << 50) + steps["start"].to_numpy()
+        step_pid = steps["pid"]
+        ranks = np.unique(step_pid)
+        step_key = np.searchsorted(ranks, step_pid).astype(np.int64) * (1 << 50) + steps["start"]
         order = np.argsort(step_key, kind="stable")
         sorted_key = step_key[order]
         for at in range(0, len(launches), BLOCK):
             part = slice(at, at + BLOCK)
             traced = launches.api_start[part] >= 0
             op_pid, op_launch = launches.pid[part][traced], launches.api_start[part][traced]
-            op_rank = (ranks.get_indexer(op_pid) if len(ranks) > 1    # one process: no hash lookups
-                       else np.where(op_pid == ranks[0], 0, -1))
+            op_rank = _rank_of(ranks, op_pid)
             mine = op_rank >= 0
             op_key = op_rank[mine].astype(np.int64) * (1 << 50) + op_launch[mine]
             pos = np.searchsorted(sorted_key, op_key, side="right") - 1
@@ -293,11 +312,19 @@ def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.nd
             same = (step_pid[idx] == op_pid[mine][ok]) & (launched < host_end[idx])
             np.maximum.at(done, idx[same], launches.end[part][traced][mine][ok][same])
     # never before the previous iteration of the same process (steps are sorted by pid, start)
-    pid = steps["pid"].to_numpy()
-    done = pd.Series(done).groupby(pid).cummax().to_numpy()
-    before = np.where(np.r_[False, pid[1:] == pid[:-1]], np.r_[0, done[:-1]], steps["start"].to_numpy())
-    at = steps.index.get_indexer(sel.measured.index)
-    return before[at], done[at]
+    pid = steps["pid"]
+    new_process = run_starts(pid)
+    done = grouped_cummax(done, new_process)
+    before = np.where(~new_process, np.r_[0, done[:-1]], steps["start"])
+    return before[sel.measured_at], done[sel.measured_at]
+
+
+def _rank_of(ranks: np.ndarray, pid: np.ndarray) -> np.ndarray:
+    """Each pid's position in the sorted ``ranks``, -1 for a pid not among them."""
+    if ranks.size == 1:                                   # one process: no search
+        return np.where(pid == ranks[0], 0, -1)
+    at = np.minimum(np.searchsorted(ranks, pid), ranks.size - 1)
+    return np.where(ranks[at] == pid, at, -1)
 
 
 def iteration_periods(sel: StepSelection, launches: GpuOps | None) -> np.ndarray:
@@ -313,11 +340,13 @@ def step_stats(sel: StepSelection, batch_size: int | None, period_ns: np.ndarray
     m = sel.measured
     if period_ns is None:
         period_ns = iteration_periods(sel, None)
-    range_ns = (m["end"] - m["start"]).to_numpy()
+    range_ns = m["end"] - m["start"]
     samples_per_s = None
     if batch_size is not None and len(m):
-        per_proc = m.assign(d=period_ns).groupby("pid").agg(n=("d", "size"), total=("d", "sum"))
-        samples_per_s = float((batch_size * per_proc["n"] / (per_proc["total"] / 1e9)).sum())
+        pids, n = np.unique(m["pid"], return_counts=True)
+        total = np.zeros(pids.size, dtype=np.int64)
+        np.add.at(total, np.searchsorted(pids, m["pid"]), period_ns)
+        samples_per_s = float((batch_size * n / (total / 1e9)).sum())
     return StepStats(
         range_name=sel.name,
         count=len(m),
@@ -334,9 +363,9 @@ def step_stats(sel: StepSelection, batch_size: int | None, period_ns: np.ndarray
     )
 
 
-def _no_steps_message(nvtx: pd.DataFrame, pattern: str | None, source: str) -> str:
-    common = nvtx["text"].map(fold_name).value_counts().head(8)
-    listing = ", ".join(f"{n!r} ({c})" for n, c in common.items())
+def _no_steps_message(nvtx: Columns, pattern: str | None, source: str) -> str:
+    common = _most_frequent(_folded(nvtx["text"]))[:8]
+    listing = ", ".join(f"{n!r} ({c})" for n, c in common)
     if pattern is None:
         which = ("the default step patterns (step, train_step, iteration, batch N, Step N Start, ProfilerStep#N), "
                  "nor an optimizer-step range of nsys's PyTorch annotation or of perfgate's hook "

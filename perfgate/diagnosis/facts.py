@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from perfgate.analysis import intervals
 from perfgate.analysis.idle import busy_intervals
@@ -17,6 +16,7 @@ from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
+from perfgate.columns import Columns, factorize
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.kernel_sets import kernel_set_changes
 from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
@@ -102,11 +102,11 @@ def _overlap_ns(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) ->
     return int((covered_before(e) - covered_before(s)).sum())
 
 
-def _pids(frame: pd.DataFrame) -> np.ndarray:
-    """Process ids of a frame's rows (its ``pid`` column, else decoded from ``global_tid``)."""
-    if "pid" in frame.columns:
-        return frame["pid"].to_numpy()
-    return (frame["global_tid"].to_numpy() >> 24) & 0xFFFFFF
+def _pids(rows: Columns) -> np.ndarray:
+    """Process ids of a table's rows (its ``pid`` column, else decoded from ``global_tid``)."""
+    if "pid" in rows:
+        return rows["pid"]
+    return (rows["global_tid"] >> 24) & 0xFFFFFF
 
 
 def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream: np.ndarray,
@@ -115,7 +115,7 @@ def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream
     ``kernels``: the rows of ``ops`` that are the kernels counted. Only the kernels that overlap a
     copy take part in the union (the others add nothing to the overlap), found a block at a time."""
     overlap_ns, on_compute_ns = 0, 0
-    devices = pd.unique(cdev)
+    devices = np.unique(cdev)
     for dev in devices:                                       # devices, not copies
         mine = cdev == dev
         cu_s, cu_e = intervals.union(cstart[mine], cend[mine])
@@ -124,7 +124,7 @@ def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream
         for at in range(0, kernels.size, BLOCK):
             rows = kernels[at:at + BLOCK]
             rows = rows[ops.device_id[rows] == dev]
-            streams.append(pd.unique(ops.stream_id[rows]))
+            streams.append(np.unique(ops.stream_id[rows]))
             ks, ke = ops.start[rows], ops.end[rows]
             i = np.searchsorted(cu_s, ke, side="left") - 1      # the last copy span starting before ke
             hit = i >= 0
@@ -134,7 +134,7 @@ def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream
         us, ue = intervals.union(ops.start[rows], ops.end[rows])
         overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
         del us, ue
-        on = mine & np.isin(cstream, pd.unique(np.concatenate(streams)) if streams else [])
+        on = mine & np.isin(cstream, np.unique(np.concatenate(streams)) if streams else [])
         on_compute_ns += int((cend[on] - cstart[on]).sum())
     return overlap_ns, on_compute_ns
 
@@ -150,7 +150,7 @@ def _launched_in(ops: GpuOps, lo: int, hi: int) -> np.ndarray:
     return out
 
 
-def _window_idle(trace: Trace, launched: GpuOps, phases: pd.DataFrame, lo: int,
+def _window_idle(trace: Trace, launched: GpuOps, phases: Columns, lo: int,
                  hi: int) -> tuple[int, float, dict[str, float], int] | None:
     """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
     None when no op overlaps the window. The devices' busy intervals are the analysis's
@@ -162,7 +162,7 @@ def _window_idle(trace: Trace, launched: GpuOps, phases: pd.DataFrame, lo: int,
         over = (launched.start[part] < hi) & (launched.end[part] > lo)
         count += int(np.count_nonzero(over))
         key = (launched.device_id[part][over].astype(np.int64) << 32) | launched.pid[part][over]
-        pairs.update((int(k) >> 32, int(k) & 0xFFFFFFFF) for k in pd.unique(key))
+        pairs.update((int(k) >> 32, int(k) & 0xFFFFFFFF) for k in np.unique(key))
     if count == 0:
         return None
     busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(launched, lo, hi))
@@ -175,16 +175,15 @@ def _window_idle(trace: Trace, launched: GpuOps, phases: pd.DataFrame, lo: int,
 
 
 def _idle_by_phase(busy: dict[int, tuple[np.ndarray, np.ndarray]], pids: dict[int, np.ndarray],
-                   phases: pd.DataFrame, lo: int, hi: int) -> tuple[float, dict[str, float]]:
+                   phases: Columns, lo: int, hi: int) -> tuple[float, dict[str, float]]:
     """Idle ns summed over devices, and by the phase open on the CPU (OUTSIDE_PHASES if none).
     A phase's idle time is its time in the window less its time on the busy intervals (the gaps and
     the busy intervals tile the window), so the gaps themselves are never made."""
     total = 0
     by_phase: dict[str, float] = {}
     phase_pid = _pids(phases)
-    codes, names = pd.factorize(phases["phase"].to_numpy(dtype=object), sort=True) if len(phases) else \
-        (np.zeros(0, dtype=np.int64), [])
-    p_start, p_end = phases["start"].to_numpy(), phases["end"].to_numpy()
+    codes, names = _sorted_codes(phases["phase"])
+    p_start, p_end = phases["start"], phases["end"]
     for dev, (us, ue) in busy.items():                       # devices, not ops
         idle = max(hi - lo, 0) - int((ue - us).sum())
         total += idle
@@ -205,6 +204,15 @@ def _idle_by_phase(busy: dict[int, tuple[np.ndarray, np.ndarray]], pids: dict[in
     return float(total), by_phase
 
 
+def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(codes, distinct values sorted): ``codes[i]`` is the position of ``values[i]`` among them."""
+    codes, distinct = factorize(values)
+    order = sorted(range(len(distinct)), key=distinct.__getitem__)
+    rank = np.empty(len(distinct) + 1, dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    return rank[codes], [distinct[k] for k in order]
+
+
 def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     """TraceFacts of the measured window of ``analysis``, read from the raw events of ``trace``
     (the GPU ops and API calls of that window are the ones the analysis read: ``Trace.gpu``)."""
@@ -215,7 +223,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     launched, api = trace.gpu((lo, hi))
     steps = measured_iterations(trace.nvtx, analysis.steps)
     phases = (trace.memo(("phases", steps_key(steps)), lambda: phase_instances(trace.nvtx, steps)) if len(steps)
-              else steps.assign(phase=[]))
+              else steps.assign(phase=np.zeros(0, dtype=object)))
     # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
     window = _window_idle(trace, launched, phases, lo, hi)
     if window is None:
@@ -234,14 +242,13 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     # copies first: the kernels' columns are gathered one device at a time, only where copies are
     overlap_ns, on_compute_ns = _h2d_overlap(cstart, cend, cdev, cstream, launched, ki)
     kname, kpid = launched.name_id[ki], launched.pid[ki]
-    kstart = launched.start[ki]
-    dur_ms = (launched.end[ki] - kstart) / 1e6
+    dur_ns = launched.end[ki] - launched.start[ki]
+    dur_ms = dur_ns / 1e6
     klaunch = launched.call_time(ki)
-    del kstart
-    by_name = pd.DataFrame({"name_id": kname, "ms": dur_ms}).groupby("name_id")["ms"]
-    stats = tuple(KernelStat(name=trace.string(i), count=int(c), total_ms=float(t))
-                  for i, c, t in zip(by_name.size().index, by_name.size(), by_name.sum()))
-    del by_name
+    # sums of whole ns, made ms once: exact, whatever the order of the kernels
+    ids, counts, totals = intervals.group_sums(kname, dur_ns)
+    stats = tuple(KernelStat(name=trace.string(i), count=c, total_ms=t / 1e6)
+                  for i, c, t in zip(ids.tolist(), counts.tolist(), totals.tolist()))
     class_ms = {k: v / n for k, v in kernel_class_ms(stats).items()}
     class_counts = {k: v / n for k, v in kernel_class_counts(stats).items()}
     kernels = int(ki.size)
@@ -254,15 +261,17 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     sync_ns = sum(api.ns_by_name_open[i] for i in syncs)
     sync_memcpy = sum(api.count_by_name_open[i] for i, name in names.items() if SYNC_MEMCPY_RE.match(name))
 
-    h2d = phases[phases["phase"] == H2D_PHASE] if len(phases) else phases
+    h2d = phases.take(phases["phase"] == H2D_PHASE)
     h2d_syncs = 0
-    for tid, ranges in h2d.groupby("global_tid", sort=False):   # threads, not ranges
+    for tid in np.unique(h2d["global_tid"]):                    # threads, not ranges
+        ranges = h2d.take(h2d["global_tid"] == tid)
         t = np.sort(api.kept_start[api.kept_tid == tid])
-        i = np.searchsorted(t, ranges["start"].to_numpy(), side="left")
-        j = np.searchsorted(t, ranges["end"].to_numpy(), side="right")
+        i = np.searchsorted(t, ranges["start"], side="left")
+        j = np.searchsorted(t, ranges["end"], side="right")
         h2d_syncs += int((j - i).sum())
     changes, empty_steps = kernel_set_changes(klaunch, kpid, kname, steps)
-    by_phase = _kernels_by_phase(trace, phases, steps, kpid, klaunch, kname, dur_ms, n)
+    by_phase = _kernels_by_phase(trace, phases, steps, kpid, klaunch, kname, dur_ns, n)
+    del dur_ns
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
     for where in sync_where:
@@ -289,8 +298,8 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
 
 
 
-def _kernels_by_phase(trace: Trace, phases: pd.DataFrame, steps: pd.DataFrame, kpid: np.ndarray,
-                      t: np.ndarray, kname: np.ndarray, dur_ms: np.ndarray, n: int) -> dict[str, dict[str, list[float]]]:
+def _kernels_by_phase(trace: Trace, phases: Columns, steps: Columns, kpid: np.ndarray,
+                      t: np.ndarray, kname: np.ndarray, dur_ns: np.ndarray, n: int) -> dict[str, dict[str, list[float]]]:
     """Place (phase or STEP_CODE) -> kernel name -> [launches, ms] per step, places and names in
     sorted order; kernels launched outside the measured iterations are left out. Grouped on integer
     codes (places numbered in sorted order), never on a column of strings."""
@@ -306,16 +315,15 @@ def _kernels_by_phase(trace: Trace, phases: pd.DataFrame, steps: pd.DataFrame, k
     key *= span
     key += kname[keep]
     key += 1
-    census = pd.Series(dur_ms if keep.all() else dur_ms[keep]).groupby(key)
-    del keep
-    sizes = census.size()
-    for k, count, total in zip(sizes.index.tolist(), sizes, census.sum()):
+    keys, counts, totals = intervals.group_sums(key, dur_ns if keep.all() else dur_ns[keep])
+    del keep, key
+    for k, count, total in zip(keys.tolist(), counts.tolist(), totals.tolist()):
         where, name_id = divmod(k, span)
-        by_phase.setdefault(labels[where], {})[trace.string(name_id - 1)] = [count / n, float(total) / n]
+        by_phase.setdefault(labels[where], {})[trace.string(name_id - 1)] = [count / n, total / 1e6 / n]
     return by_phase
 
 
-def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[str]]:
+def _where_codes(phases: Columns, steps: Columns, pid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Per event (process, time): the place it happened as a code into the sorted labels (the phase
     open then, STEP_CODE inside a measured iteration but in none of its phases), -1 outside the
     measured iterations."""
@@ -323,12 +331,12 @@ def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: 
 
     if t.size == 0:
         return np.zeros(0, dtype=np.int64), []
-    iters = steps.assign(end=steps["period_end"]) if "period_end" in steps.columns else steps
+    iters = steps.assign(end=steps["period_end"]) if "period_end" in steps else steps
     in_step = open_instance(iters, pid, t) >= 0          # positions: no index needed
     inst = open_instance(phases, pid, t) if len(phases) else np.full(t.size, -1)
-    phase_names = phases["phase"].to_numpy(dtype=object) if len(phases) else np.array([], dtype=object)
+    phase_names = phases["phase"] if len(phases) else np.array([], dtype=object)
     # the labels sorted, each phase instance's rank among them (np.unique's, without sorting every row)
-    first, distinct = pd.factorize(np.append(phase_names, STEP_CODE).astype(object))
+    first, distinct = factorize(np.append(phase_names, STEP_CODE).astype(object))
     labels = np.array(sorted(distinct), dtype=object)
     rank = np.searchsorted(labels, np.asarray(distinct, dtype=object))[first]
     codes = np.append(rank[:-1], -1).astype(np.int32)      # position -1: no phase
@@ -338,7 +346,7 @@ def _where_codes(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: 
     return code, labels.tolist()
 
 
-def _where(phases: pd.DataFrame, steps: pd.DataFrame, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
+def _where(phases: Columns, steps: Columns, pid: np.ndarray, t: np.ndarray) -> list[str | None]:
     """Per event (process, time): the phase open then, STEP_CODE inside a measured iteration but
     in none of its phases, None outside the measured iterations."""
     code, labels = _where_codes(phases, steps, pid, t)

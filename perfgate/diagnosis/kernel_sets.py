@@ -4,21 +4,22 @@ name) pairs of all steps are made and compared as arrays, never step by step."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
+
+from perfgate.columns import Columns, first_seen
 
 
-def kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps: pd.DataFrame) -> tuple[int, int]:
+def kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps: Columns) -> tuple[int, int]:
     """(steps whose kernel-name set differs from the most common one, steps launching nothing).
     A kernel belongs to the iteration of its process in which its launch started. Sort-once: the
     (step, kernel name) pairs of all steps are sorted and compared as arrays."""
     if len(steps) < 3:
         return 0, 0
-    end_col = "period_end" if "period_end" in steps.columns else "end"
-    step_pid = steps["pid"].to_numpy()
-    pid_order = pd.unique(step_pid)              # steps grouped by process, first-seen order
+    end_col = "period_end" if "period_end" in steps else "end"
+    step_pid = steps["pid"]
+    pid_order = first_seen(step_pid)             # steps grouped by process, first-seen order
     step_rows = np.concatenate([np.flatnonzero(step_pid == p) for p in pid_order])
-    st_start = steps["start"].to_numpy()[step_rows]
-    st_end = steps[end_col].to_numpy()[step_rows]
+    st_start = steps["start"][step_rows]
+    st_end = steps[end_col][step_rows]
     st_pid = step_pid[step_rows]
     # kernels sorted by (process, launch time); each step is a slice [lo, hi) of them
     korder = np.lexsort((t, kpid))
@@ -57,10 +58,10 @@ def kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps
         first = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
         h[pairs[first, 0]] = np.add.reduceat(weights[code_idx], first, axis=0)
     keys = np.stack([set_size, h[:, 0], h[:, 1]], axis=1)
-    uniq, first_seen, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True,
+    uniq, seen_at, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True,
                                                   return_counts=True)
     best = np.flatnonzero(counts == counts.max())
-    usual = best[np.argmin(first_seen[best])]    # ties: the set seen first, as a dict would keep
+    usual = best[np.argmin(seen_at[best])]    # ties: the set seen first, as a dict would keep
     same = inverse.reshape(-1) == usual
     rep = np.flatnonzero(same)[0]
     rep_names = pairs[pairs[:, 0] == rep, 1]
