@@ -20,6 +20,19 @@ imports() {
   for m in numpy pandas; do
     for _ in 1 2 3; do /usr/bin/time -f "import $m: %e s" python3 -c "import $m"; done
   done 2>&1
+  # where the command's own time goes: its slowest imports, and its functions (cProfile, cumulative)
+  python3 -X importtime -m perfgate analyze /tmp/lm.sqlite --format json 2>&1 >/dev/null | sort -t'|' -k2 -n | tail -6
+  python3 - <<'PY' 2>&1 | cut -c1-160
+import cProfile, pstats, time
+from pathlib import Path
+from perfgate.analysis import AnalysisOptions
+from perfgate.files import analyze_file
+for _ in range(2):
+    t = time.perf_counter(); analyze_file(Path("/tmp/lm.sqlite"), AnalysisOptions())
+    print(f"analyze_file in process: {time.perf_counter() - t:.3f} s")
+profile = cProfile.Profile(); profile.enable(); analyze_file(Path("/tmp/lm.sqlite"), AnalysisOptions()); profile.disable()
+pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+PY
 }
 numpy_dir=$(python3 -c 'import numpy, os; print(os.path.dirname(numpy.__file__))')
 echo "## as the image is (numpy/__pycache__ present: $([ -d "$numpy_dir/__pycache__" ] && echo yes || echo no))"
