@@ -17,8 +17,8 @@ import numpy as np
 from perfgate.columnar import CATALOG, stream, stream_integers
 from perfgate.columns import factorize, grouped_cummax
 from perfgate.gpu_ops import PID_BITS, PID_MASK, GpuOps
+from perfgate.read_ahead import RUNTIME_TABLE, call_columns
 
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
                         "cuCtxSynchronize"})
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
@@ -165,8 +165,7 @@ class _Union:
 
 def _calls(con: Any, columns: set[str], window: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
     """The API calls in export order (``window``: only those starting in it, by thread and start)."""
-    name = "coalesce(nameId, -1)" if "nameId" in columns else "-1"
-    exprs = {"start": "start", "end": '"end"', "tid": "globalTid", "corr": "coalesce(correlationId, -1)", "name": name}
+    exprs = call_columns(columns)
     if window is None:
         return stream_integers(con, RUNTIME_TABLE, exprs)
     listed = ", ".join(f"{sql} AS {n}" for n, sql in exprs.items())

@@ -252,6 +252,9 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from perfgate import read_ahead
+
+    read_ahead.start(args.trace)               # its GPU tables read while numpy and the analysis import
     from perfgate.files import analyze_file   # not perfgate.pipeline: nothing of the gate's runs
 
     analysis = analyze_file(args.trace, analysis_options_from(args))

@@ -17,13 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from perfgate import read_ahead
 from perfgate.errors import TraceError
-
-CATALOG = "t"
-ROWS_PER_CHUNK = 1 << 18   # rows per streamed chunk: bounded memory, few Python-level steps
-# exports below this size are read through sqlite3: DuckDB's import and the scanner's loading take
-# about 0.15 s, which its faster reads make up only from about this size on
-SQLITE3_BELOW_BYTES = 8 << 20
+from perfgate.read_ahead import CATALOG, ROWS_PER_CHUNK, SQLITE3_BELOW_BYTES
 
 
 def _extension_file(version: str) -> Path | None:
@@ -39,10 +35,8 @@ class SqliteConnection:
     """The part of a DuckDB connection perfgate uses, over Python's sqlite3 (duckdb absent)."""
 
     def __init__(self, path: Path) -> None:
-        import sqlite3
-
-        self.con = sqlite3.connect(":memory:", uri=True)
-        self.con.execute(f"ATTACH DATABASE ? AS {CATALOG}", (f"file:{path.resolve()}?mode=ro",))
+        self.path = path
+        self.con = read_ahead.attach(path)
 
     def execute(self, sql: str) -> _SqliteResult:
         # DuckDB's two-argument greatest() is SQLite's scalar max()
@@ -142,25 +136,15 @@ def stream_integers(con: Any, table: str, columns: Mapping[str, str],
     integer SQL expressions ``columns`` (name -> expression; NULLs coalesced by the caller).
 
     Through sqlite3, each chunk is one query that gives each column as one comma-separated string
-    (``group_concat``, made by SQLite in C) parsed by numpy in C: no Python object per value, about
-    twice as fast as rows fetched through the cursor. The expressions are aggregated in the same
-    scan, so the columns stay aligned; a value that is not an integer is an error."""
+    (``read_ahead.concat_chunks``: made by SQLite in C, parsed by numpy in C; no Python object per
+    value, about twice as fast as rows fetched through the cursor), or what ``read_ahead`` read of
+    it in a thread. A value that is not an integer is an error."""
     if not isinstance(con, SqliteConnection):
         exprs = ", ".join(f"{sql} AS {name}" for name, sql in columns.items())
         yield from stream(con, f"SELECT {exprs} FROM {CATALOG}.{table}", rows)
         return
-    source = f"{CATALOG}.{table}"
-    # one aggregate a query: SQLite reads min(rowid) or max(rowid) off the b-tree's edge
-    first = con.con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
-    last = con.con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
-    if first is None:
-        return
-    aggregates = ", ".join(f"group_concat({sql})" for sql in columns.values())
-    query = f"SELECT count(*), {aggregates} FROM {source} WHERE rowid >= ? AND rowid < ?"
-    for at in range(int(first), int(last) + 1, rows):
-        n, *texts = con.con.execute(query, (at, at + rows)).fetchone()
-        if n == 0:
-            continue
+    ahead = read_ahead.take(con.path, table, columns) if rows == ROWS_PER_CHUNK else None
+    for n, texts in (ahead if ahead is not None else read_ahead.concat_chunks(con.con, table, columns, rows)):
         chunk = {}
         for name, text in zip(columns, texts):
             try:

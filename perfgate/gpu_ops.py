@@ -10,13 +10,8 @@ from typing import Any
 import numpy as np
 
 from perfgate.columnar import stream_integers
+from perfgate.read_ahead import GPU_OP_TABLES, op_columns
 
-GPU_OP_TABLES: dict[str, str] = {
-    "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
-    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
-    "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
-}
 KIND_CODES = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
 KERNEL, MEMCPY, MEMSET, GRAPH = 0, 1, 2, 3
 PID_MASK = -0x1000000  # globalTid & ~0xFFFFFF == globalPid (as a signed 64-bit integer)
@@ -28,14 +23,6 @@ DTYPES = {"kind": np.int8, "device_id": np.int32, "stream_id": np.int32, "pid": 
 # read as int32, widened to int64 (once, in place of the column) where a value does not fit
 WIDENED = ("correlation_id", "bytes")
 CALL_COLUMNS = ("api_start", "api_end", "api_tid")
-
-# (GpuOps column, export column); a column the table lacks reads as -1
-_SOURCES: tuple[tuple[str, str], ...] = (
-    ("start", "start"), ("end", '"end"'), ("device_id", "deviceId"), ("stream_id", "streamId"),
-    ("correlation_id", "correlationId"), ("global_pid", "globalPid"), ("bytes", "bytes"),
-    ("copy_kind", "copyKind"), ("src_kind", "srcKind"), ("dst_kind", "dstKind"),
-)
-
 
 @dataclass(frozen=True, eq=False)
 class GpuOps:
@@ -109,21 +96,17 @@ def read_gpu_ops(con: Any, tables: frozenset[str], columns: Callable[[str], set[
     twice."""
     present = []
     for kind, table in GPU_OP_TABLES.items():
-        cols = columns(table) if table in tables else set()
-        if {"start", "end", "correlationId", "globalPid"} <= cols:
-            present.append((kind, table, cols))
+        exprs = op_columns(columns(table)) if table in tables else None
+        if exprs is not None:
+            present.append((kind, table, exprs))
     n = int(sum(capacity(t) for _, t, _ in present))
     out = {f.name: np.full(n, -1, dtype=DTYPES.get(f.name, np.int64)) for f in fields(GpuOps)
            if f.name not in ("kind", "pid", "pid_rest", *CALL_COLUMNS)}
     out["global_pid"] = np.full(n, -1, dtype=np.int64)
     kind_col = np.zeros(n, dtype=np.int8)
     at = 0
-    for kind, table, cols in present:
-        name = next((c for c in ("shortName", "demangledName") if c in cols), None)
+    for kind, table, exprs in present:
         # only the columns the table has: the others stay -1 as allocated (a kernel has no copy kind)
-        exprs = {dst: f"coalesce({src}, -1)" for dst, src in _SOURCES if src.strip('"') in cols}
-        if name:
-            exprs["name_id"] = f"coalesce({name}, -1)"
         for chunk in stream_integers(con, table, exprs):
             k = chunk["start"].size
             for dst, values in chunk.items():

@@ -117,3 +117,28 @@ def test_perfgate_analyze_imports_no_pandas() -> None:
     assert '"diagnosis": {' in done.stdout
     imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
     assert "numpy" in imported and not imported & {"pandas", "scipy"}
+
+
+def test_read_ahead_gives_what_the_analysis_would_read_itself(tmp_path: Path) -> None:
+    from perfgate import read_ahead
+
+    path = TRACES / "gpu-transformer" / "trace.sqlite"
+    read_ahead.start(path)
+    exprs = read_ahead.call_columns({"nameId"})
+    ahead = read_ahead.take(path, read_ahead.RUNTIME_TABLE, exprs)
+    con = read_ahead.attach(path)
+    assert ahead is not None and ahead == list(read_ahead.concat_chunks(con, read_ahead.RUNTIME_TABLE, exprs))
+    assert read_ahead.take(path, read_ahead.RUNTIME_TABLE, exprs) is None        # taken once
+    kernels = read_ahead.op_columns({"start", "end", "correlationId", "globalPid", "deviceId", "shortName"})
+    assert kernels is not None and kernels["name_id"] == "coalesce(shortName, -1)"
+    assert read_ahead.take(path, read_ahead.GPU_OP_TABLES["kernel"], kernels) is None   # other columns: not read
+    big = TRACES / "gpu-ddp-2proc" / "trace.sqlite"                 # over SQLITE3_BELOW_BYTES: DuckDB reads it
+    read_ahead.start(big)
+    assert read_ahead.take(big, read_ahead.RUNTIME_TABLE, exprs) is None
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(path.read_bytes()[:50_000])                  # truncated: start says nothing, load_trace does
+    read_ahead.start(broken)
+    with pytest.raises(TraceError, match="broken.sqlite"):
+        from perfgate.trace import load_trace
+
+        load_trace(broken).gpu()

@@ -52,7 +52,7 @@ def kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps
         if flat.size else np.zeros((0, 2), dtype=np.int64)
     code_idx = flat % max(codes.size, 1)
     set_size = np.bincount(pairs[:, 0], minlength=sizes.size)
-    weights = np.random.default_rng(0x9E3779B9).integers(1, 2**62, size=(codes.size, 2), dtype=np.int64)
+    weights = _weights(codes.size)
     h = np.zeros((sizes.size, 2), dtype=np.int64)
     if flat.size:                                # pairs are sorted by step: one sum per step's run
         first = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
@@ -71,6 +71,17 @@ def kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps
         rows = starts[:, None] + np.arange(rep_names.size)
         same[cand] = (pairs[rows, 1] == rep_names).all(axis=1)
     return int((~same).sum()), int((set_size == 0).sum())
+
+
+def _weights(n: int) -> np.ndarray:
+    """Two pseudo-random weights in [1, 2**62) per name code, the same every run: SplitMix64 of
+    the code (numpy.random is not imported for them: 10 ms of a command's start)."""
+    with np.errstate(over="ignore"):
+        z = (np.arange(1, 2 * n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return ((z >> np.uint64(2)) | np.uint64(1)).astype(np.int64).reshape(n, 2)
 
 
 def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
