@@ -7,15 +7,23 @@ and the attribution of a regression to phases, GPU idle time, rules and kernels.
 """
 from __future__ import annotations
 
-from perfgate.diagnosis.attribution import explain_regression
-from perfgate.diagnosis.facts import TraceFacts, trace_facts
-from perfgate.diagnosis.one_run import diagnose
-from perfgate.diagnosis.records import Attribution, Diagnosis, Finding, KernelDelta, PhaseDelta
-from perfgate.diagnosis.render import render_attribution_text, render_diagnosis_text
-from perfgate.diagnosis.rules import RULES
+import importlib
+from typing import Any
 
-__all__ = [
-    "RULES", "Attribution", "Diagnosis", "Finding", "KernelDelta", "PhaseDelta", "TraceFacts",
-    "diagnose", "explain_regression", "render_attribution_text", "render_diagnosis_text",
-    "trace_facts",
-]
+# each name's module, imported when the name is first used: ``perfgate analyze`` diagnoses one run
+# and never imports the attribution of a regression (``explain_regression``) or its reasons
+_HOME = {
+    "explain_regression": "attribution", "TraceFacts": "facts", "trace_facts": "facts", "diagnose": "one_run",
+    "Attribution": "records", "Diagnosis": "records", "Finding": "records", "KernelDelta": "records",
+    "PhaseDelta": "records", "render_attribution_text": "render", "render_diagnosis_text": "render",
+    "RULES": "rules",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value

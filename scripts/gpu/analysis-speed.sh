@@ -2,7 +2,7 @@
 # On the GPU machine (after `source .gpu/env.sh`): issue 14's side-by-side timing. A fresh capture of
 # transformer_lm (the profile launch's trace set), then benchmarks/bench_command.py on it and on the
 # committed gpu-transformer capture beside `nsys stats -r nvtx_sum,nvtx_gpu_proj_sum,cuda_gpu_kern_sum`
-# (BEFORE=DIR: that checkout's perfgate timed in the same run). Then the same again after
+# (BEFORE=DIR: that checkout's perfgate timed in the same run; RUNS=N runs each, default 5). Then the same again after
 # byte-compiling the image's numpy: the image ships numpy without __pycache__ and sets
 # PYTHONDONTWRITEBYTECODE, so every Python process there compiles numpy from source (pip installs
 # byte-compile). Prints the tables and the imports' times; logs under $OUT.
@@ -13,7 +13,7 @@ nsys profile --trace=cuda,nvtx --sample=none --cpuctxsw=none --export=sqlite -o 
     python3 -m workloads.transformer_lm --size gpu > "$OUT/capture.log" 2>&1
 bench() {
   python3 benchmarks/bench_command.py --exports /tmp/lm.sqlite tests/fixtures/traces/gpu-transformer/trace.sqlite \
-    --sizes --nsys "$(command -v nsys)" --reports nvtx_sum,nvtx_gpu_proj_sum,cuda_gpu_kern_sum --runs 5 \
+    --sizes --nsys "$(command -v nsys)" --reports nvtx_sum,nvtx_gpu_proj_sum,cuda_gpu_kern_sum --runs "${RUNS:-5}" \
     ${BEFORE:+--before "$BEFORE"}
 }
 imports() {
