@@ -117,7 +117,7 @@ class _Union:
         if tid.size == 0 or not self.ordered:
             return
         if (tid == tid[0]).all():                 # one thread: no grouping
-            self._add_each(np.zeros(tid.size, dtype=np.int64), [int(tid[0])], start, end)
+            self._add_each(None, [int(tid[0])], start, end)
             return
         inv, thread_list = factorize(tid)
         threads = np.array(thread_list, dtype=np.int64)
@@ -143,12 +143,12 @@ class _Union:
             self.last_start[t], self.run_end[t] = ls, rm
 
 
-    def _add_each(self, inv: np.ndarray, threads: list[int], start: np.ndarray, end: np.ndarray) -> None:
+    def _add_each(self, inv: np.ndarray | None, threads: list[int], start: np.ndarray, end: np.ndarray) -> None:
         """``add`` a thread at a time (few threads: a selection per thread costs less than the
-        sort by thread)."""
+        sort by thread); ``inv``, each call's thread as a position in ``threads``, is None for one."""
         lowest = int(np.iinfo(np.int64).min)
         for k, t in enumerate(threads):
-            mine = None if len(threads) == 1 else inv == k
+            mine = None if inv is None else inv == k
             s = start if mine is None else start[mine]
             e = end if mine is None else end[mine]
             if s[0] < self.last_start.get(t, lowest) or (s[1:] < s[:-1]).any():

@@ -66,17 +66,24 @@ def concat_chunks(con: sqlite3.Connection, table: str, columns: Mapping[str, str
     one comma-separated string (SQLite aggregates all columns in the same scan: they stay aligned;
     ``group_concat`` skips NULL, which the count then shows)."""
     source = f"{CATALOG}.{table}"
-    # one aggregate a query: SQLite reads min(rowid) or max(rowid) off the b-tree's edge
-    first = con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
-    last = con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
-    if first is None:
+    bounds = rowid_bounds(con, source)
+    if bounds is None:
         return
+    first, last = bounds
     aggregates = ", ".join(f"group_concat({sql})" for sql in columns.values())
     query = f"SELECT count(*), {aggregates} FROM {source} WHERE rowid >= ? AND rowid < ?"
-    for at in range(int(first), int(last) + 1, rows):
+    for at in range(first, last + 1, rows):
         n, *texts = con.execute(query, (at, at + rows)).fetchone()
         if n:
             yield int(n), texts
+
+
+def rowid_bounds(con: sqlite3.Connection, source: str) -> tuple[int, int] | None:
+    """(smallest, largest) rowid of a table, None when it is empty. One aggregate a query: SQLite
+    reads min(rowid) or max(rowid) off the b-tree's edge, but both in one query scan the table."""
+    first = con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
+    last = con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
+    return None if first is None else (int(first), int(last))
 
 
 def attach(path: Path, check_same_thread: bool = True) -> sqlite3.Connection:

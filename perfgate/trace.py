@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from perfgate import columnar
-from perfgate.columns import Columns, factorize, run_starts
 from perfgate.api_calls import RUNTIME_TABLE, SYNC_CALLS, ApiCalls, api_name, scan_runtime
+from perfgate.columns import Columns, factorize, run_starts
 from perfgate.errors import TraceError
 from perfgate.gpu_ops import GPU_OP_TABLES, KIND_CODES, PID_MASK, GpuOps, empty_ops, read_gpu_ops
+from perfgate.read_ahead import rowid_bounds
 
 # NVTX event types by their ENUM_NSYS_EVENT_TYPE name, with the ids every known version uses.
 NVTX_EVENT_TYPES: dict[str, int] = {
@@ -207,11 +209,8 @@ def _probe(conn: sqlite3.Connection, path: Path) -> dict[str, Any]:
     columns = {t: frozenset(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')) for t in wanted}
     capacity = {}
     for t in set(GPU_OP_TABLES.values()) & tables:
-        # one aggregate a query: SQLite reads min(rowid) or max(rowid) off the b-tree's edge, but
-        # both in one query scan the whole table
-        lo = conn.execute(f"SELECT min(rowid) FROM {t}").fetchone()[0]
-        hi = conn.execute(f"SELECT max(rowid) FROM {t}").fetchone()[0]
-        capacity[t] = 0 if hi is None else int(hi) - int(lo) + 1
+        bounds = rowid_bounds(conn, t)
+        capacity[t] = 0 if bounds is None else bounds[1] - bounds[0] + 1
     meta: dict[str, str] = {}
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if table in tables and {"name", "value"} <= {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}:
@@ -290,9 +289,10 @@ def _messages(text: np.ndarray, text_id: np.ndarray, strings: dict[int, str]) ->
     has = np.flatnonzero(ids >= 0)
     if has.size:
         distinct, inverse = np.unique(ids[has], return_inverse=True)    # a lookup per distinct id
-        looked = np.array([strings.get(int(i)) for i in distinct] + [None], dtype=object)[inverse.reshape(-1)]
-        found = np.array([v is not None for v in looked], dtype=bool)
-        out[has[found]] = looked[found]
+        values = [strings.get(int(i)) for i in distinct]
+        inverse = inverse.reshape(-1)
+        found = np.array([v is not None for v in values], dtype=bool)[inverse]
+        out[has[found]] = np.array(values, dtype=object)[inverse[found]]
     return out
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfgate.analysis.intervals import group_sums
 from perfgate.columns import Columns, factorize
 from perfgate.model import RangeStat
 
@@ -18,10 +19,7 @@ def range_stats(nvtx: Columns) -> dict[str, RangeStat]:
     # names made and grouped once per distinct name, not once per range
     codes, names = factorize(nvtx["name"])
     key_codes, keys = factorize(np.array([n.removeprefix(":") for n in names], dtype=object))
-    key = key_codes[codes]
-    count = np.bincount(key, minlength=len(keys))
-    total = np.zeros(len(keys), dtype=np.int64)
-    np.add.at(total, key, nvtx["end"] - nvtx["start"])
+    _, count, total = group_sums(key_codes[codes], nvtx["end"] - nvtx["start"])   # every key has a range
     # largest total first, then most ranges, then by name
     ranked = sorted(zip(keys, count.tolist(), total.tolist()), key=lambda r: (-r[2], -r[1], r[0]))
     return {str(k): RangeStat(count=c, total_ns=t) for k, c, t in ranked}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfgate.analysis.intervals import group_sums
 from perfgate.columns import Columns, factorize
 from perfgate.model import RankStats
 
@@ -29,8 +30,7 @@ def rank_stats(measured: Columns, period_ns: np.ndarray,
         periods.append(mine)
         own = inst_pid == pid
         codes, phases = factorize(instances["phase"][own])           # in first-seen order
-        per_phase = np.zeros(len(phases), dtype=np.int64)
-        np.add.at(per_phase, codes, inst_dur[own])
+        _, _, per_phase = group_sums(codes, inst_dur[own])          # every code has an instance
         ranks.append(RankStats(rank=rank, pid=int(pid), steps=int(mine.size),
                                step_time_ms=float(np.median(mine)),
                                phase_cpu_ms={str(n): float(v) / 1e6 / max(mine.size, 1)

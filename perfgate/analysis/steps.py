@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfgate.analysis.intervals import BLOCK
+from perfgate.analysis.intervals import BLOCK, group_sums
 from perfgate.columns import Columns, descending_order, factorize, grouped_cummax, previous_max, run_starts
 from perfgate.errors import ConfigError, TraceError
 from perfgate.model import StepStats, Summary
@@ -343,9 +343,7 @@ def step_stats(sel: StepSelection, batch_size: int | None, period_ns: np.ndarray
     range_ns = m["end"] - m["start"]
     samples_per_s = None
     if batch_size is not None and len(m):
-        pids, n = np.unique(m["pid"], return_counts=True)
-        total = np.zeros(pids.size, dtype=np.int64)
-        np.add.at(total, np.searchsorted(pids, m["pid"]), period_ns)
+        _, n, total = group_sums(m["pid"], period_ns)
         samples_per_s = float((batch_size * n / (total / 1e9)).sum())
     return StepStats(
         range_name=sel.name,
