@@ -11,6 +11,7 @@ import resource
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import tracemalloc
 from pathlib import Path
@@ -20,6 +21,10 @@ import pytest
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.nsys import resolve_report_name
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fixture_files import unpack  # noqa: E402  (the committed exports are stored as .sqlite.xz)
+
+unpack()
 H100 = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "traces" / "toy-h100" / "trace.sqlite"
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 TARGET_OPS = 1_000_000

@@ -19,6 +19,10 @@ VARIANTS = {"default": [], "warmup0": ["--warmup-steps", "0"],
 
 
 def exports(root: Path = ROOT) -> dict[str, Path]:
+    sys.path.insert(0, str(root / "tests"))
+    from fixture_files import unpack   # the committed exports are stored as .sqlite.xz
+
+    unpack(root / "tests" / "fixtures")
     found = {p.parent.name: p for p in sorted((root / "tests" / "fixtures" / "traces").glob("*/trace.sqlite"))}
     for shared in (root / "shared" / "fixtures", root.parent / "shared" / "fixtures"):
         found.update({f"shared-{p.stem}": p for p in sorted(shared.glob("*.sqlite"))})

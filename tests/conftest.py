@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from fixture_files import unpack
+
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+unpack(FIXTURES)   # the committed exports are stored as trace.sqlite.xz
 
 
 def _missing(what: str) -> None:
@@ -52,3 +55,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+# tests/zoo/programs holds public training programs (data for tests/test_zoo.py), never tests
+collect_ignore_glob = ["zoo/programs/*"]

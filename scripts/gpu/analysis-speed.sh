@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+python3 tests/fixture_files.py >/dev/null   # the committed exports are stored as .sqlite.xz
 nsys profile --trace=cuda,nvtx --sample=none --cpuctxsw=none --export=sqlite -o /tmp/lm -f true \
     python3 -m workloads.transformer_lm --size gpu > "$OUT/capture.log" 2>&1
 bench() {
