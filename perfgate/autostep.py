@@ -1,33 +1,56 @@
-"""Autostep: NVTX ranges for training code that has none of its own, without editing it.
+"""Autostep: NVTX ranges and marks for training code that has none of its own, without editing it.
 
 perfgate runs a workload with ``PERFGATE_AUTOSTEP=1`` and ``perfgate/_autostep_site`` first on
-``PYTHONPATH``; that folder's ``sitecustomize.py`` calls :func:`install` at interpreter start.
-``install`` imports no torch: it puts a finder on ``sys.meta_path`` that patches three torch
-modules right after they execute (so a process that never imports torch pays nothing):
+``PYTHONPATH``; that folder's ``sitecustomize.py`` calls :func:`install` at interpreter start
+(the hooks: perfgate/autostep_hooks.py; the names they emit: perfgate/autostep_events.py).
+``install`` imports no torch: it puts a finder on ``sys.meta_path`` that patches torch modules right
+after they execute (so a process that never imports torch pays nothing):
 
-==============================  ======================================================  =====================
-module                          hook                                                    range
-==============================  ======================================================  =====================
-``torch.utils.data.dataloader``  ``_BaseDataLoaderIter.__next__`` wrapped                 ``perfgate/data_load``
-``torch.autograd``               ``torch.autograd.backward`` wrapped (``Tensor.backward``  ``perfgate/backward``
-                                 looks it up on the module at each call)
-``torch.optim.optimizer``        global optimizer step pre/post hooks                     ``perfgate/optimizer``
-==============================  ======================================================  =====================
+================================  ===================================================  ==========================
+module                            hook                                                 range (start/end)
+================================  ===================================================  ==========================
+``torch.utils.data.dataloader``   ``_BaseDataLoaderIter.__next__`` and ``__init__``     ``perfgate/data_load``
+``torch.autograd``                ``torch.autograd.backward`` (``Tensor.backward``      ``perfgate/backward``
+                                  looks it up on the module at each call)
+``torch.optim.optimizer``         global optimizer step pre/post hooks; a closure      ``perfgate/optimizer``
+                                  passed to ``step`` runs outside the range
+``torch.amp.grad_scaler``         ``GradScaler.step`` (a step skipped on inf/NaN)      (a mark)
+``torch.nn.modules.module``       ``Module.train``: a training module put in eval      ``perfgate/eval``
+                                  mode until it is put back in training mode
+``torch.serialization``           ``torch.save``                                       ``perfgate/checkpoint``
+================================  ===================================================  ==========================
 
-Ranges are NVTX push/pop ranges of torch's own binding (what ``torch.cuda.nvtx.range_push`` /
-``range_pop`` call), which CUDA builds of torch have even without a GPU. Each range is opened
-at most once per thread at a time (a nested ``__next__``, a re-entrant backward, an optimizer
-whose ``step`` calls another optimizer's ``step`` give one range) and a CPU-only torch (no NVTX
-binding) gets no hooks and one line on stderr. Code that torch.compile captures emits nothing
-(``torch.compiler.is_compiling()``: no graph break); code it leaves to eager execution after a
-graph break (``loss.backward()`` inside a compiled step) still does, because the wrappers'
-frames are registered with torch._dynamo as never compiled on their own once it is loaded. There is no ``forward`` range: it would need a global module hook, which costs Python
-work on every module call and interferes with torch.compile; the time between a
-``data_load`` range's end and the next ``backward`` range's start is the forward pass (plus
+Ranges are NVTX *start/end* ranges of torch's own binding (``torch.cuda.nvtx.range_start`` /
+``range_end``; CUDA builds of torch have it even without a GPU), not push/pop ranges: they are on
+no thread's stack, so they never close a range of the workload's or of a callback's
+(``perfgate.integrations``), whatever order hooks fire in. Each is opened at most once per thread
+at a time (a nested ``__next__``, a re-entrant backward, an optimizer whose ``step`` calls another
+optimizer's ``step`` give one range). A closure given to ``optimizer.step`` (LBFGS, Lightning's
+automatic optimization) runs forward and backward *inside* ``step``: the optimizer range is closed
+while the closure runs, so forward and backward stay phases of their own.
+
+Marks (instants, ``<name>:<value>``) say what the hooks saw, for the analysis's step model
+(perfgate/analysis/loop.py):
+
+- ``perfgate/optimizer_step:<k>`` after each optimizer step, ``k`` the optimizer's number in the
+  process (1, 2, ... in the order of their first steps); ``perfgate/optimizer_new:<k>:<class>`` at
+  an optimizer's first step; ``perfgate/optimizer_skipped:<k>`` where ``GradScaler.step`` skipped
+  the step (inf/NaN gradients), so that the iteration still ends there.
+- ``perfgate/batch:<n>``: the leading dimension of what a DataLoader iterator yields (a tensor, a
+  tuple/list/dict of tensors with one leading dimension, a list of per-sample dicts), whenever it
+  differs from that iterator's previous batch; ``perfgate/loader:<workers>`` when an iterator is
+  created (its DataLoader's ``num_workers``).
+
+A CPU-only torch (no NVTX binding) gets no hooks and one line on stderr. Code that torch.compile
+captures emits nothing (``torch.compiler.is_compiling()``: no graph break); code it leaves to eager
+execution after a graph break (``loss.backward()`` inside a compiled step) still does, because the
+wrappers' frames are registered with torch._dynamo as never compiled on their own once it is loaded.
+There is no ``forward`` range: it would need a global module hook, which costs Python work on every
+module call and interferes with torch.compile; the time outside the ranges is the forward pass (plus
 whatever else the loop does there).
 
-Test hook: ``PERFGATE_AUTOSTEP_DEBUG=<file>`` makes every push and pop also append a line
-``<pid> push|pop <range name>`` to that file (read once, by :func:`install`).
+Test hook: ``PERFGATE_AUTOSTEP_DEBUG=<file>`` makes every range and mark also append a line
+``<pid> start|end|mark <text>`` to that file (read once, by :func:`install`).
 
 This module imports only the standard library at import time; it must stay cheap because it
 runs in every Python process that inherits the environment (nsys helpers, DataLoader workers).
@@ -37,8 +60,9 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from _thread import _local
 
+from perfgate import autostep_hooks
+from perfgate.autostep_events import WRAPPED, note
 from perfgate.post_import import PostImportFinder
 
 TYPE_CHECKING = False
@@ -48,12 +72,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
-    "BACKWARD",
-    "DATA_LOAD",
     "DEBUG_ENV_VAR",
+    "Installation",
     "ENV_VAR",
-    "OPTIMIZER",
-    "RANGE_NAMES",
     "enabled",
     "install",
     "installed",
@@ -64,16 +85,9 @@ __all__ = [
 ENV_VAR = "PERFGATE_AUTOSTEP"
 """``1`` (or ``true``/``yes``/``on``) in a process's environment turns autostep on there."""
 DEBUG_ENV_VAR = "PERFGATE_AUTOSTEP_DEBUG"
-"""A file path: every push/pop is also appended to it as ``<pid> push|pop <name>`` (tests)."""
+"""A file path: every range and mark is also appended to it as ``<pid> start|end|mark <text>`` (tests)."""
 
-DATA_LOAD = "perfgate/data_load"
-BACKWARD = "perfgate/backward"
-OPTIMIZER = "perfgate/optimizer"
-RANGE_NAMES = (DATA_LOAD, BACKWARD, OPTIMIZER)
-
-NOTE_PREFIX = "perfgate autostep: "
 _ON_VALUES = frozenset({"1", "true", "yes", "on"})
-_MARK = "__perfgate_autostep__"  # set on every wrapper, so a module patched twice is wrapped once
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
@@ -87,90 +101,66 @@ def site_dir() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_autostep_site")
 
 
-def note(message: str) -> None:
-    """One line on stderr, prefixed ``perfgate autostep:``; never raises."""
-    try:
-        sys.stderr.write(NOTE_PREFIX + message + "\n")
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - a closed stderr must not break the user's program
-        pass
+class Installation:
+    """What :func:`install` set up (the NVTX binding, the finder, every hook, so that
+    :func:`uninstall` can take it back), and how the hooks emit: ``range(name)`` and ``mark``."""
 
-
-class _State(_local):
-    """Per-thread state; class attributes are each thread's initial values."""
-
-    data_load = False       # inside a data_load range on this thread
-    backward = False        # inside a backward range on this thread
-    optimizer_depth = 0     # optimizer step pre hooks minus post hooks seen on this thread
-
-
-_state = _State()
-
-
-def _never_compiling() -> bool:
-    return False
-
-
-def _bind_is_compiling(compiler: ModuleType | None) -> None:
-    global _is_compiling
-    _is_compiling = getattr(compiler, "is_compiling", None) or _never_compiling
-
-
-def _first_is_compiling() -> bool:
-    """``torch.compiler.is_compiling``, bound on first use where the import hook on
-    torch.compiler did not bind it (torch imports torch.compiler after the hooked modules, and
-    importing it from their hooks could import it too early)."""
-    _bind_is_compiling(sys.modules.get("torch.compiler"))
-    return _is_compiling()
-
-
-_is_compiling: Callable[[], bool] = _first_is_compiling
-
-
-class _Installation:
-    """What :func:`install` set up, so that :func:`uninstall` can take it back."""
-
-    def __init__(self, debug_path: str | None) -> None:
+    def __init__(self, debug_path: str | None, active: Callable[[], bool]) -> None:
         self.debug_path = debug_path
-        self.finder = PostImportFinder(TARGETS, self.patch, lambda: _installation is self)
+        self.targets = autostep_hooks.TARGETS
+        self.finder = PostImportFinder(self.targets, self.patch, active)
         self.undo: list[Callable[[], Any]] = []
         self.binding: Any = None
         self.nvtx_missing = False
         self.codes: list[CodeType] = []     # code of every wrapper and hook, see skip_frames
         self.skipped = 0                     # how many of them torch.compile has been told to skip
+        self.optimizer_number: Callable[[Any], int] | None = None   # set by the optimizer hook
 
-    def ranges(self, name: str) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
-        """``(enter, leave)`` for the range ``name``, or None (and one note) without NVTX."""
+    def nvtx(self) -> Any:
+        """torch's NVTX binding (``torch._C._nvtx``), or None (and one note) without one."""
         if self.binding is None and not self.nvtx_missing:
-            torch_c = sys.modules.get("torch._C")
-            binding = getattr(torch_c, "_nvtx", None)
-            if binding is None or not (hasattr(binding, "rangePushA") and hasattr(binding, "rangePop")):
+            binding = getattr(sys.modules.get("torch._C"), "_nvtx", None)
+            if binding is None or not all(hasattr(binding, f) for f in ("rangeStartA", "rangeEnd", "markA")):
                 self.nvtx_missing = True
                 note("torch has no NVTX (CPU-only build?): torch._C._nvtx is missing; "
                      "no automatic ranges in this process")
             else:
                 self.binding = binding
-        if self.binding is None:
+        return self.binding
+
+    def range(self, name: str) -> tuple[Callable[[], int], Callable[[int], None]] | None:
+        """``(start, end)`` of the start/end range ``name`` (``end(start())``), or None without NVTX."""
+        binding = self.nvtx()
+        if binding is None:
             return None
-        push, pop = self.binding.rangePushA, self.binding.rangePop
+        start, end = functools.partial(binding.rangeStartA, name), binding.rangeEnd
         if not self.debug_path:
-            return functools.partial(push, name), pop
+            return start, end
         path = self.debug_path
 
-        def enter() -> None:
-            _debug_line(path, "push", name)
-            push(name)
+        def start_logged() -> int:
+            _debug_line(path, "start", name)
+            return start()
 
-        def leave() -> None:
-            pop()
-            _debug_line(path, "pop", name)
+        def end_logged(range_id: int) -> None:
+            end(range_id)
+            _debug_line(path, "end", name)
 
-        return enter, leave
+        return start_logged, end_logged
+
+    def mark(self, text: str) -> None:
+        """An NVTX mark ``text`` (nothing without NVTX)."""
+        binding = self.nvtx()
+        if binding is None:
+            return
+        binding.markA(text)
+        if self.debug_path:
+            _debug_line(self.debug_path, "mark", text)
 
     def own(self, *functions: Callable[..., Any]) -> None:
         """Mark ``functions`` as autostep's and keep torch.compile from compiling them as frames."""
         for fn in functions:
-            setattr(fn, _MARK, True)
+            setattr(fn, WRAPPED, True)
             self.codes.append(fn.__code__)
         self.skip_frames()
 
@@ -189,8 +179,8 @@ class _Installation:
         self.skipped = len(self.codes)
 
     def patch(self, module: ModuleType) -> None:
-        """Apply the hook of ``module`` (a target of TARGETS); a failure becomes one note."""
-        patcher = TARGETS.get(module.__name__)
+        """Apply the hook of ``module`` (one of ``targets``); a failure becomes one note."""
+        patcher = self.targets.get(module.__name__)
         if patcher is None:
             return
         try:
@@ -207,141 +197,29 @@ def _debug_line(path: str, event: str, name: str) -> None:
         note(f"cannot append to {DEBUG_ENV_VAR} file {path}: {exc}")
 
 
-# --------------------------------------------------------------------------- the hooks
-
-
-def _in_range(original: Callable[..., Any], flag: str, enter: Callable[[], None], leave: Callable[[], None],
-              busy: Callable[[], bool] | None = None) -> Callable[..., Any]:
-    """``original`` wrapped in one NVTX range: not again while this thread is already inside it
-    (``_state.<flag>``), nor while torch.compile traces, nor while ``busy()`` says so."""
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        state = _state
-        if getattr(state, flag) or _is_compiling() or (busy is not None and busy()):
-            return original(*args, **kwargs)
-        setattr(state, flag, True)
-        enter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            leave()
-            setattr(state, flag, False)
-
-    return wrapper
-
-
-def _patch_dataloader(inst: _Installation, module: ModuleType) -> None:
-    cls = module._BaseDataLoaderIter
-    original = cls.__dict__["__next__"]
-    if getattr(original, _MARK, False):
-        return
-    pair = inst.ranges(DATA_LOAD)
-    if pair is None:
-        return
-    __next__ = _in_range(original, "data_load", *pair)
-    inst.own(__next__)
-    cls.__next__ = __next__
-    inst.undo.append(lambda: setattr(cls, "__next__", original))
-
-
-def _patch_autograd(inst: _Installation, module: ModuleType) -> None:
-    original = module.backward
-    if getattr(original, _MARK, False):
-        return
-    pair = inst.ranges(BACKWARD)
-    if pair is None:
-        return
-    # -1 outside a backward pass; >= 0 on any thread running one (a reentrant backward from a
-    # checkpointed function may run on an autograd device thread, where our flag is not set)
-    graph_task_id = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None) or (lambda: -1)
-    backward = _in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1)
-    inst.own(backward)
-    setattr(module, "backward", backward)
-    inst.undo.append(lambda: setattr(module, "backward", original))
-
-
-def _patch_optimizer(inst: _Installation, module: ModuleType) -> None:
-    if any(getattr(h, _MARK, False) for h in module._global_optimizer_pre_hooks.values()):
-        return
-    pair = inst.ranges(OPTIMIZER)
-    if pair is None:
-        return
-    enter, leave = pair
-
-    def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if _is_compiling():
-            return None
-        state = _state
-        depth = state.optimizer_depth
-        state.optimizer_depth = depth + 1
-        if depth == 0:
-            enter()
-        return None
-
-    def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if _is_compiling():
-            return
-        state = _state
-        depth = state.optimizer_depth
-        if depth <= 0:  # no pre hook of ours on this thread (e.g. installed during a step)
-            return
-        state.optimizer_depth = depth - 1
-        if depth == 1:
-            leave()
-
-    inst.own(pre_hook, post_hook)
-    pre = module.register_optimizer_step_pre_hook(pre_hook)
-    post = module.register_optimizer_step_post_hook(post_hook)
-    inst.undo.append(pre.remove)
-    inst.undo.append(post.remove)
-
-
-def _patch_compiler(inst: _Installation, module: ModuleType) -> None:
-    _bind_is_compiling(module)
-
-
-def _patch_dynamo(inst: _Installation, module: ModuleType) -> None:
-    inst.skip_frames()
-
-
-TARGETS: dict[str, Callable[[_Installation, ModuleType], None]] = {
-    "torch.utils.data.dataloader": _patch_dataloader,
-    "torch.autograd": _patch_autograd,
-    "torch.optim.optimizer": _patch_optimizer,
-    "torch.compiler": _patch_compiler,            # imported by torch after the three above
-    "torch._dynamo.eval_frame": _patch_dynamo,    # loaded by the first torch.compile, if any
-}
-
-
 # --------------------------------------------------------------------------- install / uninstall
 
-_PostImportFinder = PostImportFinder   # its earlier name here
-_installation: _Installation | None = None
+_installation: Installation | None = None
 _fork_hook_registered = False
 
 
-def _reset_state_after_fork() -> None:
-    global _state
-    _state = _State()
-
-
 def install(environ: dict[str, str] | None = None) -> bool:
-    """Hook torch's DataLoader, backward and optimizer step (now for the modules already imported,
-    at their first import for the others). Idempotent; imports no torch. Reads
-    ``PERFGATE_AUTOSTEP_DEBUG`` from ``environ`` (default ``os.environ``). Returns True when
-    installed (errors become one note on stderr and False)."""
+    """Hook torch (now for the modules already imported, at their first import for the others;
+    perfgate.autostep_hooks). Idempotent; imports no torch. Reads ``PERFGATE_AUTOSTEP_DEBUG`` from
+    ``environ`` (default ``os.environ``). Returns True when installed (errors become one note on
+    stderr and False)."""
     global _installation, _fork_hook_registered
     if _installation is not None:
         return True
     try:
         env = os.environ if environ is None else environ
-        inst = _Installation(env.get(DEBUG_ENV_VAR) or None)
+        inst = Installation(env.get(DEBUG_ENV_VAR) or None, lambda: _installation is inst)
         _installation = inst
         sys.meta_path.insert(0, inst.finder)
         if not _fork_hook_registered and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=_reset_state_after_fork)
+            os.register_at_fork(after_in_child=autostep_hooks.reset_state)
             _fork_hook_registered = True
-        for name in TARGETS:
+        for name in inst.targets:
             module = sys.modules.get(name)
             if module is not None:
                 inst.patch(module)
@@ -353,7 +231,7 @@ def install(environ: dict[str, str] | None = None) -> bool:
 
 def uninstall() -> None:
     """Remove the finder and undo every hook (tests and overhead measurements)."""
-    global _installation, _is_compiling
+    global _installation
     inst, _installation = _installation, None
     if inst is None:
         return
@@ -364,8 +242,8 @@ def uninstall() -> None:
     for undo in reversed(inst.undo):
         undo()
     inst.undo.clear()
-    _reset_state_after_fork()
-    _is_compiling = _first_is_compiling
+    autostep_hooks.reset_state()
+    autostep_hooks.unbind_is_compiling()
 
 
 def installed() -> bool:

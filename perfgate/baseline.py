@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfgate.analysis.periods import window_location
 from perfgate.errors import BaselineError
 from perfgate.sequential import NOISE_METRIC, launch_noise
 from perfgate.model import Analysis, GpuIdle, MachineInfo, PhaseStats
@@ -39,7 +40,8 @@ PRIMARY_METRIC = "step_time_ms"
 #: diffs against (phases, GPU work, idle gaps, the rules that fired) ...
 LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
 #: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
-STEP_KEYS = ("range", "source", "basis", "count", "warmup_skipped", "batch_size")
+STEP_KEYS = ("range", "source", "basis", "count", "warmup_skipped", "batch_size", "statistic", "marker",
+             "batch_source", "interludes")
 #: The profile launch's metrics hold no step times (the timing launches measure them), so its
 #: ``steps`` keeps its own summary: the diagnosis compares its phases with its own step.
 STEP_SUMMARY_KEYS = ("median_ms", "mean_ms", "p10_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms")
@@ -78,15 +80,31 @@ class BaselineLaunch:
         perfgate reads, metrics (checked_metrics), step durations of finite non-negative numbers."""
         if not isinstance(raw, dict):
             raise BaselineError(f"{where} must be an object")
-        check_record_version(raw, where, BaselineError)
+        version = check_record_version(raw, where, BaselineError)
         metrics = checked_metrics(raw.get("metrics"), f"{where}.metrics", profile=raw.get("capture") == "profile")
         durations = raw.get("step_durations_ms", [])
         if not isinstance(durations, list):
             raise BaselineError(f"{where}.step_durations_ms must be a list of numbers")
-        return cls(metrics=metrics,
-                   step_durations_ms=tuple(measured_number(d, f"{where}.step_durations_ms[{i}]")
-                                           for i, d in enumerate(durations)),
-                   detail={k: v for k, v in raw.items() if k not in ("metrics", "step_durations_ms", VERSION_KEY)})
+        launch = cls(metrics=metrics,
+                     step_durations_ms=tuple(measured_number(d, f"{where}.step_durations_ms[{i}]")
+                                             for i, d in enumerate(durations)),
+                     detail={k: v for k, v in raw.items() if k not in ("metrics", "step_durations_ms", VERSION_KEY)})
+        return launch.with_current_statistic() if version < 2 else launch
+
+    def with_current_statistic(self) -> BaselineLaunch:
+        """A timing launch recorded before record version 2 gated the median period: its
+        ``step_time_ms`` is computed again from its step durations the way the gate computes it now
+        (analysis/periods.py), so that both sides of a comparison are the same statistic."""
+        steps = self.detail.get("steps")
+        if not isinstance(steps, dict) or not self.step_durations_ms or "step_time_ms" not in self.metrics:
+            return self
+        import numpy as np
+
+        durations = np.asarray(self.step_durations_ms, dtype=np.float64)
+        one = np.zeros(durations.size, dtype=np.int64)      # the record keeps no process of each duration
+        step_ns, statistic = window_location(durations, one)
+        metrics = {**self.metrics, "step_time_ms": step_ns}
+        return replace(self, metrics=metrics, detail={**self.detail, "steps": {**steps, "statistic": statistic}})
 
     def analysis(self) -> Analysis:
         """The launch as an Analysis (what the diagnosis compares). What the record does not keep

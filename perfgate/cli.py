@@ -17,7 +17,7 @@ from typing import Any
 
 from perfgate.options import add_command_options, settings_from_args
 from perfgate.errors import ConfigError, PerfgateError
-from perfgate.workloads import selected_specs
+from perfgate.workloads import helper_notes, selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a program its pipe's reader left
@@ -226,6 +226,8 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
 
     settings = settings_from_args(args)
     specs = selected_specs(settings)
+    for note in helper_notes(settings):
+        print(f"perfgate: note: {note}", file=sys.stderr)
     update = args.update_baseline if update is None else update
     results = []
     unrecorded = False   # a history line that could not be written: the run still reports, then exits 2
@@ -322,6 +324,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     specs = discover_workloads(settings, machine_info(None, settings.machine_class).gpu_count)
+    for note in helper_notes(settings):
+        print(f"perfgate: note: {note}", file=sys.stderr)
     if not specs:
         print(f"perfgate: no workloads in {settings.workloads_dir} or [tool.perfgate.workloads]")
     for spec in specs:

@@ -43,7 +43,7 @@ class Entry:
 
     @property
     def step_time_ms(self) -> float | None:
-        """Geometric mean over the launches of each launch's median step (what the gate compares)."""
+        """Geometric mean over the launches of each launch's step time (what the gate compares)."""
         values = [m[STEP_METRIC] for m in self.launches if m.get(STEP_METRIC, 0) > 0]
         return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 

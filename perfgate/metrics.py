@@ -54,7 +54,9 @@ class MetricSpec:
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("step_time_ms", "ms", LOWER, Tolerance(rel=0.03), gating=True, primary=True,
-               description="median iteration period of measured steps (step start to next step start, and its GPU work done; per launch)"),
+               description="iteration period of measured steps (step start to next step start, and its GPU work done), "
+                           "the median over runs of up to 24 consecutive steps of their mean (per launch; "
+                           "analysis/periods.py): a cycle of fast and slow steps gives its mean, one slow step moves it little"),
     MetricSpec("step_time_mean_ms", "ms", LOWER, Tolerance(rel=0.03), gating=True, primary=True,
                description="mean of measured steps: catches a slowdown in one step of ten that the median hides"),
     MetricSpec("step_range_ms", "ms", LOWER, Tolerance(rel=0.03), gating=False,

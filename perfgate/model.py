@@ -3,7 +3,7 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.schema and perfgate.rank_records). Records are frozen dataclasses; every field that
+Records layer (imports only perfgate.schema, perfgate.rank_records and perfgate.step_records). Records are frozen dataclasses; every field that
 carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.schema, docs/schema.md).
@@ -18,8 +18,10 @@ from typing import Any
 
 from perfgate.rank_records import CommStats, RankComm, RankStats
 from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
+from perfgate.step_records import StepStats, Summary
 
-__all__ = ["CommStats", "RankComm", "RankStats"]  # the multi-process records, here with the others
+# the multi-process and the step records, here with the others
+__all__ = ["CommStats", "RankComm", "RankStats", "StepStats", "Summary"]
 
 
 # --------------------------------------------------------------------------- capture
@@ -41,79 +43,6 @@ class Capture:
 
 
 # --------------------------------------------------------------------------- analysis
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Summary of a sample of values (one unit for all fields, named by the owner)."""
-
-    count: int
-    mean: float
-    median: float
-    stdev: float          # sample standard deviation (ddof=1); 0.0 when count < 2
-    p10: float
-    p90: float
-    min: float
-    max: float
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """The measured steps of one launch (warm-up steps excluded). A step's duration is its
-    iteration period: from the start of its step range to the start of the next one."""
-
-    range_name: str                   # folded NVTX name of the step range, e.g. "step"
-    count: int
-    warmup_skipped: int
-    durations_ms: tuple[float, ...]   # iteration period per measured step, in time order (per process, concatenated)
-    summary_ms: Summary
-    window_start_ns: int              # start of the first measured step
-    window_end_ns: int                # end of the last measured step's period (the next step's start)
-    batch_size: int | None = None
-    samples_per_s: float | None = None
-    source: str = "nvtx"              # where the steps come from: "nvtx" (the workload's ranges), "autostep", "nsys-pytorch"
-    range_durations_ms: tuple[float, ...] = ()   # the step ranges' own durations (reported, not gated)
-    range_summary_ms: Summary | None = None
-
-    #: What ``durations_ms`` measures; baselines and results record it, and compare refuses to
-    #: compare a period with a range duration.
-    basis: str = "period"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``steps`` object of an analysis record."""
-        s, r = self.summary_ms, self.range_summary_ms
-        return {"range": self.range_name, "source": self.source, "basis": self.basis, "count": self.count,
-                "warmup_skipped": self.warmup_skipped, "median_ms": s.median, "mean_ms": s.mean, "p10_ms": s.p10,
-                "p90_ms": s.p90, "stdev_ms": s.stdev, "min_ms": s.min, "max_ms": s.max, "batch_size": self.batch_size,
-                "samples_per_s": self.samples_per_s, "durations_ms": list(self.durations_ms),
-                "range_median_ms": None if r is None else r.median, "range_mean_ms": None if r is None else r.mean,
-                "window_start_ns": self.window_start_ns, "window_end_ns": self.window_end_ns}
-
-    @classmethod
-    def from_dict(cls, st: Mapping[str, Any], metrics: Mapping[str, Any]) -> StepStats:
-        """StepStats of a ``steps`` object. A baseline's launch record keeps no summary and no
-        durations there: the summary comes from the record's ``metrics`` (median, mean, p90), the
-        other quantiles default to the median. Records from before ``basis`` measured the range."""
-        durations = tuple(float(x) for x in st.get("durations_ms") or ())
-        median = st.get("median_ms", metrics.get("step_time_ms"))
-        mean = st.get("mean_ms", metrics.get("step_time_mean_ms"))
-        if mean is None:
-            mean = sum(durations) / len(durations) if durations else (median or 0.0)
-        median = float(mean if median is None else median)
-        count = int(st.get("count") or len(durations))
-        summary = Summary(count=count, mean=float(mean), median=median, stdev=float(st.get("stdev_ms") or 0.0),
-                          p10=float(st.get("p10_ms") or median),
-                          p90=float(st.get("p90_ms") or metrics.get("step_time_p90_ms") or median),
-                          min=float(st.get("min_ms") or median), max=float(st.get("max_ms") or median))
-        rm = st.get("range_median_ms", metrics.get("step_range_ms"))
-        range_summary = None if rm is None else Summary(count, float(st.get("range_mean_ms") or rm), float(rm),
-                                                        0.0, float(rm), float(rm), float(rm), float(rm))
-        return cls(range_name=str(st.get("range", "step")), count=count,
-                   warmup_skipped=int(st.get("warmup_skipped") or 0), durations_ms=durations,
-                   summary_ms=summary, window_start_ns=int(st.get("window_start_ns") or 0),
-                   window_end_ns=int(st.get("window_end_ns") or 0), batch_size=st.get("batch_size"),
-                   samples_per_s=st.get("samples_per_s"), source=str(st.get("source") or "nvtx"),
-                   range_summary_ms=range_summary, basis=str(st.get("basis") or "range"))
 
 
 @dataclass(frozen=True)
@@ -205,7 +134,7 @@ class Analysis:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
         s = self.steps.summary_ms
         out: dict[str, float] = {
-            "step_time_ms": s.median,
+            "step_time_ms": self.steps.time_ms,
             "step_time_mean_ms": s.mean,
             "step_time_p90_ms": s.p90,
         }

@@ -193,7 +193,7 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.verdict = Verdict.PASS
     n = len(result.analyses)
-    step = [a.steps.summary_ms.median for a in result.analyses]
+    step = [a.steps.time_ms for a in result.analyses]
     profiled = " + a CUDA profile launch" if result.profile is not None else ""
     result.message = (f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
                       f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}")
@@ -225,7 +225,7 @@ class _Launcher:
         analysis = capture_launch(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
                                   cwd=self.cwd, extra_args=self.extra_args)
         self.timing.append(analysis)
-        medians = [a.steps.summary_ms.median for a in self.timing]
+        medians = [a.steps.time_ms for a in self.timing]
         most = self.settings.record_launches if self.recording else self.settings.max_launches
         self.say(f"{self.spec.full_name}: launch {k + 1} of {'' if self.recording else 'up to '}{most}"
                  f"{' (recording)' if self.recording else ''}: step {medians[-1]:.4g} ms"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 RESULTS_KEY = pytest.StashKey["list[WorkloadResult]"]()
 REPORTS_KEY = pytest.StashKey["dict[str, Any]"]()
+NOTES_KEY = pytest.StashKey["list[str]"]()   # files of the workloads folder skipped as helpers
 TERMINATED_KEY = pytest.StashKey[int]()
 PREVIOUS_HANDLERS_KEY = pytest.StashKey["dict[Any, Any]"]()
 NOT_ACTIVE = "perfgate: performance gate runs only with --perfgate"
@@ -101,6 +102,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         specs = _specs(settings, settings.selected)
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
+    from perfgate.workloads import helper_notes
+
+    config.stash[NOTES_KEY] = helper_notes(settings)
     added = [PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec)
              for spec in specs]
     items.extend(added)
@@ -208,6 +212,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from perfgate.report.terminal import render_summary
 
         terminalreporter.section("perfgate")
+        for note in config.stash.get(NOTES_KEY, []):
+            terminalreporter.write_line(_inert(f"perfgate: note: {note}"))
         for line in render_summary(results):
             terminalreporter.write_line(_inert(line))
         reports = config.stash.get(REPORTS_KEY, {})

@@ -17,7 +17,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from perfgate.errors import PerfgateError
 
 #: The one version of the analysis, baseline launch and result records (docs/schema.md).
-RECORD_VERSION = 1
+#: 2: ``step_time_ms`` is the median of runs' means (``steps.statistic``), no longer the median period.
+RECORD_VERSION = 2
 VERSION_KEY = "record_version"
 
 

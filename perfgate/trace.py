@@ -31,9 +31,11 @@ NVTX_EVENT_TYPES: dict[str, int] = {
     "NvtxtPushPopRange": 70,
     "NvtxtStartEndRange": 71,
     "NvtxDomainCreate": 75,
+    "NvtxMark": 34,
 }
 PUSHPOP_TYPES = ("NvtxPushPopRange", "NvtxtPushPopRange")
 STARTEND_TYPES = ("NvtxStartEndRange", "NvtxtStartEndRange")
+MARK_COLUMNS = ("start", "text", "global_tid", "pid")
 MEMORY_USAGE_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 PID_BITS = 0x0000FFFFFF000000   # the pid part of a globalTid
 
@@ -50,6 +52,8 @@ class Trace:
     pid``; ``end_global_tid`` and ``domain_id`` are ``NO_ID`` where the export has NULL. ``name`` is the
     ``domain:text`` tag nsys stats prints (``text`` alone in the default domain); an unterminated
     range ends at the largest NVTX timestamp, as in ``nsys stats``.
+    ``marks``: one row per NVTX mark (an instant: ``start, text, global_tid, pid``, by time); perfgate's
+    autostep hooks record what they see with them (``perfgate/optimizer_step:1``, ``perfgate/batch:64``).
     ``gpu(window)``: the GPU ops joined to their launching calls (``GpuOps``, read and joined once)
     and the CUDA API calls of a window (``ApiCalls``), from one pass over the API-call table.
     ``gpu_ops`` / ``runtime``: the same tables as pandas frames, for tests and inspection
@@ -61,6 +65,7 @@ class Trace:
     schema_version: str | None
     nvtx: Columns
     strings: dict[int, str]
+    marks: Columns = field(default_factory=lambda: Columns.empty_of(MARK_COLUMNS, {"text": object}))
     tables: frozenset[str] = field(default_factory=frozenset)
     columns: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
     capacity: dict[str, int] = field(default_factory=dict, repr=False)
@@ -169,14 +174,14 @@ def load_trace(path: str | Path) -> Trace:
     finally:
         conn.close()
     con = columnar.connect(path)
-    nvtx = _guarded(path, lambda: _nvtx(con, probe))
+    nvtx, marks = _guarded(path, lambda: _nvtx(con, probe))
     if nvtx.empty:
         raise TraceError(
             f"{path}: NVTX_EVENTS holds no push/pop or start/end ranges "
             "(ranges from the PyPI nvtx package are not recorded by nsys 2022.4; use torch.cuda.nvtx)"
         )
     return Trace(path=path, nsys_version=probe["meta"].get("EXPORT_PRODUCT_VERSION"),
-                 schema_version=probe["meta"].get("EXPORT_SCHEMA_VERSION"), nvtx=nvtx,
+                 schema_version=probe["meta"].get("EXPORT_SCHEMA_VERSION"), nvtx=nvtx, marks=marks,
                  strings=probe["strings"], tables=probe["tables"], columns=probe["columns"],
                  capacity=probe["capacity"], session_start_utc_ns=probe["session_start"], _con=con)
 
@@ -236,16 +241,18 @@ NVTX_COLUMNS = ("row_id", "start", "end", "unterminated", "text", "name", "style
 NO_ID = -1   # end_global_tid / domain_id where the export has NULL (a range ended on its own thread)
 
 
-def _nvtx(con: Any, probe: dict[str, Any]) -> Columns:
+def _nvtx(con: Any, probe: dict[str, Any]) -> tuple[Columns, Columns]:
     """NVTX ranges named and closed exactly as ``nsys stats`` (nvtxsum / nvtx_sum) does: the
     message is coalesce(StringIds via textId, text); the domain comes from the NvtxDomainCreate
-    row with the same domainId in the same process (the earliest per thread that created it)."""
+    row with the same domainId in the same process (the earliest per thread that created it).
+    And the marks (``MARK_COLUMNS``, by time), which ``nsys stats``' range reports leave out."""
     cols = probe["columns"]["NVTX_EVENTS"]
     types = probe["types"]
     pushpop = [types[t] for t in PUSHPOP_TYPES]
     startend = [types[t] for t in STARTEND_TYPES]
     create = types["NvtxDomainCreate"]
-    wanted = ",".join(str(t) for t in (*pushpop, *startend, create))
+    mark = types["NvtxMark"]
+    wanted = ",".join(str(t) for t in (*pushpop, *startend, create, mark))
     opt = {c: (c if c in cols else "NULL") for c in ("textId", "endGlobalTid", "domainId")}
     table = f"{columnar.CATALOG}.NVTX_EVENTS"
     raw = columnar.fetch(con, f"""
@@ -257,10 +264,14 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> Columns:
     for flag in ("unterminated", "domain_null"):   # 0/1 through sqlite3
         raw[flag] = raw[flag].astype(bool)
     message = _messages(raw["text"], raw["text_id"], probe["strings"])
+    is_mark = raw["event_type"] == mark
+    tid = raw["global_tid"][is_mark].astype(np.int64)
+    marks = Columns({"start": raw["start"][is_mark].astype(np.int64), "text": _shared(message[is_mark]),
+                     "global_tid": tid, "pid": (tid >> 24) & 0xFFFFFF}).sorted_by("start")
     is_range = np.isin(raw["event_type"], pushpop + startend)
     if not is_range.any():
         return Columns.empty_of(NVTX_COLUMNS, {"text": object, "name": object, "style": object,
-                                               "unterminated": bool})
+                                               "unterminated": bool}), marks
     domain = _domain_names(raw, message, create, "domainId" in cols)
     ranges = {k: v[is_range] for k, v in raw.items() if k not in ("text", "text_id")}
     del raw
@@ -278,7 +289,7 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> Columns:
         "global_tid": global_tid, "end_global_tid": ranges["end_global_tid"].astype(np.int64),
         "domain_id": domain_id, "pid": (global_tid >> 24) & 0xFFFFFF,
     })
-    return _with_domains(rows, domain)
+    return _with_domains(rows, domain), marks
 
 
 def _messages(text: np.ndarray, text_id: np.ndarray, strings: dict[int, str]) -> np.ndarray:

@@ -1,11 +1,17 @@
 """Which workloads the gate runs: WorkloadSpec discovery.
 
 A workload is every ``<workloads_dir>/<name>.py`` whose name does not start with ``_`` (module
-``<dir>.<name>``), plus every declared ``[tool.perfgate.workloads.<name>]`` table; a table's
-keys refine the discovered file, ``enabled = false`` keeps it out of default runs (naming it
-explicitly still runs it). Each declared variant gives one more spec (``name[variant]``).
+``<dir>.<name>``) and that runs something when executed, plus every declared
+``[tool.perfgate.workloads.<name>]`` table; a table's keys refine the discovered file,
+``enabled = false`` keeps it out of default runs (naming it explicitly still runs it). Each
+declared variant gives one more spec (``name[variant]``). A file that only defines things (a
+helper the workloads import: imports, functions, classes, assignments, no ``if __name__ ==
+"__main__":`` and no statement that runs) is skipped with a note (``helper_notes``), unless a table
+declares it.
 """
 from __future__ import annotations
+
+import ast
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,15 +46,61 @@ class WorkloadSpec:
         return self.name if not self.variant else f"{self.name}[{self.variant}]"
 
 
-def workload_files(workloads_dir: Path) -> dict[str, Path]:
-    """``<name> -> <dir>/<name>.py`` for every module not starting with ``_``; ConfigError naming
-    the file when its name is not a safe name (perfgate.names: it becomes a path component)."""
+def workload_files(workloads_dir: Path, declared: frozenset[str] | set[str] = frozenset()) -> dict[str, Path]:
+    """``<name> -> <dir>/<name>.py`` for every module not starting with ``_`` that is not a helper
+    (``is_helper``; one that ``declared`` names is kept); ConfigError naming the file when its name
+    is not a safe name (perfgate.names: it becomes a path component)."""
     if not workloads_dir.is_dir():
         return {}
-    files = {p.stem: p for p in sorted(workloads_dir.glob("*.py")) if not p.name.startswith("_")}
+    files = {p.stem: p for p in sorted(workloads_dir.glob("*.py"))
+             if not p.name.startswith("_") and (p.stem in declared or not is_helper(p))}
     for name, path in files.items():
         check_name(name, f"{path}: workload name")
     return files
+
+
+def is_helper(path: Path) -> bool:
+    """Whether executing ``path`` would only define things: its top level holds nothing but a
+    docstring, imports, function and class definitions, assignments, ``if TYPE_CHECKING:`` blocks
+    and ``try:`` blocks of those, and no ``if __name__ == "__main__":`` block. A file that cannot
+    be read or parsed is not called a helper (running it says what is wrong)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return False
+    return all(_defines_only(node) for node in tree.body)
+
+
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                ast.AnnAssign, ast.Pass)
+
+
+def _defines_only(node: ast.stmt) -> bool:
+    if isinstance(node, _DEFINITIONS):
+        return True
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant)                 # a docstring
+    if isinstance(node, ast.If):
+        test = ast.unparse(node.test)
+        if "__name__" in test:
+            return False                                            # if __name__ == "__main__":
+        return "TYPE_CHECKING" in test and all(_defines_only(n) for n in node.body + node.orelse)
+    if isinstance(node, ast.Try):
+        parts = node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]
+        return all(_defines_only(n) for n in parts)
+    return False
+
+
+def helper_notes(settings: Settings) -> list[str]:
+    """One note per file of the workloads folder skipped as a helper (``is_helper``)."""
+    folder = settings.workloads_dir
+    if not folder.is_dir():
+        return []
+    kept = workload_files(folder, set(settings.workloads))
+    return [f"{p} is not a workload: it only defines things (no `if __name__ == \"__main__\":` block, no "
+            f"statement that runs); name it _{p.name} to say it is a helper, or declare it in "
+            f"[tool.perfgate.workloads.{p.stem}] to run it"
+            for p in sorted(folder.glob("*.py")) if not p.name.startswith("_") and p.stem not in kept]
 
 
 def module_prefix(settings: Settings) -> str:
@@ -68,7 +120,7 @@ def discover_workloads(settings: Settings, gpu_count: int = 0) -> list[WorkloadS
     source = settings.sources.get("workloads_dir", "default")
     if source != "default" and not settings.workloads_dir.is_dir():
         raise ConfigError(f"{source}: {settings.workloads_dir} is not a folder")
-    files = workload_files(settings.workloads_dir)
+    files = workload_files(settings.workloads_dir, set(settings.workloads))
     if not files and not settings.workloads:
         tables = f"{settings.pyproject} has no" if settings.pyproject else "no pyproject.toml with"
         state = "holds no <name>.py file" if settings.workloads_dir.is_dir() else "does not exist"

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfgate.analysis import AnalysisOptions, analyze, intervals, phases, steps
+from perfgate.analysis import AnalysisOptions, analyze, intervals, periods, phases, steps
 from perfgate.analysis.idle import _top_gaps, busy_intervals
 from perfgate.api_calls import _add_counts
 from perfgate.columns import Columns
@@ -86,7 +86,7 @@ def test_open_instance_in_blocks_matches_a_scan_of_every_instance() -> None:
 def test_attribution_and_iteration_periods_do_not_depend_on_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
     trace = load_trace(TRACES / "gpu-ddp-2proc" / "trace.sqlite")   # two processes, two GPUs
     whole = analyze(trace, AnalysisOptions(skip_steps=3))
-    monkeypatch.setattr(steps, "BLOCK", 5)
+    monkeypatch.setattr(periods, "BLOCK", 5)
     monkeypatch.setattr(phases, "BLOCK", 5)
     fresh = load_trace(TRACES / "gpu-ddp-2proc" / "trace.sqlite")
     sel = steps.select_steps(fresh.nvtx, None, 3, "t")

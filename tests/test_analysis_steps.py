@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.analysis.steps import DEFAULT_STEP_REGEX, fold_name, summarize
+from perfgate.analysis.periods import summarize
+from perfgate.analysis.steps import DEFAULT_STEP_REGEX, fold_name
 from perfgate.errors import ConfigError, TraceError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
@@ -102,7 +103,23 @@ def test_no_matching_step_range_names_the_file_and_the_most_frequent_ranges() ->
     path = TRACES / "cpu-train-loop" / "trace.sqlite"
     with pytest.raises(TraceError) as err:
         analyze_trace(path, AnalysisOptions(step_pattern="epoch"))
-    assert str(path) in str(err.value) and "'data_load' (12)" in str(err.value)
+    assert str(path) in str(err.value) and "'data_load' (12; step_pattern = \"data_load\")" in str(err.value)
+
+
+def test_every_range_the_error_names_comes_with_a_step_pattern_that_selects_it() -> None:
+    """The error names each frequent range with a step_pattern; every one of them, given back,
+    finds steps (numbered ranges fold: 'batch 3' is named with 'batch \\d+')."""
+    import json
+    import re
+
+    path = TRACES / "cpu-train-loop" / "trace.sqlite"
+    with pytest.raises(TraceError) as err:
+        analyze_trace(path, AnalysisOptions(step_pattern="epoch"))
+    suggested = [json.loads(s) for s in re.findall(r'step_pattern = ("[^"]+")\)', str(err.value))]
+    assert len(suggested) >= 3
+    for pattern in suggested:
+        found = analyze_trace(path, AnalysisOptions(step_pattern=pattern, skip_steps=0))
+        assert found.steps.count >= 1, pattern
 
 
 def emit_nvtx_like(tmp_path: Path) -> Path:
@@ -120,7 +137,8 @@ def emit_nvtx_like(tmp_path: Path) -> Path:
 
 def test_emit_nvtx_trace_without_step_ranges_gives_a_clear_error_or_an_analysis_with_a_pattern(tmp_path: Path) -> None:
     trace = emit_nvtx_like(tmp_path)
-    with pytest.raises(TraceError, match=r"no NVTX range matches the default step patterns.*aten::as_strided, op_id' \(328\)"):
+    with pytest.raises(TraceError, match=r"no NVTX range matches the default step patterns.*'aten::as_strided, op_id' \(328; "
+                       r'step_pattern = "aten::as_strided, op_id = \\\\d\+"\)'):
         analyze_trace(trace)
     a = analyze_trace(trace, AnalysisOptions(step_pattern=r"aten::linear, op_id = \d+", skip_steps=2))
     assert a.processes == 2 and a.devices == ("0", "1")

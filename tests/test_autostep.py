@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from perfgate import autostep
-from perfgate.autostep import BACKWARD, DATA_LOAD, OPTIMIZER
+from perfgate.autostep_events import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
 from perfgate.capture import capture_environment, prepend_path
+from perfgate.post_import import PostImportFinder
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,9 +97,9 @@ breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
 print("pid", os.getpid(), "graph_breaks", breaks)
 '''
 
-STEP = [("push", DATA_LOAD), ("pop", DATA_LOAD), ("push", BACKWARD), ("pop", BACKWARD),
-        ("push", OPTIMIZER), ("pop", OPTIMIZER)]
-LAST_NEXT = [("push", DATA_LOAD), ("pop", DATA_LOAD)]  # the __next__ that raises StopIteration
+STEP = [("start", DATA_LOAD), ("end", DATA_LOAD), ("start", BACKWARD), ("end", BACKWARD),
+        ("start", OPTIMIZER), ("end", OPTIMIZER)]
+LAST_NEXT = [("start", DATA_LOAD), ("end", DATA_LOAD)]  # the __next__ that raises StopIteration
 
 
 def child_env(base_pythonpath: str = "", **extra: str) -> dict[str, str]:
@@ -116,15 +117,21 @@ def run_python(code: str, cwd: Path, env: dict[str, str], *args: str) -> subproc
                           text=True, timeout=240, check=False)
 
 
-def events(path: Path) -> list[tuple[int, str, str]]:
-    """``(pid, push|pop, name)`` per line of a PERFGATE_AUTOSTEP_DEBUG file."""
+def events(path: Path, kinds: tuple[str, ...] = ("start", "end")) -> list[tuple[int, str, str]]:
+    """``(pid, start|end|mark, text)`` per line of a PERFGATE_AUTOSTEP_DEBUG file, of ``kinds``
+    (the ranges' starts and ends unless told)."""
     if not path.exists():
         return []
     out = []
     for line in path.read_text().splitlines():
         pid, event, name = line.split(" ", 2)
-        out.append((int(pid), event, name))
+        if event in kinds:
+            out.append((int(pid), event, name))
     return out
+
+
+def marks(path: Path) -> list[str]:
+    return [text for _, _, text in events(path, ("mark",))]
 
 
 def main_pid(proc: subprocess.CompletedProcess[str]) -> int:
@@ -134,7 +141,7 @@ def main_pid(proc: subprocess.CompletedProcess[str]) -> int:
 
 
 def our_notes(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.startswith(autostep.NOTE_PREFIX)]
+    return [ln for ln in stderr.splitlines() if ln.startswith(NOTE_PREFIX)]
 
 
 # --------------------------------------------------------------------------- without nsys
@@ -148,6 +155,10 @@ def test_each_step_gives_data_load_backward_optimizer(tmp_path: Path, torch_modu
     # three steps, then the __next__ that ends the loop (StopIteration) is a data_load range too
     assert [(e, n) for p, e, n in events(debug)] == STEP * 3 + LAST_NEXT
     assert {p for p, _, _ in events(debug)} == {pid}
+    # the iterator's workers, its batch size once (it does not change), the optimizer's number and
+    # class at its first step, then one step mark per step
+    assert marks(debug) == ["perfgate/loader:0", "perfgate/batch:4", "perfgate/optimizer_new:1:SGD",
+                            *["perfgate/optimizer_step:1"] * 3]
     assert our_notes(proc.stderr) == []
 
 
@@ -197,7 +208,7 @@ def test_autostep_off_or_unset_installs_nothing(tmp_path: Path, torch_module: ob
     main_pid(proc)
     assert "autostep False" in proc.stdout
     assert not debug.exists()
-    assert proc.stderr.count(autostep.NOTE_PREFIX) == 0
+    assert proc.stderr.count(NOTE_PREFIX) == 0
 
 
 USER_SITECUSTOMIZE = '''
@@ -323,7 +334,7 @@ def test_install_in_process_hooks_a_loaded_torch_and_uninstall_restores_it(torch
     after = (torch.autograd.backward, dataloader._BaseDataLoaderIter.__dict__["__next__"],
              len(optim_module._global_optimizer_pre_hooks), len(optim_module._global_optimizer_post_hooks))
     assert after == before
-    assert not any(isinstance(f, autostep._PostImportFinder) for f in sys.meta_path)
+    assert not any(isinstance(f, PostImportFinder) for f in sys.meta_path)
 
 
 # --------------------------------------------------------------------------- with the real nsys

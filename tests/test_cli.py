@@ -44,7 +44,7 @@ def test_analyze_json_prints_exactly_one_object_with_the_contract_keys(traces: P
     doc = json.loads(capsys.readouterr().out)
     assert ANALYZE_KEYS <= set(doc)
     assert doc["steps"]["count"] == len(doc["steps"]["durations_ms"]) > 0
-    assert doc["metrics"]["step_time_ms"] == doc["steps"]["median_ms"]
+    assert doc["metrics"]["step_time_ms"] == doc["steps"]["time_ms"] and doc["steps"]["statistic"].startswith("median of")
 
 
 def test_analyze_options_change_the_result(traces: Path, capsys) -> None:
@@ -97,6 +97,26 @@ def test_list_shows_discovered_workloads_but_not_private_modules(tmp_path: Path,
     assert "tiny" in out and "-m workloads.tiny" in out and "_helper" not in out
 
 
+def test_a_helper_module_in_the_workloads_folder_is_skipped_with_a_note(tmp_path: Path, capsys) -> None:
+    """workloads/common.py that only defines things (a user's shared code, no `_` prefix) is not run
+    as a workload (it used to fail with "no NVTX_EVENTS table"): list and run name it in a note that
+    says how to mark or declare it; declared in a table, it is a workload again."""
+    root = tiny_project(tmp_path)
+    (root / "workloads" / "common.py").write_text("import os\n\nSIZE = 4\n\ndef batch():\n    return os.urandom(SIZE)\n")
+    assert main(["list", "--root", str(root)]) == 0
+    captured = capsys.readouterr()
+    assert "workloads.common" not in captured.out and "workloads.tiny" in captured.out
+    assert "common.py is not a workload: it only defines things" in captured.err
+    assert "name it _common.py" in captured.err and "[tool.perfgate.workloads.common]" in captured.err
+    assert main(["run", "common", "--root", str(root)]) == 2
+    assert "workload 'common' not found" in capsys.readouterr().err
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n[tool.perfgate.workloads.common]\nenabled = true\n")
+    assert main(["list", "--root", str(root)]) == 0
+    captured = capsys.readouterr()
+    assert "workloads.common" in captured.out and "is not a workload" not in captured.err
+
+
 def test_run_with_missing_nsys_exits_2_with_the_error(tmp_path: Path, capsys) -> None:
     root = tiny_project(tmp_path)
     assert main(["run", "--root", str(root), "--nsys", "/nonexistent/nsys"]) == 2
@@ -131,11 +151,12 @@ def test_compare_of_h100_reverse_ladder_traces_names_the_removed_optimization(ca
     assert main(["compare", full, str(traces / "reverse-ladder-no-workers" / "trace.sqlite"), "--warmup-steps", "0"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("REGRESSED: phase.data_load.cpu_ms") and "likely change: workers" in out
-    # removing the copy stream leaves step time unchanged on an H100: the gate passes, the h2d phase
-    # regression is still reported and attributed
+    # removing the copy stream leaves step time unchanged on an H100: the gate does not fail (one
+    # launch each of a data-bound loop whose 29 periods run from 14 to 62 ms: its step time moves
+    # -5 % between them, its mean +2 %), the h2d phase regression is still reported and attributed
     assert main(["compare", full, str(traces / "reverse-ladder-no-overlap" / "trace.sqlite"), "--warmup-steps", "0"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("PASS: step_time_ms") and "likely change: overlap stream" in out
+    assert out.startswith(("PASS: step_time_ms", "IMPROVED: step_time_ms")) and "likely change: overlap stream" in out
 
 
 def test_compare_refuses_a_baseline_with_nan_instead_of_passing_it(traces: Path, tmp_path: Path, capsys) -> None:

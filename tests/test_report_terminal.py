@@ -51,7 +51,8 @@ def test_the_step_time_shown_is_named_for_what_it_is() -> None:
     header, row, legend = lines[1], lines[3], lines[-1]
     assert "median" not in header and "step time (base -> current)" in header
     assert "61.6 -> 61.6 ms" in row
-    assert legend == "step time: each launch's median step, geometric mean over the launches (what the gate compares)"
+    assert legend == ("step time: each launch's step time (the median of its runs of consecutive iterations' means), "
+                      "geometric mean over the launches (what the gate compares)")
 
 
 def test_headline_shows_the_mean_when_the_mean_alone_regressed() -> None:

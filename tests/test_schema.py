@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import BaselineLaunch, baseline_document, load_baseline
+from perfgate.baseline import BaselineLaunch, baseline_document, load_baseline, parse_baseline
 from perfgate.errors import BaselineError, PerfgateError, TraceError
 from perfgate.files import compare_files
 from perfgate.model import Analysis, Verdict
@@ -27,20 +27,34 @@ def test_there_are_committed_baselines() -> None:
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(REPO)))
-def test_committed_baselines_load_unchanged(path: Path) -> None:
-    """Recorded before record_version: read as version 1, the diagnosis's launches made from them,
-    and written back the same but for the version of each launch record."""
+def test_committed_baselines_load_with_the_step_time_of_this_version(path: Path) -> None:
+    """Recorded before record_version: read as version 1, the diagnosis's launches made from them.
+    Version 1 gated each launch's median period: step_time_ms is computed again from the launch's
+    step durations as this version's statistic (the median of runs' means), every other value is
+    read unchanged, and written back as version 2."""
+    import numpy as np
+
+    from perfgate.analysis.periods import window_location
+
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert all(VERSION_KEY not in launch for launch in doc["launches"])
     baseline = load_baseline(path)
-    assert baseline.launch_metrics == [launch["metrics"] for launch in doc["launches"]]
+    for launch, metrics in zip(doc["launches"], baseline.launch_metrics):
+        durations = np.array(launch["step_durations_ms"])
+        assert metrics["step_time_ms"] == window_location(durations, np.zeros(durations.size))[0]
+        assert metrics["step_time_ms"] != launch["metrics"]["step_time_ms"]      # no longer the median
+        assert {k: v for k, v in metrics.items() if k != "step_time_ms"} == \
+            {k: v for k, v in launch["metrics"].items() if k != "step_time_ms"}
     for launch, a in zip(doc["launches"], baseline.launch_analyses):
-        assert a.steps.summary_ms.median == launch["metrics"]["step_time_ms"]
+        durations = np.array(launch["step_durations_ms"])
+        assert a.steps.time_ms == window_location(durations, np.zeros(durations.size))[0]
         assert a.steps.count == launch["steps"]["count"] and a.steps.basis == launch["steps"]["basis"]
         assert set(a.phases) == set(launch["phases"]) and a.extra["diagnosis"] == launch["diagnosis"]
     again = baseline_document(baseline)
-    assert [{k: v for k, v in launch.items() if k != VERSION_KEY} for launch in again["launches"]] == doc["launches"]
-    assert all(launch[VERSION_KEY] == RECORD_VERSION for launch in again["launches"])
+    assert all(launch[VERSION_KEY] == RECORD_VERSION == 2 for launch in again["launches"])
+    timing = [launch for launch in again["launches"] if launch.get("capture") != "profile"]
+    assert all(launch["steps"]["statistic"].startswith("median of 1") for launch in timing)
+    assert parse_baseline(again, path).launch_metrics == baseline.launch_metrics   # read back as it is
 
 
 def test_every_record_carries_the_one_version() -> None:

@@ -143,7 +143,8 @@ def _own_report(log: Path) -> dict:
 
 def test_lightning_h100_iteration_ends_when_its_gpu_work_does() -> None:
     from perfgate.analysis import AnalysisOptions, analyze_trace
-    from perfgate.analysis.steps import iteration_periods, select_steps
+    from perfgate.analysis.periods import iteration_periods
+    from perfgate.analysis.steps import select_steps
     from perfgate.trace import load_trace
 
     d = GPU_SEED / "gpu-lightning-loop"

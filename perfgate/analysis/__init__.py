@@ -16,7 +16,9 @@ from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
 from perfgate.analysis.ranks import rank_stats
-from perfgate.analysis.steps import iteration_periods, select_steps, step_stats
+from perfgate.analysis.loop import batch_sizes
+from perfgate.analysis.periods import iteration_periods, step_stats
+from perfgate.analysis.steps import SOURCE_NVTX, StepSelection, select_steps
 from perfgate.analysis.table import render_table
 from perfgate.errors import ConfigError
 from perfgate.model import Analysis
@@ -59,7 +61,7 @@ def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()
 
 def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
     """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
-    sel = select_steps(trace.nvtx, options.step_pattern, options.skip_steps, str(trace.path))
+    sel = select_steps(trace.nvtx, options.step_pattern, options.skip_steps, str(trace.path), trace.marks)
     measured = sel.measured
     lo, hi = sel.window
     busy = projected = work = None
@@ -67,7 +69,8 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     if len(ops):
         ops, api = trace.gpu((lo, hi))       # joined once, shared with the diagnosis
     period_ns = iteration_periods(sel, ops if len(ops) else None)
-    steps = step_stats(sel, options.batch_size, period_ns)
+    batches = batch_sizes(trace.nvtx, trace.marks) if options.batch_size is None else None
+    steps = step_stats(sel, options.batch_size, period_ns, batches)
     total_step_ns = int(period_ns.sum())
     instances = trace.memo(("phases", steps_key(measured)), lambda: phase_instances(trace.nvtx, measured))
     if len(ops):
@@ -94,15 +97,19 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         gpu=work,
         processes=int(np.unique(sel.measured["pid"]).size),
         devices=devices,
-        warnings=sel.warnings + _source_note(sel.source),
+        warnings=sel.warnings + _source_note(sel),
         ranks=ranks,
         rank_skew_ms=skew,
         comm=comm_stats(ops, trace.strings, measured) if len(ops) else None,
     )
 
 
-def _source_note(source: str) -> tuple[str, ...]:
-    """A note saying where the steps came from when they are not the workload's own ranges."""
-    from perfgate.analysis.steps import SOURCE_DESCRIPTIONS, SOURCE_NVTX
-
-    return () if source == SOURCE_NVTX else (f"steps from {SOURCE_DESCRIPTIONS.get(source, source)}",)
+def _source_note(sel: StepSelection) -> tuple[str, ...]:
+    """Notes on where the steps came from when they are not the workload's own ranges, and on the
+    interludes left out."""
+    notes: tuple[str, ...] = () if sel.source == SOURCE_NVTX else (f"steps from {sel.description}",)
+    if sel.interlude_ns.size:
+        n = sel.interlude_ns.size
+        notes += (f"{n} interlude{'s' if n != 1 else ''} (evaluation or checkpoint, mean "
+                  f"{sel.interlude_ns.mean() / 1e6:.4g} ms) left out of the measured steps",)
+    return notes

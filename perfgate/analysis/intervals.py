@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfgate.columns import grouped_cummax, run_starts
+from perfgate.columns import grouped_cummax, previous_max, run_starts
 
 BLOCK = 1 << 20   # rows per block of per-row work: temporaries of 8 MB per int64 column
 IN_PLACE_FROM = 4 * BLOCK   # window unions of this many intervals on: no permutation (memory)
@@ -149,3 +149,15 @@ def group_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nda
     counts = np.diff(np.r_[first, k.size])
     sums = np.add.reduceat(np.asarray(values, dtype=np.int64)[order], first)
     return k[first], counts, sums
+
+
+def top_level_mask(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """True for intervals not contained in another interval of the same thread."""
+    order = np.lexsort((-ends, starts, threads))
+    e = ends[order]
+    new_thread = run_starts(threads[order])
+    prev_max = previous_max(e, new_thread)
+    top_sorted = new_thread | ~(e <= np.nan_to_num(prev_max, nan=-1))
+    out = np.empty(starts.size, dtype=bool)
+    out[order] = top_sorted
+    return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfgate.analysis.intervals import BLOCK, union_length_by_group
-from perfgate.analysis.steps import BETWEEN_STEPS, phase_name, top_level_mask
+from perfgate.analysis.intervals import BLOCK, top_level_mask, union_length_by_group
+from perfgate.analysis.steps import BETWEEN_STEPS, phase_name
 from perfgate.columns import Columns, factorize, first_seen, previous_max, run_starts
 from perfgate.gpu_ops import GpuOps
 from perfgate.model import PhaseStats

@@ -1,30 +1,33 @@
-"""Iterations: which NVTX ranges mark training steps, warm-up, the iteration period of each
-measured step, and summaries.
+"""Iterations: which NVTX ranges mark training steps, warm-up, and which steps are measured.
 
 A step lasts from the start of its step range to the start of the next step range of the same
 process (the *iteration period*, as ``torch.profiler``'s ``ProfilerStep#N`` and nsys's
 ``nvtx_pace`` recipe count iterations), and, with CUDA traced, until the GPU work it launched has
-ended (:func:`completion_times`); the last step range of each process has no next start and is
+ended (periods.completion_times); the last step range of each process has no next start and is
 left out. The step range's own duration is kept as a reported metric. Where the trace has no
-step range of the user's, the iterations are found from ranges that mark the end of each
-iteration (see ``ITERATION_MARKERS``).
+step range of the user's, the iterations end at events that mark the end of each iteration: nsys's
+PyTorch annotation's optimizer steps, else what perfgate's autostep hooks recorded (loop.py).
+A measured period that holds an evaluation or a checkpoint (autostep's ``perfgate/eval``,
+``perfgate/checkpoint``) is an interlude, not an iteration: it is counted apart.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfgate.analysis.intervals import BLOCK, group_sums
-from perfgate.columns import Columns, descending_order, factorize, grouped_cummax, previous_max, run_starts
+from perfgate.analysis.intervals import top_level_mask
+from perfgate.analysis.loop import Boundaries, find_boundaries, interludes
+from perfgate.autostep_events import PREFIX
+from perfgate.columns import Columns, descending_order, factorize, run_starts
 from perfgate.errors import ConfigError, TraceError
-from perfgate.model import StepStats, Summary
 
 if TYPE_CHECKING:
-    from perfgate.gpu_ops import GpuOps
+    from perfgate.model import StepStats
 
 # Names that common instrumentation gives one training iteration (matched case-insensitively
 # against the whole NVTX message, without the domain).
@@ -38,21 +41,23 @@ DEFAULT_STEP_PATTERNS: tuple[str, ...] = (
 DEFAULT_STEP_REGEX = "(?i)(?:" + "|".join(DEFAULT_STEP_PATTERNS) + ")"
 
 #: Prefix of the ranges that perfgate's own hooks emit in the profiled process (perfgate/autostep.py).
-AUTOSTEP_PREFIX = "perfgate/"
+AUTOSTEP_PREFIX = PREFIX
 
 #: Step sources, in order of preference: the user's step ranges, then ranges that end once per
-#: iteration (the optimizer step), each iteration lasting from the end of one to the end of the next.
+#: iteration (the optimizer step), each iteration lasting from the end of one to the end of the next:
+#: nsys's PyTorch annotation, autostep's marks (loop.py), autostep's optimizer ranges of captures
+#: made before the marks existed.
 SOURCE_NVTX = "nvtx"
+SOURCE_AUTOSTEP = "autostep"
+NSYS_PYTORCH = ("nsys-pytorch", r"torch\.optim\.[\w.]*\.step")     # --pytorch=functions-trace (2024.x+)
 ITERATION_MARKERS: tuple[tuple[str, str], ...] = (
-    # nsys --pytorch=functions-trace (Nsight Systems 2024.x+): the optimizer's step function
-    ("nsys-pytorch", r"torch\.optim\.[\w.]*\.step"),
-    # perfgate's own hook (global optimizer step hooks), installed through the environment
-    ("autostep", re.escape(AUTOSTEP_PREFIX) + r"optimizer"),
+    NSYS_PYTORCH,
+    (SOURCE_AUTOSTEP, re.escape(AUTOSTEP_PREFIX) + r"optimizer"),     # before autostep's marks
 )
 SOURCE_DESCRIPTIONS = {
     SOURCE_NVTX: "the workload's step ranges",
     "nsys-pytorch": "nsys's PyTorch annotation (--pytorch): one iteration per optimizer step",
-    "autostep": "perfgate's optimizer hook (no NVTX in the workload): one iteration per optimizer step",
+    SOURCE_AUTOSTEP: "perfgate's optimizer hook (no NVTX in the workload): one iteration per optimizer step",
 }
 #: The phase made of the time between one step range's end and the next one's start that no
 #: other range on the step's thread covers (data wait and host work outside the step range).
@@ -102,20 +107,6 @@ def compile_step_pattern(pattern: str | None) -> re.Pattern[str]:
         raise ConfigError(f"step_pattern {pattern!r} is not a valid regular expression: {exc}") from exc
 
 
-def summarize(values: np.ndarray | list[float]) -> Summary:
-    """count, mean, median, sample stdev (ddof=1), p10/p90 (linear), min, max."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        nan = float("nan")
-        return Summary(0, nan, nan, 0.0, nan, nan, nan, nan)
-    p10, median, p90 = np.percentile(v, [10, 50, 90])
-    return Summary(
-        count=int(v.size), mean=float(v.mean()), median=float(median),
-        stdev=float(v.std(ddof=1)) if v.size > 1 else 0.0,
-        p10=float(p10), p90=float(p90), min=float(v.min()), max=float(v.max()),
-    )
-
-
 @dataclass(frozen=True, eq=False)
 class StepSelection:
     """The steps found in a trace: all of them and the measured ones (after warm-up, with a next
@@ -129,23 +120,13 @@ class StepSelection:
     warmup_skipped: int       # per process
     warnings: tuple[str, ...]
     measured_at: np.ndarray
+    description: str = ""     # which marker ends an iteration, and why (SOURCE_DESCRIPTIONS' words)
+    interlude_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # interludes' host periods
 
     @property
     def window(self) -> tuple[int, int]:
         """Host time of the measured steps: the first one's start to the last period's end."""
         return int(self.measured["start"].min()), int(self.measured["period_end"].max())
-
-
-def top_level_mask(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
-    """True for intervals not contained in another interval of the same thread."""
-    order = np.lexsort((-ends, starts, threads))
-    e = ends[order]
-    new_thread = run_starts(threads[order])
-    prev_max = previous_max(e, new_thread)
-    top_sorted = new_thread | ~(e <= np.nan_to_num(prev_max, nan=-1))
-    out = np.empty(starts.size, dtype=bool)
-    out[order] = top_sorted
-    return out
 
 
 def _top_level(rows: Columns) -> Columns:
@@ -158,10 +139,10 @@ def _named(nvtx: Columns, wanted: Callable[[str], bool]) -> np.ndarray:
     return np.array([wanted(t) for t in texts] + [False], dtype=bool)[codes]
 
 
-def _top_level_named(nvtx: Columns, wanted: Callable[[str], bool]) -> Columns:
-    """Top-most ranges per thread among those whose message ``wanted`` accepts (never perfgate's own
-    hook ranges), sorted by (pid, start)."""
-    rows = nvtx.take(_named(nvtx, lambda t: not t.startswith(AUTOSTEP_PREFIX) and wanted(t)))
+def _top_level_named(nvtx: Columns, wanted: Callable[[str], bool], own: bool = False) -> Columns:
+    """Top-most ranges per thread among those whose message ``wanted`` accepts (perfgate's own hook
+    ranges only with ``own``), sorted by (pid, start)."""
+    rows = nvtx.take(_named(nvtx, lambda t: (own or not t.startswith(AUTOSTEP_PREFIX)) and wanted(t)))
     return _top_level(rows).sorted_by("pid", "start")
 
 
@@ -181,9 +162,10 @@ def _folded(texts: np.ndarray) -> np.ndarray:
 
 def user_step_ranges(nvtx: Columns, pattern: str | None) -> tuple[str, Columns] | None:
     """The user's step ranges: top-most matching ranges per thread, the most frequent folded name
-    when several remain; None when no range matches. perfgate's own hook ranges never count."""
+    when several remain; None when no range matches. perfgate's own hook ranges count only for a
+    ``step_pattern`` the user gave (``perfgate/backward``), never for the default names."""
     regex = compile_step_pattern(pattern)
-    top = _top_level_named(nvtx, lambda t: bool(regex.fullmatch(t)))
+    top = _top_level_named(nvtx, lambda t: bool(regex.fullmatch(t)), own=pattern is not None)
     if top.empty:
         return None
     folded = _folded(top["text"])
@@ -209,16 +191,43 @@ def marker_steps(nvtx: Columns, marker: str) -> Columns:
     return steps.sorted_by("pid", "start")
 
 
-def find_steps(nvtx: Columns, pattern: str | None, source: str) -> tuple[str, str, Columns]:
-    """(name, source, step rows): the user's step ranges, else the first marker source present."""
+def boundary_steps(b: Boundaries) -> Columns:
+    """Step rows between consecutive boundaries of a thread (the first only opens the first step),
+    with the NVTX columns (synthetic: ``row_id`` negative, ``text``/``name`` the marker's label)."""
+    order = np.lexsort((b.time, b.global_tid))
+    t, tid = b.time[order].astype(np.int64), b.global_tid[order].astype(np.int64)
+    same = np.flatnonzero(tid[1:] == tid[:-1])
+    n = same.size
+    rows = Columns({
+        "row_id": -np.arange(1, n + 1, dtype=np.int64), "start": t[same], "end": t[same + 1],
+        "unterminated": np.zeros(n, dtype=bool), "text": np.full(n, b.label, dtype=object),
+        "name": np.full(n, b.label, dtype=object), "style": np.full(n, "StartEnd", dtype=object),
+        "global_tid": tid[same + 1], "end_global_tid": np.full(n, -1, dtype=np.int64),
+        "domain_id": np.full(n, -1, dtype=np.int64), "pid": (tid[same + 1] >> 24) & 0xFFFFFF,
+    })
+    return rows.sorted_by("pid", "start")
+
+
+def find_steps(nvtx: Columns, pattern: str | None, source: str,
+               marks: Columns | None = None) -> tuple[str, str, Columns, str]:
+    """(name, source, step rows, description): the user's step ranges, else the first marker
+    source present (nsys's PyTorch annotation, autostep's marks, autostep's optimizer ranges)."""
     found = user_step_ranges(nvtx, pattern)
     if found is not None:
-        return found[0], SOURCE_NVTX, found[1]
+        return found[0], SOURCE_NVTX, found[1], SOURCE_DESCRIPTIONS[SOURCE_NVTX]
     if pattern is None:
-        for label, marker in ITERATION_MARKERS:
+        pytorch = marker_steps(nvtx, NSYS_PYTORCH[1])
+        if len(pytorch):
+            return str(pytorch["text"][0]), NSYS_PYTORCH[0], pytorch, SOURCE_DESCRIPTIONS[NSYS_PYTORCH[0]]
+        boundaries = find_boundaries(nvtx, marks) if marks is not None else None
+        if boundaries is not None:
+            steps = boundary_steps(boundaries)
+            if len(steps):
+                return boundaries.label, SOURCE_AUTOSTEP, steps, boundaries.description
+        for label, marker in ITERATION_MARKERS[1:]:
             steps = marker_steps(nvtx, marker)
             if len(steps):
-                return str(steps["text"][0]), label, steps
+                return str(steps["text"][0]), label, steps, SOURCE_DESCRIPTIONS[label]
     raise TraceError(_no_steps_message(nvtx, pattern, source))
 
 
@@ -234,12 +243,14 @@ def with_period_end(steps: Columns) -> Columns:
     return steps.assign(period_end=nxt)
 
 
-def select_steps(nvtx: Columns, pattern: str | None, skip_steps: int, source: str) -> StepSelection:
+def select_steps(nvtx: Columns, pattern: str | None, skip_steps: int, source: str,
+                 marks: Columns | None = None) -> StepSelection:
     """Find the steps and drop the first ``skip_steps`` of each process; the measured steps are
-    the remaining ones that have a next step (their period ends at its start)."""
+    the remaining ones that have a next step (their period ends at its start), but for interludes
+    (periods holding an evaluation or a checkpoint), when they are fewer than a third of them."""
     if skip_steps < 0:
         raise ConfigError(f"skip_steps must be >= 0, got {skip_steps}")
-    name, origin, steps = find_steps(nvtx, pattern, source)
+    name, origin, steps, description = find_steps(nvtx, pattern, source, marks)
     steps = with_period_end(steps)
     pid = steps["pid"]                                   # sorted: each process's steps are a run
     first = np.flatnonzero(run_starts(pid))
@@ -265,111 +276,71 @@ def select_steps(nvtx: Columns, pattern: str | None, skip_steps: int, source: st
         both = Columns.concat([measured, alone.assign(period_end=alone["end"])])
         order = np.lexsort((both["start"], both["pid"]))
         measured, at = both.take(order), np.r_[at, lonely][order]
-    return StepSelection(name, origin, steps, measured, skip, tuple(warnings), at)
+    apart = interludes(nvtx, measured["start"], measured["period_end"], measured["pid"])
+    interlude_ns = np.zeros(0, dtype=np.int64)
+    if apart.any() and 3 * np.count_nonzero(apart) < apart.size:
+        interlude_ns = (measured["period_end"] - measured["start"])[apart]
+        measured, at = measured.take(~apart), at[~apart]
+    elif apart.any():
+        warnings.append(f"{np.count_nonzero(apart)} of {apart.size} measured '{name}' periods hold an evaluation "
+                        "or a checkpoint: too many to be interludes, they are measured as iterations")
+    return StepSelection(name, origin, steps, measured, skip, tuple(warnings), at, description, interlude_ns)
 
 
-def measured_iterations(nvtx: Columns, steps: StepStats) -> Columns:
-    """The measured steps of an analysis, found again in its trace (same source, same window)."""
+def measured_iterations(nvtx: Columns, steps: StepStats, marks: Columns | None = None) -> Columns:
+    """The measured steps of an analysis, found again in its trace (same source, same window, the
+    interludes left out)."""
     if steps.source == SOURCE_NVTX:
-        rows = _top_level_named(nvtx, lambda t: fold_name(t) == steps.range_name)
+        rows = _top_level_named(nvtx, lambda t: fold_name(t) == steps.range_name, own=True)
     else:
-        marker = dict(ITERATION_MARKERS).get(steps.source)
-        rows = marker_steps(nvtx, marker) if marker is not None else nvtx.take(np.zeros(0, dtype=np.int64))
+        try:
+            rows = find_steps(nvtx, None, "", marks)[2]
+        except TraceError:
+            rows = nvtx.take(np.zeros(0, dtype=np.int64))
     rows = with_period_end(rows)
     rows = rows.assign(period_end=np.where(rows["period_end"] >= 0, rows["period_end"], rows["end"]))
-    return rows.take((rows["start"] >= steps.window_start_ns) & (rows["period_end"] <= steps.window_end_ns))
+    rows = rows.take((rows["start"] >= steps.window_start_ns) & (rows["period_end"] <= steps.window_end_ns))
+    if steps.interludes:
+        rows = rows.take(~interludes(nvtx, rows["start"], rows["period_end"], rows["pid"]))
+    return rows
 
 
-def completion_times(sel: StepSelection, launches: GpuOps | None) -> tuple[np.ndarray, np.ndarray]:
-    """(done before, done) per measured step: when the iteration before it, and the iteration itself,
-    were complete. An iteration is complete when the host has reached the next step's start *and*
-    the GPU work it launched has finished, at the earliest when the one before it was complete. A
-    loop that never waits for the GPU runs ahead of it by up to the launch queue's depth; its host
-    periods are then shorter than its iterations while the queue fills, and its last iterations'
-    GPU work runs after the host window ends. Without GPU launches, ``done`` is the period end."""
-    steps = sel.all_steps
-    host_end = np.where(steps["period_end"] >= 0, steps["period_end"], steps["end"])
-    done = host_end.astype(np.int64)
-    if launches is not None and len(launches) and len(steps):
-        # each op to the last step of its process that started at or before its launch; the key is
-        # (process rank, time), the time in ns below 2**50 (13 days); ops a block at a time
-        step_pid = steps["pid"]
-        ranks = np.unique(step_pid)
-        step_key = np.searchsorted(ranks, step_pid).astype(np.int64) * (1 << 50) + steps["start"]
-        order = np.argsort(step_key, kind="stable")
-        sorted_key = step_key[order]
-        for at in range(0, len(launches), BLOCK):
-            part = slice(at, at + BLOCK)
-            traced = launches.api_start[part] >= 0
-            op_pid, op_launch = launches.pid[part][traced], launches.api_start[part][traced]
-            op_rank = _rank_of(ranks, op_pid)
-            mine = op_rank >= 0
-            op_key = op_rank[mine].astype(np.int64) * (1 << 50) + op_launch[mine]
-            pos = np.searchsorted(sorted_key, op_key, side="right") - 1
-            ok = pos >= 0
-            idx = order[pos[ok]]
-            launched = op_launch[mine][ok]
-            same = (step_pid[idx] == op_pid[mine][ok]) & (launched < host_end[idx])
-            np.maximum.at(done, idx[same], launches.end[part][traced][mine][ok][same])
-    # never before the previous iteration of the same process (steps are sorted by pid, start)
-    pid = steps["pid"]
-    new_process = run_starts(pid)
-    done = grouped_cummax(done, new_process)
-    before = np.where(~new_process, np.r_[0, done[:-1]], steps["start"])
-    return before[sel.measured_at], done[sel.measured_at]
+def step_pattern_for(text: str) -> str:
+    """A ``step_pattern`` that matches the range ``text`` and its numbered siblings (``batch 7`` ->
+    ``batch \\d+``): the text escaped, each number that ``fold_name`` drops matched by ``\\d+``."""
+    out, at = [], 0
+    for m in _NUMBER.finditer(text):
+        digits = re.search(r"\d+$", m.group(0))
+        assert digits is not None
+        cut = m.start() + digits.start()
+        out.append(_escape(text[at:cut]) + r"\d+")
+        at = m.end()
+    return "".join(out) + _escape(text[at:])
 
 
-def _rank_of(ranks: np.ndarray, pid: np.ndarray) -> np.ndarray:
-    """Each pid's position in the sorted ``ranks``, -1 for a pid not among them."""
-    if ranks.size == 1:                                   # one process: no search
-        return np.where(pid == ranks[0], 0, -1)
-    at = np.minimum(np.searchsorted(ranks, pid), ranks.size - 1)
-    return np.where(ranks[at] == pid, at, -1)
+_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
 
 
-def iteration_periods(sel: StepSelection, launches: GpuOps | None) -> np.ndarray:
-    """Per measured step, ns from the previous iteration's completion to its own
-    (:func:`completion_times`)."""
-    before, done = completion_times(sel, launches)
-    return done - before
-
-
-def step_stats(sel: StepSelection, batch_size: int | None, period_ns: np.ndarray | None = None) -> StepStats:
-    """Per-step iteration periods (``period_ns``, default: host periods, from one step's start to
-    the next's) and range durations (per process, concatenated in time order)."""
-    m = sel.measured
-    if period_ns is None:
-        period_ns = iteration_periods(sel, None)
-    range_ns = m["end"] - m["start"]
-    samples_per_s = None
-    if batch_size is not None and len(m):
-        _, n, total = group_sums(m["pid"], period_ns)
-        samples_per_s = float((batch_size * n / (total / 1e9)).sum())
-    return StepStats(
-        range_name=sel.name,
-        count=len(m),
-        warmup_skipped=sel.warmup_skipped,
-        durations_ms=tuple(float(x) for x in period_ns / 1e6),
-        summary_ms=summarize(period_ns / 1e6),
-        window_start_ns=sel.window[0],
-        window_end_ns=sel.window[1],
-        batch_size=batch_size,
-        samples_per_s=samples_per_s,
-        source=sel.source,
-        range_durations_ms=tuple(float(x) for x in range_ns / 1e6),
-        range_summary_ms=summarize(range_ns / 1e6),
-    )
+def _escape(text: str) -> str:
+    """``text`` as a regular expression that matches it alone (only the special characters escaped)."""
+    return _SPECIAL.sub(r"\\\1", text)
 
 
 def _no_steps_message(nvtx: Columns, pattern: str | None, source: str) -> str:
-    common = _most_frequent(_folded(nvtx["text"]))[:8]
-    listing = ", ".join(f"{n!r} ({c})" for n, c in common)
+    texts = nvtx["text"]
+    codes, distinct = factorize(_folded(texts))
+    example = {distinct[c]: texts[i] for i, c in reversed(list(enumerate(codes)))}   # first text of each name
+    common = _most_frequent(_folded(texts))[:8]
+    # each with the step_pattern that selects it, as a TOML string (what pyproject.toml takes)
+    listing = ", ".join(f"{n!r} ({c}; step_pattern = {json.dumps(step_pattern_for(str(example[n])))})" for n, c in common)
     if pattern is None:
         which = ("the default step patterns (step, train_step, iteration, batch N, Step N Start, ProfilerStep#N), "
-                 "nor an optimizer-step range of nsys's PyTorch annotation or of perfgate's hook "
-                 "(autostep: was the capture made with autostep off, or does the workload use no torch.optim optimizer?)")
+                 "nor an optimizer-step range of nsys's PyTorch annotation, nor perfgate's autostep events "
+                 "(was the capture made with autostep off, or does the workload use no torch.optim optimizer, "
+                 "no backward pass and no DataLoader?)")
     else:
         which = f"step_pattern {pattern!r}"
     return (f"{source}: no NVTX range matches {which}. Most frequent ranges: {listing}. "
             "Name the range that marks one iteration: step_pattern in [tool.perfgate.workloads.<name>] for the "
-            "gate (perfgate run, pytest --perfgate), --step-pattern for perfgate analyze and compare")
+            "gate (perfgate run, pytest --perfgate), --step-pattern for perfgate analyze and compare; it is a "
+            "regular expression that must match the whole range name")

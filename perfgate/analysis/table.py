@@ -1,7 +1,7 @@
 """``perfgate analyze --format table``: an Analysis as aligned plain text."""
 from __future__ import annotations
 
-from perfgate.model import Analysis
+from perfgate.model import Analysis, StepStats
 from perfgate.short_names import shortened
 
 
@@ -16,10 +16,10 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
 
 
-def _source(source: str) -> str:
+def _source(st: StepStats) -> str:
     from perfgate.analysis.steps import SOURCE_DESCRIPTIONS
 
-    return SOURCE_DESCRIPTIONS.get(source, source)
+    return st.marker or SOURCE_DESCRIPTIONS.get(st.source, st.source)
 
 
 def render_table(analysis: Analysis) -> str:
@@ -28,14 +28,22 @@ def render_table(analysis: Analysis) -> str:
     s = st.summary_ms
     out = [f"trace: {a.source}  (nsys {a.nsys_version or '?'}, schema {a.schema_version or '?'})",
            f"steps: '{st.range_name}' x {st.count} measured ({st.warmup_skipped} warm-up skipped per "
-           f"process, {a.processes} process{'es' if a.processes != 1 else ''}), from {_source(st.source)}",
-           f"step time ms (iteration period: step start to next step start, GPU work done): median {_fmt(s.median)}  "
-           f"mean {_fmt(s.mean)}  p10 {_fmt(s.p10)}  p90 {_fmt(s.p90)}  stdev {_fmt(s.stdev)}"]
+           f"process, {a.processes} process{'es' if a.processes != 1 else ''}), from {_source(st)}",
+           f"step time ms (iteration period: step start to next step start, GPU work done): {_fmt(st.time_ms)} "
+           f"({st.statistic}, gated)  median {_fmt(s.median)}  mean {_fmt(s.mean)}  p10 {_fmt(s.p10)}  "
+           f"p90 {_fmt(s.p90)}  stdev {_fmt(s.stdev)}"]
+    if st.interludes:
+        out.append(f"interludes: {st.interludes} measured periods held an evaluation or a checkpoint (mean "
+                   f"{_fmt(st.interlude_mean_ms)} ms): left out of the steps")
     if st.range_summary_ms is not None and st.source == "nvtx":
         out.append(f"step range ms (the '{st.range_name}' range itself, not gated): median "
                    f"{_fmt(st.range_summary_ms.median)}  mean {_fmt(st.range_summary_ms.mean)}")
     if st.samples_per_s is not None:
-        out.append(f"throughput: {st.samples_per_s:.1f} samples/s (batch size {st.batch_size})")
+        per = " from the DataLoader's batches" if st.batch_source == "dataloader" else ""
+        out.append(f"throughput: {st.samples_per_s:.1f} samples/s (batch size {st.batch_size}{per})")
+    else:
+        out.append("throughput: unknown (no batch size: none configured or reported, and no DataLoader batch "
+                   "of known size in every measured step; set batch_size in [tool.perfgate.workloads.<name>])")
     if a.gpu_idle is not None:
         per = ", ".join(f"GPU {d}: {v:.1%}" for d, v in a.gpu_idle.per_device.items())
         out.append(f"GPU idle: {a.gpu_idle.fraction:.1%} of {a.gpu_idle.window_ms:.1f} ms ({per})")

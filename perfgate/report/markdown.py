@@ -95,7 +95,8 @@ def overview_rows(results: Sequence[WorkloadResult]) -> list[str]:
 OVERVIEW_HEADER = _table(
     ("workload", "verdict", "step time", "samples/s", "GPU idle", "worst phase", *MEMORY_COLUMNS), [])
 #: Under the overview: what its step time is (perfgate.report.terminal.STEP_TIME_LEGEND).
-OVERVIEW_LEGEND = "_Step time: each launch's median step, geometric mean over the launches (what the gate compares)._"
+OVERVIEW_LEGEND = ("_Step time: each launch's step time (the median of its runs of consecutive iterations' means), "
+                   "geometric mean over the launches (what the gate compares)._")
 
 
 def _phase_table(result: WorkloadResult) -> list[str]:

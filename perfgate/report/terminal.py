@@ -24,7 +24,8 @@ SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples
                   "GPU idle", "worst phase", *MEMORY_COLUMNS)
 #: What the step time column holds: not the median of a baseline file's launches (its "summaries")
 #: but what the gate compares.
-STEP_TIME_LEGEND = "step time: each launch's median step, geometric mean over the launches (what the gate compares)"
+STEP_TIME_LEGEND = ("step time: each launch's step time (the median of its runs of consecutive iterations' means), "
+                    "geometric mean over the launches (what the gate compares)")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
@@ -93,8 +94,8 @@ def failure_message(result: WorkloadResult) -> str:
         lines += _table(("metric", "baseline", "current", "change", "tolerance", "statistics"),
                         rows, indent="  ")
     elif d.step_current_ms is not None:
-        kind = "mean" if d.step_metric == STEP_MEAN_METRIC else "median"
-        lines.append(f"step time (each launch's {kind} step, geometric mean over launches): {fmt_step(d)}")
+        kind = "mean step" if d.step_metric == STEP_MEAN_METRIC else "step time (median of run means)"
+        lines.append(f"step time (each launch's {kind}, geometric mean over launches): {fmt_step(d)}")
     if result.message:
         lines.append(result.message.strip())
     if result.baseline_path is not None:
