@@ -16,7 +16,8 @@ module                            hook                                          
                                   passed to ``step`` runs outside the range
 ``torch.amp.grad_scaler``         ``GradScaler.step`` (a step skipped on inf/NaN)      (a mark)
 ``torch.nn.modules.module``       ``Module.train``: a training module put in eval      ``perfgate/eval``
-                                  mode until it is put back in training mode
+                                  mode until it is put back in training mode or
+                                  training resumes (a backward pass, an optimizer step)
 ``torch.serialization``           ``torch.save``                                       ``perfgate/checkpoint``
 ================================  ===================================================  ==========================
 
@@ -61,7 +62,7 @@ import functools
 import os
 import sys
 
-from perfgate import autostep_hooks
+from perfgate import autostep_hooks, autostep_interludes
 from perfgate.autostep_events import WRAPPED, note
 from perfgate.post_import import PostImportFinder
 
@@ -107,7 +108,7 @@ class Installation:
 
     def __init__(self, debug_path: str | None, active: Callable[[], bool]) -> None:
         self.debug_path = debug_path
-        self.targets = autostep_hooks.TARGETS
+        self.targets = {**autostep_hooks.TARGETS, **autostep_interludes.TARGETS}
         self.finder = PostImportFinder(self.targets, self.patch, active)
         self.undo: list[Callable[[], Any]] = []
         self.binding: Any = None

@@ -15,9 +15,7 @@ from _thread import _local
 
 from perfgate.autostep_events import (
     BACKWARD,
-    CHECKPOINT,
     DATA_LOAD,
-    EVALUATION,
     MARK_BATCH,
     MARK_LOADER,
     MARK_OPTIMIZER_NEW,
@@ -35,7 +33,8 @@ if TYPE_CHECKING:
 
     from perfgate.autostep import Installation
 
-__all__ = ["TARGETS", "leading_dimension", "reset_state", "unbind_is_compiling"]
+__all__ = ["TARGETS", "bind_evaluation_end", "end_evaluation", "in_range", "is_compiling", "leading_dimension",
+           "reset_state", "state", "unbind_is_compiling"]
 
 
 class _State(_local):
@@ -53,6 +52,11 @@ class _State(_local):
 
 
 _state = _State()
+
+
+def state() -> _State:
+    """This process's per-thread state (read at each call: ``reset_state`` replaces it)."""
+    return _state
 
 
 def reset_state() -> None:
@@ -81,6 +85,10 @@ def _first_is_compiling() -> bool:
 _is_compiling: Callable[[], bool] = _first_is_compiling
 
 
+def is_compiling() -> bool:
+    return _is_compiling()
+
+
 def unbind_is_compiling() -> None:
     global _is_compiling
     _is_compiling = _first_is_compiling
@@ -89,15 +97,18 @@ def unbind_is_compiling() -> None:
 # --------------------------------------------------------------------------- ranges
 
 
-def _in_range(original: Callable[..., Any], flag: str, start: Callable[[], int], end: Callable[[int], None],
-              busy: Callable[[], bool] | None = None) -> Callable[..., Any]:
+def in_range(original: Callable[..., Any], flag: str, start: Callable[[], int], end: Callable[[int], None],
+              busy: Callable[[], bool] | None = None, training: bool = False) -> Callable[..., Any]:
     """``original`` wrapped in one range: not again while this thread is already inside it
-    (``_state.<flag>``), nor while torch.compile traces, nor while ``busy()`` says so."""
+    (``_state.<flag>``), nor while torch.compile traces, nor while ``busy()`` says so. ``training``:
+    the call is training work, which ends an evaluation left open (``end_evaluation``)."""
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         state = _state
         if getattr(state, flag) or _is_compiling() or (busy is not None and busy()):
             return original(*args, **kwargs)
+        if training and state.eval_range is not None:
+            end_evaluation()
         setattr(state, flag, True)
         range_id = start()
         try:
@@ -195,10 +206,31 @@ def _patch_autograd(inst: Installation, module: ModuleType) -> None:
     # -1 outside a backward pass; >= 0 on any thread running one (a reentrant backward from a
     # checkpointed function may run on an autograd device thread, where our flag is not set)
     graph_task_id = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None) or (lambda: -1)
-    backward = _in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1)
+    backward = in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1, training=True)
     inst.own(backward)
     setattr(module, "backward", backward)
     inst.undo.append(lambda: setattr(module, "backward", original))
+
+
+def _never(range_id: int) -> None:
+    return None
+
+
+_end_eval: Callable[[int], None] = _never     # the evaluation range's end (autostep_interludes binds it)
+
+
+def bind_evaluation_end(end: Callable[[int], None]) -> None:
+    global _end_eval
+    _end_eval = end
+
+
+def end_evaluation() -> None:
+    """End this thread's open evaluation range: training work (a backward pass, an optimizer step)
+    resumed without ``train()`` (Lightning restores each module's ``training`` flag by assignment)."""
+    state = _state
+    if state.eval_range is not None:
+        range_id, state.eval_range = state.eval_range, None
+        _end_eval(range_id)
 
 
 # --------------------------------------------------------------------------- optimizer
@@ -261,6 +293,8 @@ def _patch_optimizer(inst: Installation, module: ModuleType) -> None:
         state.optimizer_depth = depth + 1
         if depth:
             return None
+        if state.eval_range is not None:
+            end_evaluation()
         number(optimizer)
         state.optimizer_range = start()
         # args[0] is the optimizer itself: step(closure) or step(closure=...)
@@ -319,62 +353,6 @@ def _patch_grad_scaler(inst: Installation, module: ModuleType) -> None:
     inst.undo.append(lambda: setattr(cls, "step", original))
 
 
-# --------------------------------------------------------------------------- interludes
-
-
-def _patch_module(inst: Installation, module: ModuleType) -> None:
-    """``Module.train``: a module in training mode put in eval mode opens ``perfgate/eval`` on this
-    thread, until that same module is put back in training mode (the call's recursion into the
-    children passes through)."""
-    cls = module.Module
-    original = cls.__dict__["train"]
-    if getattr(original, WRAPPED, False):
-        return
-    pair = inst.range(EVALUATION)
-    if pair is None:
-        return
-    start, end = pair
-
-    @functools.wraps(original)
-    def train(self: Any, mode: bool = True) -> Any:
-        state = _state
-        if state.in_train_call or _is_compiling():
-            return original(self, mode)
-        state.in_train_call = True
-        try:
-            if mode is False and state.eval_range is None and getattr(self, "training", False):
-                state.eval_range, state.eval_module = start(), id(self)
-            elif mode is True and state.eval_range is not None and state.eval_module == id(self):
-                end(state.eval_range)
-                state.eval_range = None
-            return original(self, mode)
-        finally:
-            state.in_train_call = False
-
-    inst.own(train)
-    cls.train = train
-    inst.undo.append(lambda: setattr(cls, "train", original))
-
-
-def _patch_serialization(inst: Installation, module: ModuleType) -> None:
-    """``torch.save`` in a ``perfgate/checkpoint`` range (torch's package imports ``save`` from this
-    module after it executes, so ``torch.save`` is the wrapper too)."""
-    original = module.save
-    if getattr(original, WRAPPED, False):
-        return
-    pair = inst.range(CHECKPOINT)
-    if pair is None:
-        return
-    save = _in_range(original, "checkpoint", *pair)
-    inst.own(save)
-    setattr(module, "save", save)
-    inst.undo.append(lambda: setattr(module, "save", original))
-    torch: Any = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "save", None) is original:   # installed after torch loaded
-        setattr(torch, "save", save)
-        inst.undo.append(lambda: setattr(torch, "save", original))
-
-
 def _patch_compiler(inst: Installation, module: ModuleType) -> None:
     _bind_is_compiling(module)
 
@@ -388,8 +366,6 @@ TARGETS: dict[str, Callable[[Installation, ModuleType], None]] = {
     "torch.autograd": _patch_autograd,
     "torch.optim.optimizer": _patch_optimizer,
     "torch.amp.grad_scaler": _patch_grad_scaler,
-    "torch.nn.modules.module": _patch_module,
-    "torch.serialization": _patch_serialization,
     "torch.compiler": _patch_compiler,            # imported by torch after the ones above
     "torch._dynamo.eval_frame": _patch_dynamo,    # loaded by the first torch.compile, if any
 }

@@ -59,3 +59,15 @@ def fixtures_dir() -> Path:
 
 # tests/zoo/programs holds public training programs (data for tests/test_zoo.py), never tests
 collect_ignore_glob = ["zoo/programs/*"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The zoo's slower programs (marker ``zoo_full``) run only when ``-m`` names the zoo
+    (``-m zoo``): CI's test command runs the fast subset."""
+    if "zoo" in (config.option.markexpr or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("zoo_full") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("zoo_full")])
+        items[:] = kept
+

@@ -157,6 +157,27 @@ import statistics
 steady = [t for k, t in enumerate(own) if k % 8 != 7 and k > 0]   # the iterations without an interlude
 print("LOOP", 33, statistics.median(steady), statistics.mean(steady))
 ''',
+    # an evaluation left the way Lightning leaves it: each module's training flag assigned back
+    "restored": r'''
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def body(i):
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()
+    time.sleep(0.008)
+    if i % 8 == 7:
+        modes = {m: m.training for m in model.modules()}
+        model.eval()
+        with torch.no_grad():
+            model(x)
+        time.sleep(0.05)
+        for m, mode in modes.items():
+            m.training = mode
+timed(body, 33)
+import statistics
+steady = [t for k, t in enumerate(own) if k % 8 != 7 and k > 0]
+print("LOOP", 33, statistics.median(steady), statistics.mean(steady))
+''',
     # periods in a cycle (a loader handing over batches in bursts): 21 ms, 2 ms, 2 ms, 21 ms, ...
     "bursts": r'''
 model = torch.nn.Linear(8, 1)
@@ -168,6 +189,19 @@ def body(i):
     torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()
     time.sleep(0.021 if i % 3 == 0 else 0.002)
 timed(body, 40); report(40)
+''',
+    # a DataLoader with 2 workers made anew each of 6 epochs (12 worker processes over the run)
+    "epochs": r'''
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(TensorDataset(torch.randn(8 * 6, 8), torch.randn(8 * 6, 1)), batch_size=8, num_workers=2)
+t = time.perf_counter()
+for epoch in range(6):
+    for x, y in loader:
+        torch.nn.functional.mse_loss(model(x), y).backward(); opt.step(); opt.zero_grad()
+        time.sleep(0.004)
+        now = time.perf_counter(); own.append((now - t) * 1e3); t = now
+report(36)
 ''',
 }
 
@@ -265,6 +299,28 @@ def test_evaluation_and_checkpoints_are_interludes_left_out_of_the_steps(capture
     assert any("3 interludes" in w for w in analysis.warnings)
 
 
+def test_an_evaluation_left_without_train_ends_when_training_resumes(captured: dict) -> None:
+    """Lightning puts the modules back in training mode by assigning their flags, not by train():
+    the evaluation range ends at the next backward pass, and its periods are interludes still."""
+    analysis, (iterations, own_median, own_mean) = captured["restored"]
+    st = analysis.steps
+    assert st.interludes == 3 and st.count == _measured(iterations, st.interludes)
+    assert st.time_ms == pytest.approx(own_mean, rel=0.15)
+
+
+def test_the_workers_of_a_loader_made_anew_each_epoch_are_counted_once(captured: dict) -> None:
+    """A loop with 2 DataLoader workers, its iterator re-created every epoch, was told "DataLoader
+    workers went from 16 to 0" (worker processes counted over the whole capture): the fact the
+    diagnosis states is the workers of the iterator in use, from autostep's loader marks."""
+    from perfgate.diagnosis.facts import trace_facts
+
+    analysis, _ = captured["epochs"]
+    assert analysis.steps.count == _measured(36)
+    trace = load_trace(Path(analysis.source))
+    assert trace_facts(trace, analysis).dataloader_workers == 2
+    assert list(trace.marks["text"]).count("perfgate/loader:2") == 6
+
+
 def test_periods_in_a_cycle_are_gated_on_their_mean_not_on_a_peak(captured: dict) -> None:
     analysis, (iterations, own_median, own_mean) = captured["bursts"]
     st = analysis.steps
@@ -272,3 +328,52 @@ def test_periods_in_a_cycle_are_gated_on_their_mean_not_on_a_peak(captured: dict
     assert st.statistic == "median of 6-iteration means (whole cycles of 3)"
     # the median of the periods is the short peak (about 3 ms), far from the mean (about 9 ms)
     assert abs(st.summary_ms.median - own_mean) > 0.25 * own_mean
+
+
+@pytest.fixture(scope="module")
+def lightning(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_module: object) -> dict[str, object]:
+    """workloads/lightning_loop.py captured with autostep on, without and with perfgate's callback."""
+    pytest.importorskip("lightning")
+    tmp = tmp_path_factory.mktemp("lightning")
+    env = capture_environment({k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")})
+    env["PYTHONPATH"] = prepend_path(env.get("PYTHONPATH", ""), str(REPO))
+    out = {}
+    for variant, extra in {"autostep": [], "callback": ["--perfgate-callback"]}.items():
+        cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
+               "-o", str(tmp / variant), "-f", "true", sys.executable, "-m", "workloads.lightning_loop",
+               "--size", "cpu", "--steps", "12", "--warmup-steps", "3", *extra]
+        for _ in range(3):
+            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            if proc.returncode == 0 or not TRANSIENT.search(proc.stderr):
+                break
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        out[variant] = analyze(load_trace(tmp / f"{variant}.sqlite"), AnalysisOptions(skip_steps=3))
+    return out
+
+
+def test_lightning_without_the_callback_keeps_backward_out_of_the_optimizer(lightning: dict) -> None:
+    """Lightning's automatic optimization runs training_step and backward inside optimizer.step's
+    closure: the optimizer range used to wrap them (phases data_load and optimizer at 69 % of the
+    step, no backward). The closure runs outside it now."""
+    a = lightning["autostep"]
+    # 15 optimizer steps: 14 iterations between them, 3 warm-up, the last without a next start
+    assert a.steps.source == "autostep" and a.steps.count == 15 - 1 - 3 - 1
+    assert {"data_load", "backward", "optimizer"} <= set(a.phases)
+    assert a.phases["backward"].count == a.steps.count
+    assert a.phases["optimizer"].share_of_step < a.phases["backward"].share_of_step + 0.5
+    assert a.phases["optimizer"].cpu_per_step_ms + a.phases["backward"].cpu_per_step_ms < a.steps.summary_ms.mean
+
+
+def test_lightning_with_the_callback_and_autostep_keeps_each_phase_its_own(lightning: dict) -> None:
+    """The callback's push/pop ranges and autostep's start/end ranges on one thread: the callback's
+    step holds forward, backward and optimizer side by side (forward used to span the whole step,
+    the other two nested in it, after the callback's pop closed autostep's range)."""
+    a = lightning["callback"]
+    assert a.steps.source == "nvtx" and a.steps.range_name == "step"
+    assert {"forward", "backward", "optimizer"} <= set(a.phases)
+    n = a.steps.count
+    assert n == 15 - 3 - 1                                  # 15 step ranges, 3 warm-up, the last one
+    assert a.phases["forward"].count == a.phases["backward"].count == a.phases["optimizer"].count == n
+    assert a.phases["forward"].share_of_step < 0.8
+    total = sum(p.cpu_per_step_ms for p in a.phases.values())
+    assert total <= a.steps.summary_ms.mean * 1.001        # side by side: the phases do not overlap

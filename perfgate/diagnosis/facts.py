@@ -14,6 +14,7 @@ from perfgate.analysis import intervals
 from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.phases import phase_instances, steps_key
+from perfgate.analysis.loop import loader_workers
 from perfgate.analysis.steps import measured_iterations
 from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.columns import Columns, factorize
@@ -218,16 +219,17 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     (the GPU ops and API calls of that window are the ones the analysis read: ``Trace.gpu``)."""
     n = max(analysis.steps.count, 1)
     lo, hi = analysis.steps.window_start_ns, analysis.steps.window_end_ns
+    workers = _dataloader_workers(trace, lo, hi)
     if not trace.has_gpu:
-        return TraceFacts(steps=n)
+        return TraceFacts(steps=n, dataloader_workers=workers)
     launched, api = trace.gpu((lo, hi))
-    steps = measured_iterations(trace.nvtx, analysis.steps)
+    steps = measured_iterations(trace.nvtx, analysis.steps, trace.marks)
     phases = (trace.memo(("phases", steps_key(steps)), lambda: phase_instances(trace.nvtx, steps)) if len(steps)
               else steps.assign(phase=np.zeros(0, dtype=object)))
     # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
     window = _window_idle(trace, launched, phases, lo, hi)
     if window is None:
-        return TraceFacts(steps=n)
+        return TraceFacts(steps=n, dataloader_workers=workers)
     gpu_ops, idle_ns, idle_phase_ns, ndev = window
     # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
@@ -279,7 +281,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
             syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
     return TraceFacts(
         kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
-        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=_dataloader_workers(trace),
+        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers,
         steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
         kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else kernels / n,
@@ -368,11 +370,17 @@ def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
     return int(row["n"][0])
 
 
-def _dataloader_workers(trace: Trace) -> int | None:
-    """DataLoader worker processes (``pt_data_worker``) the capture recorded: nsys lists the
-    processes of the profiled tree in PROCESSES (2024 and later); None without that table."""
+def _dataloader_workers(trace: Trace, lo: int, hi: int) -> int | None:
+    """The ``num_workers`` of the DataLoader iterator in use in the measured window, from autostep's
+    ``perfgate/loader`` marks (analysis.loop.loader_workers); in captures without them, the worker
+    processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES (2024 and
+    later: every iterator's, so an iterator made anew each epoch counts its workers each time);
+    None without either."""
     from perfgate import columnar
 
+    workers = loader_workers(trace.marks, lo, hi)
+    if workers is not None:
+        return workers
     if "PROCESSES" not in trace.tables or trace._con is None:
         return None
     row = columnar.fetch(trace._con, f"SELECT count(DISTINCT pid) AS n FROM {columnar.CATALOG}.PROCESSES "

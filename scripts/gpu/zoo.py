@@ -1,0 +1,133 @@
+"""On the GPU machine: the zoo's GPU-capable programs (tests/zoo/programs, ``gpu = true``) through the
+flow tests/test_zoo.py runs on the CPU, each gated as its user would with the ``perfgate`` command:
+``baseline update``, an unchanged ``run``, the input-pipeline and the compute pull requests.
+
+    source .gpu/env.sh && python3 -m pip install -q --no-deps --no-build-isolation -e . && \\
+        python3 scripts/gpu/zoo.py --out $OUT [--only a,b] [--skip c]
+
+Writes ``$OUT/zoo.json`` (every run's verdict, step and reason, after each program) and
+``$OUT/zoo.md`` (the table of docs/zoo.md), and ``$OUT/zoo-logs.tgz`` (each run's output and
+result.json); prints each row as it is made, so that a run stopped at its time limit keeps what
+it finished.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from zoo import harness  # noqa: E402
+
+GATE = ("--record-launches", "3", "--max-launches", "4", "--timeout", "600")
+
+
+def gate(program: harness.Program, work: Path, env: dict[str, str]) -> dict[str, object]:
+    project = harness.prepare(program, work / program.name / "project")
+    recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env)
+    row: dict[str, object] = {"program": program.name, "shapes": list(program.shapes),
+                              "record": {"verdict": recorded.verdict, "returncode": recorded.returncode,
+                                         "wall_s": round(recorded.wall_s, 1)}}
+    logs = {"record": recorded}
+    if recorded.verdict == "PASS" and recorded.analyses:
+        check = harness.step_check(program, project, recorded)
+        row["step"] = {"perfgate_ms": check.step_ms, "marker": check.marker, "own_ms": check.own_ms,
+                       "own_ratio": check.own_ratio, "iterations_found": check.iterations_found,
+                       "iterations": check.iterations,
+                       "samples_per_s": recorded.analyses[0]["steps"].get("samples_per_s"),
+                       "batch_size": recorded.analyses[0]["steps"].get("batch_size"),
+                       "statistic": recorded.analyses[0]["steps"].get("statistic")}
+        rerun = harness.perfgate(project, "run", *GATE, env=env)
+        logs["rerun"] = rerun
+        row["rerun"] = _summary(rerun)
+        for kind in ("input_slowdown", "compute_slowdown"):
+            changed = harness.prepare(program, work / program.name / kind)
+            (changed / "baselines").mkdir(exist_ok=True)
+            for folder in (project / "baselines").iterdir():
+                if folder.is_dir():
+                    harness.shutil.copytree(folder, changed / "baselines" / folder.name)
+            harness.apply(getattr(program, kind), changed)
+            run = harness.perfgate(changed, "run", *GATE, env=env)
+            logs[kind] = run
+            row[kind] = {**_summary(run), "expected_first": list(getattr(program, kind).first)}
+    else:
+        row["record"]["output"] = recorded.output[-3000:]   # type: ignore[index]
+    for name, run in logs.items():
+        (work / program.name / f"{name}.log").write_text(" ".join(run.command) + "\n\n" + run.output)
+        if run.result:
+            (work / program.name / f"{name}.result.json").write_text(json.dumps(run.result, indent=1, default=str))
+    return row
+
+
+def _summary(run: harness.Run) -> dict[str, object]:
+    steps = [a["metrics"].get("step_time_ms") for a in run.analyses]
+    return {"verdict": run.verdict, "returncode": run.returncode, "wall_s": round(run.wall_s, 1),
+            "launches": len(steps), "first_reason": run.first_reason, "first_phase": run.first_phase,
+            "message": (run.result.get("message") or "")[:1500], "error": run.result.get("error")}
+
+
+def markdown(rows: list[dict]) -> str:
+    head = ("| program | loop shape | own iteration | perfgate step | steps from | rerun | input PR (first reason) "
+            "| compute PR (first reason) |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        step = r.get("step") or {}
+        own = f"{step['own_ms']:.2f} ms" if step.get("own_ms") else (
+            f"{step.get('iterations')} iterations" if step.get("iterations") else "-")
+        found = step.get("iterations_found")
+        ours = f"{step['perfgate_ms']:.2f} ms" if step.get("perfgate_ms") else r["record"]["verdict"]
+        if found is not None and step.get("iterations"):
+            ours += f" ({found} of {step['iterations']} iterations)"
+        cells = [r["program"], "; ".join(r["shapes"]), own, ours, str(step.get("marker", "-"))[:90],
+                 (r.get("rerun") or {}).get("verdict", "-")]
+        for kind in ("input_slowdown", "compute_slowdown"):
+            k = r.get(kind) or {}
+            cells.append(f"{k.get('verdict', '-')} ({k.get('first_reason') or '-'})".replace("|", "/")[:160])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
+    parser.add_argument("--only", default="", help="comma-separated program names")
+    parser.add_argument("--skip", default="", help="comma-separated program names")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/zoo"))
+    args = parser.parse_args(argv)
+    only = {n for n in args.only.split(",") if n}
+    skip = {n for n in args.skip.split(",") if n}
+    chosen = [p for p in harness.programs() if p.gpu and (not only or p.name in only) and p.name not in skip]
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
+    rows: list[dict] = []
+    started = time.monotonic()
+    for program in chosen:
+        t = time.monotonic()
+        try:
+            row = gate(program, args.work, env)
+        except Exception as exc:  # noqa: BLE001 - one program's failure must not hide the others
+            row = {"program": program.name, "shapes": list(program.shapes),
+                   "record": {"verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}"}}
+        row["wall_s"] = round(time.monotonic() - t, 1)
+        rows.append(row)
+        print(json.dumps(row, default=str)[:3000], flush=True)
+        (args.out / "zoo.json").write_text(json.dumps(rows, indent=1, default=str))
+        (args.out / "zoo.md").write_text(markdown(rows))
+        with tarfile.open(args.out / "zoo-logs.tgz", "w:gz") as tar:
+            tar.add(args.work, arcname="zoo", filter=lambda ti: None if ti.name.endswith((".sqlite", ".nsys-rep",
+                                                                                                ".qdstrm", ".pt", ".bin"))
+                    or "/data" in ti.name else ti)
+    print(f"zoo: {len(rows)} programs in {time.monotonic() - started:.0f} s", flush=True)
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

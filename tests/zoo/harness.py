@@ -1,0 +1,232 @@
+"""The zoo's harness: each public program of ``tests/zoo/programs/`` gated the way its user would,
+through the ``perfgate`` command in a copy of its folder: a baseline recorded, an unchanged rerun, a
+pull request that slows its input pipeline and one that adds compute (tests/zoo/README.md).
+
+Used by tests/test_zoo.py (CPU, the real nsys) and scripts/gpu/zoo.py (the GPU machine); standard
+library only, so that the GPU script can run it with the image's Python.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``old`` (exactly once in ``file``) with ``new``."""
+
+    file: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """A pull request: edits and extra command-line args; ``first``: the phases any of which the
+    diagnosis must name first."""
+
+    edits: tuple[Edit, ...] = ()
+    args: tuple[str, ...] = ()
+    first: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    folder: Path
+    shapes: tuple[str, ...]
+    gpu: bool
+    cpu: bool
+    fast: bool
+    setup: tuple[str, ...]
+    iterations: int | None
+    own_time_regex: str | None
+    own_time_unit: str
+    input_slowdown: Change
+    compute_slowdown: Change
+
+    @property
+    def nproc(self) -> int:
+        """Processes the workload runs as (torchrun's ``nproc`` in its table; 1 for python)."""
+        table = _workload_table(self.folder, self.name)
+        return int(table.get("nproc", 2)) if table.get("launcher") == "torchrun" else 1
+
+
+def _change(raw: dict[str, Any] | None) -> Change:
+    raw = raw or {}
+    return Change(tuple(Edit(e["file"], e["old"], e["new"]) for e in raw.get("edits", ())),
+                  tuple(str(a) for a in raw.get("args", ())), tuple(raw.get("first", ())))
+
+
+def load_program(folder: Path) -> Program:
+    with (folder / "zoo.toml").open("rb") as fh:
+        raw = tomllib.load(fh)
+    return Program(name=raw["name"], folder=folder, shapes=tuple(raw.get("shapes", ())), gpu=bool(raw.get("gpu", False)),
+                   cpu=bool(raw.get("cpu", True)), fast=bool(raw.get("fast", False)),
+                   setup=tuple(raw.get("setup", ())), iterations=raw.get("iterations"),
+                   own_time_regex=raw.get("own_time_regex"), own_time_unit=raw.get("own_time_unit", "ms"),
+                   input_slowdown=_change(raw.get("input_slowdown")),
+                   compute_slowdown=_change(raw.get("compute_slowdown")))
+
+
+def programs(root: Path = PROGRAMS) -> list[Program]:
+    """Every program folder with a zoo.toml (folders starting with ``_`` are not programs)."""
+    return [load_program(d) for d in sorted(root.iterdir())
+            if d.is_dir() and not d.name.startswith(("_", ".")) and (d / "zoo.toml").is_file()]
+
+
+def _workload_table(folder: Path, name: str) -> dict[str, Any]:
+    with (folder / "pyproject.toml").open("rb") as fh:
+        return tomllib.load(fh).get("tool", {}).get("perfgate", {}).get("workloads", {}).get(name, {})
+
+
+# --------------------------------------------------------------------------- a user's project
+
+
+def prepare(program: Program, dest: Path, python: str = sys.executable) -> Path:
+    """A copy of the program's folder at ``dest`` (the user's project), its data made by its setup."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(program.folder, dest, ignore=shutil.ignore_patterns("__pycache__", ".perfgate", "zoo.toml"))
+    if program.setup:
+        done = subprocess.run([python, *program.setup, str(dest)], cwd=dest, capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"{program.name}: setup {program.setup} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return dest
+
+
+def apply(change: Change, project: Path) -> None:
+    """Make the pull request in ``project``: each edit's text replaced (it must be there exactly once),
+    the extra args added at the end of the workload's ``cpu_args`` and ``gpu_args``."""
+    for edit in change.edits:
+        path = project / edit.file
+        text = path.read_text(encoding="utf-8")
+        if text.count(edit.old) != 1:
+            raise ValueError(f"{path}: the edit's old text occurs {text.count(edit.old)} times, not once: {edit.old!r}")
+        path.write_text(text.replace(edit.old, edit.new), encoding="utf-8")
+    if change.args:     # after the base args: a flag given twice takes the later value
+        path = project / "pyproject.toml"
+        extra = ", ".join(json.dumps(a) for a in change.args)
+        text, n = re.subn(r"^(\s*(?:cpu_args|gpu_args)\s*=\s*\[[^\]]*?)(,?\s*\])",
+                          lambda m: f"{m.group(1)}, {extra}{m.group(2).lstrip(',')}",
+                          path.read_text(encoding="utf-8"), flags=re.M | re.S)
+        if n == 0:
+            raise ValueError(f"{path}: no cpu_args/gpu_args to add {change.args} to")
+        path.write_text(text, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- perfgate, as the user runs it
+
+
+@dataclass
+class Run:
+    """One ``perfgate`` command: its exit status, output, and the result record it wrote."""
+
+    command: list[str]
+    returncode: int
+    output: str
+    wall_s: float
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return str(self.result.get("verdict", "ERROR"))
+
+    @property
+    def first_reason(self) -> str | None:
+        attribution = (self.result.get("extra") or {}).get("attribution") or {}
+        return attribution.get("first_reason")
+
+    @property
+    def first_phase(self) -> str | None:
+        """The phase the first reason names: its ``where``, "self time" for the step's own code."""
+        attribution = (self.result.get("extra") or {}).get("attribution") or {}
+        text = attribution.get("first_reason") or ""
+        if "self time" in text:
+            return "self time"
+        reasons = attribution.get("reasons") or []
+        if reasons and reasons[0].get("where"):
+            return str(reasons[0]["where"])
+        return text.split(" ", 1)[0] or None
+
+    @property
+    def analyses(self) -> list[dict[str, Any]]:
+        return list(self.result.get("analyses") or [])
+
+
+def perfgate(project: Path, *args: str, python: str = sys.executable, env: dict[str, str] | None = None,
+             timeout: float = 1800) -> Run:
+    """``python -m perfgate <args> --root <project>``; the result record of the run folder it made."""
+    runs = project / ".perfgate" / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    command = [python, "-m", "perfgate", *args, "--root", str(project)]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else dict(os.environ))
+    run = Run(command, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+    made = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
+    if made and (made[-1] / "result.json").is_file():
+        run.result = json.loads((made[-1] / "result.json").read_text(encoding="utf-8"))
+    return run
+
+
+def own_times_ms(program: Program, project: Path, result: dict[str, Any]) -> list[float]:
+    """The per-iteration times (ms) the program printed in its timing launches' logs."""
+    if not program.own_time_regex:
+        return []
+    run_dir = Path(result["run_dir"]) if result.get("run_dir") else None
+    if run_dir is None:
+        return []
+    scale = 1000.0 if program.own_time_unit == "s" else 1.0
+    pattern = re.compile(program.own_time_regex)
+    out: list[float] = []
+    for log in sorted(run_dir.glob("launch-*/workload.log")):
+        values = [float(m.group(1)) * scale for m in pattern.finditer(log.read_text(encoding="utf-8", errors="replace"))]
+        out += values[len(values) // 5:]          # the first fifth is warm-up
+    return out
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """perfgate's step against the program's own measure of its iteration."""
+
+    step_ms: float                   # perfgate's step time (median of its launches)
+    marker: str
+    own_ms: float | None             # the program's own per-iteration time (median of what it printed)
+    iterations_found: int | None     # iterations perfgate's steps account for in a launch (per process)
+    iterations: int | None           # what the program runs
+
+    @property
+    def own_ratio(self) -> float | None:
+        return None if self.own_ms is None else self.step_ms / self.own_ms
+
+
+def step_check(program: Program, project: Path, recorded: Run) -> StepCheck:
+    analyses = recorded.analyses
+    step = statistics.median(float(a["metrics"]["step_time_ms"]) for a in analyses)
+    first = analyses[0]["steps"]
+    found = None
+    if first.get("source") == "autostep":
+        # boundaries: the first only opens a step, the last step has no next start, warm-up, interludes
+        found = (int(first["count"]) // max(program.nproc, 1) + int(first["warmup_skipped"]) + 2
+                 + int(first.get("interludes") or 0) // max(program.nproc, 1))
+    own = own_times_ms(program, project, recorded.result)
+    return StepCheck(step, str(first.get("marker") or first.get("source")), statistics.median(own) if own else None,
+                     found, program.iterations)
