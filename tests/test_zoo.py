@@ -36,6 +36,7 @@ def gated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     # one thread per process, as a CI job on a small shared runner sets it: torch's default of one
     # thread per core is 10-30x slower on a loaded 2-core machine (seen while curating the zoo)
     env["OMP_NUM_THREADS"] = "1"
+    env.update(program.env)
     tmp = tmp_path_factory.mktemp(program.name)
     project = harness.prepare(program, tmp / "project")
     recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tarfile
 import time
@@ -26,10 +25,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from zoo import harness  # noqa: E402
 
-GATE = ("--record-launches", "3", "--max-launches", "4", "--timeout", "600")
+GATE = ("--record-launches", "3", "--max-launches", "6", "--timeout", "600")
 
 
 def gate(program: harness.Program, work: Path, env: dict[str, str]) -> dict[str, object]:
+    env = {**env, **program.env}
     project = harness.prepare(program, work / program.name / "project")
     recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env)
     row: dict[str, object] = {"program": program.name, "shapes": list(program.shapes),
@@ -38,7 +38,8 @@ def gate(program: harness.Program, work: Path, env: dict[str, str]) -> dict[str,
     logs = {"record": recorded}
     if recorded.verdict == "PASS" and recorded.analyses:
         check = harness.step_check(program, project, recorded)
-        row["step"] = {"perfgate_ms": check.step_ms, "marker": check.marker, "own_ms": check.own_ms,
+        row["step"] = {"perfgate_ms": check.step_ms, "median_ms": check.median_ms, "marker": check.marker,
+                       "own_ms": check.own_ms,
                        "own_ratio": check.own_ratio, "iterations_found": check.iterations_found,
                        "iterations": check.iterations,
                        "samples_per_s": recorded.analyses[0]["steps"].get("samples_per_s"),
@@ -100,12 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated program names")
     parser.add_argument("--skip", default="", help="comma-separated program names")
     parser.add_argument("--work", type=Path, default=Path("/tmp/zoo"))
+    parser.add_argument("--cpu", action="store_true",
+                        help="the CPU-capable programs on a machine without a GPU (one torch thread per process, "
+                             "as tests/test_zoo.py runs them)")
     args = parser.parse_args(argv)
     only = {n for n in args.only.split(",") if n}
     skip = {n for n in args.skip.split(",") if n}
-    chosen = [p for p in harness.programs() if p.gpu and (not only or p.name in only) and p.name not in skip]
+    chosen = [p for p in harness.programs() if (p.cpu if args.cpu else p.gpu)
+              and (not only or p.name in only) and p.name not in skip]
     args.out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")}
+    if args.cpu:
+        env["OMP_NUM_THREADS"] = "1"
     rows: list[dict] = []
     started = time.monotonic()
     for program in chosen:

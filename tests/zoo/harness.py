@@ -58,6 +58,7 @@ class Program:
     iterations: int | None
     own_time_regex: str | None
     own_time_unit: str
+    env: dict[str, str]
     input_slowdown: Change
     compute_slowdown: Change
 
@@ -81,6 +82,7 @@ def load_program(folder: Path) -> Program:
                    cpu=bool(raw.get("cpu", True)), fast=bool(raw.get("fast", False)),
                    setup=tuple(raw.get("setup", ())), iterations=raw.get("iterations"),
                    own_time_regex=raw.get("own_time_regex"), own_time_unit=raw.get("own_time_unit", "ms"),
+                   env={str(k): str(v) for k, v in (raw.get("env") or {}).items()},
                    input_slowdown=_change(raw.get("input_slowdown")),
                    compute_slowdown=_change(raw.get("compute_slowdown")))
 
@@ -106,7 +108,7 @@ def prepare(program: Program, dest: Path, python: str = sys.executable) -> Path:
     shutil.copytree(program.folder, dest, ignore=shutil.ignore_patterns("__pycache__", ".perfgate", "zoo.toml"))
     if program.setup:
         done = subprocess.run([python, *program.setup, str(dest)], cwd=dest, capture_output=True, text=True,
-                              timeout=600)
+                              timeout=600, env={**os.environ, **program.env})
         if done.returncode != 0:
             raise RuntimeError(f"{program.name}: setup {program.setup} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return dest
@@ -207,7 +209,8 @@ def own_times_ms(program: Program, project: Path, result: dict[str, Any]) -> lis
 class StepCheck:
     """perfgate's step against the program's own measure of its iteration."""
 
-    step_ms: float                   # perfgate's step time (median of its launches)
+    step_ms: float                   # perfgate's step time (``step_time_ms``, median of its launches)
+    median_ms: float                 # the median of perfgate's periods (median of its launches)
     marker: str
     own_ms: float | None             # the program's own per-iteration time (median of what it printed)
     iterations_found: int | None     # iterations perfgate's steps account for in a launch (per process)
@@ -215,12 +218,14 @@ class StepCheck:
 
     @property
     def own_ratio(self) -> float | None:
-        return None if self.own_ms is None else self.step_ms / self.own_ms
+        """The median of perfgate's periods over the median of the program's own times."""
+        return None if self.own_ms is None else self.median_ms / self.own_ms
 
 
 def step_check(program: Program, project: Path, recorded: Run) -> StepCheck:
     analyses = recorded.analyses
     step = statistics.median(float(a["metrics"]["step_time_ms"]) for a in analyses)
+    median = statistics.median(float(a["steps"]["median_ms"]) for a in analyses)
     first = analyses[0]["steps"]
     found = None
     if first.get("source") == "autostep":
@@ -228,5 +233,5 @@ def step_check(program: Program, project: Path, recorded: Run) -> StepCheck:
         found = (int(first["count"]) // max(program.nproc, 1) + int(first["warmup_skipped"]) + 2
                  + int(first.get("interludes") or 0) // max(program.nproc, 1))
     own = own_times_ms(program, project, recorded.result)
-    return StepCheck(step, str(first.get("marker") or first.get("source")), statistics.median(own) if own else None,
-                     found, program.iterations)
+    return StepCheck(step, median, str(first.get("marker") or first.get("source")),
+                     statistics.median(own) if own else None, found, program.iterations)
