@@ -326,3 +326,13 @@ def test_a_silent_workload_report_from_and_history(cpu_runs: dict[str, Any]) -> 
     code, out, err = _cli("history", "noisy", "--root", str(root))
     verdicts = [v for v in re.findall(r"\b(?:gate|baseline)\s+(\S+)", out) if v != "ERROR"]   # a retried launch
     assert code == 0 and verdicts == ["PASS", "INCONCLUSIVE"], out
+
+
+def test_a_null_step_time_read_back_is_an_error_never_a_zero(gpu_runs: dict[str, Any], tmp_path: Path) -> None:
+    doc = json.loads((gpu_runs["pass"]["report"] / "perfgate-report.json").read_text())
+    assert doc["results"][0]["baseline_step_times_ms"]
+    doc["results"][0]["baseline_step_times_ms"][1] = None
+    path = tmp_path / "perfgate-report.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = _cli("report", "--from", str(path))
+    assert code == 2 and f"{path}: results[0].baseline_step_times_ms.1: missing" in err
