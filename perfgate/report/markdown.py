@@ -37,6 +37,7 @@ from perfgate.report.resources import (
     LAUNCH_HEADER,
     MEMORY_COLUMNS,
     energy_cell,
+    energy_per_step,
     energy_summary,
     NO_PER_SAMPLE,
     launch_rows,
@@ -128,7 +129,7 @@ def _resources(result: WorkloadResult) -> list[str]:
                       f" (CV {spread['cv'] * 100:.2f} %)")
         facts.append(f"energy per sample {energy_cell(result)}{across} ({energy['source']})")
     else:
-        facts.append(f"energy: {unavailable_energy(result) or NO_PER_SAMPLE}")
+        facts.append(f"energy: {unavailable_energy(result) or (NO_PER_SAMPLE if energy_per_step(result) else 'not measured')}")
     rows = [[md_cell_text(c) for c in r] for r in launch_rows(result)]
     return [md_text("; ".join(facts)), "", *_table(LAUNCH_HEADER, rows), ""]
 

@@ -95,6 +95,11 @@ def unavailable_energy(result: WorkloadResult) -> str | None:
     return None
 
 
+def energy_per_step(result: WorkloadResult) -> bool:
+    """Whether a current launch measured energy per step (``energy.per_step_j``)."""
+    return bool(_current(result, "energy.per_step_j"))
+
+
 def measured_resources(result: WorkloadResult) -> bool:
     """Whether a launch of ``result`` (timing or profile) measured peak memory or energy."""
     every = [*launches(result), *([_launch(result.profile)] if result.profile is not None else [])]
