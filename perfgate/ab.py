@@ -233,7 +233,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     try:
         launches = args.launches if args.launches is not None else 3
-        settings = settings_from_args(args)
+        # --launches and --max-launches are this command's own (per side), not the gate's launch design
+        settings = settings_from_args(argparse.Namespace(**{**vars(args), "launches": None, "max_launches": None}))
         specs = selected_specs(settings)
         results: dict[str, AbResult] = {}
         for spec in specs:

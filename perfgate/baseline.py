@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.analysis.periods import window_location
-from perfgate.errors import BaselineError
+from perfgate.errors import BaselineError, StaleBaselineError
 from perfgate.sequential import NOISE_METRIC, launch_noise
 from perfgate.model import Analysis, GpuIdle, MachineInfo, PhaseStats
 from perfgate.names import RULE, check_name, is_safe_name
@@ -289,17 +289,19 @@ def parse_baseline(doc: Any, path: Path) -> Baseline:
     """A Baseline from a parsed baseline document (checked: format, version, launches)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BaselineError(f"{path}: not a perfgate baseline (expected \"format\": \"{FORMAT}\")")
-    if doc.get("version") == 1:
-        raise BaselineError(
+    version = doc.get("version")
+    if version == 1:
+        raise StaleBaselineError(
             f"{path}: this baseline (format version 1) measured step time as the step range's duration; "
             "perfgate now measures the iteration period (from one step's start to the next one's, data "
-            "loading between steps included), and the two cannot be compared. Re-record it on the gate's "
-            "machine: pytest --perfgate --perfgate-update-baselines (or perfgate baseline update)"
+            "loading between steps included), and the two cannot be compared: re-record it on the gate's machine"
         )
-    if doc.get("version") != VERSION:
-        raise BaselineError(
-            f"{path}: baseline format version {doc.get('version')!r} is not supported by this perfgate "
-            f"(it reads version {VERSION}); re-record it with --perfgate-update-baselines"
+    if version != VERSION:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > VERSION
+        raise StaleBaselineError(
+            f"{path}: baseline format version {version!r} is not supported by this perfgate (it reads version "
+            f"{VERSION}){': it was written by a newer perfgate; upgrade perfgate, or' if newer else ';'} "
+            "re-record it on the gate's machine"
         )
     raw_launches = doc.get("launches")
     if not isinstance(raw_launches, list) or not raw_launches:
@@ -385,16 +387,14 @@ def provenance(root: Path, command: str) -> dict[str, Any]:
     }
 
 
-def check_identity(baseline: Baseline, workload: str, variant: str | None, machine_class: str,
-                   full_name: str) -> None:
-    """BaselineError when the baseline file found for ``workload`` (``variant``) on ``machine_class``
+def check_identity(baseline: Baseline, workload: str, variant: str | None, machine_class: str) -> None:
+    """StaleBaselineError when the baseline file found for ``workload`` (``variant``) on ``machine_class``
     says it is another workload's, variant's or machine class's (copied or renamed by hand): its
     numbers would gate this workload against another one's."""
     for field_name, found, wanted in (("workload", baseline.workload, workload),
                                       ("variant", baseline.variant, variant),
                                       ("machine_class", baseline.machine_class, machine_class)):
         if found != wanted:
-            raise BaselineError(
+            raise StaleBaselineError(
                 f"{baseline.path}: {field_name}: the file is for {found!r}, this run gates {wanted!r} "
-                f"(a baseline copied from another workload or machine?); record this one's: "
-                f"perfgate baseline update {full_name}")
+                f"(a baseline copied from another workload or machine?): re-record it on the gate's machine")

@@ -26,7 +26,8 @@ from perfgate import process_tree
 from perfgate.autostep import ENV_VAR as AUTOSTEP_ENV_VAR
 from perfgate.autostep import site_dir as autostep_site_dir
 from perfgate.config import Settings
-from perfgate.errors import CaptureTimeoutError, ConfigError, ImporterError, NsysNotFoundError, WorkloadFailedError
+from perfgate.errors import CaptureTimeoutError, ConfigError, ImporterError, WorkloadFailedError
+from perfgate.nsys_log import failure_cause
 from perfgate.model import Capture
 from perfgate.redaction import clean_artifacts
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
@@ -204,10 +205,7 @@ def run_capture(
     from perfgate.machine import machine_info
     from perfgate.nsys import export_sqlite, find_nsys
 
-    try:
-        nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"))
-    except NsysNotFoundError as exc:
-        raise NsysNotFoundError(f"nsys not found: {exc}") from None
+    nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"), settings.option("nsys"))
     pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)
     machine = machine_info(None, settings.machine_class)
     launch_dir.mkdir(parents=True, exist_ok=True)
@@ -244,7 +242,7 @@ def run_capture(
     if returncode is None:
         raise CaptureTimeoutError(
             f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s; its process tree (nsys, "
-            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or --perfgate-timeout); "
+            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or {settings.option('timeout_s')}); "
             f"log: {log_path}\n{log_tail(text)}"
         )
     report = output.with_suffix(".nsys-rep")
@@ -255,9 +253,8 @@ def run_capture(
                 f"last lines of its output ({log_path}):\n{log_tail(text)}"
             )
         raise WorkloadFailedError(   # no report at all: nsys may never have started the workload
-            f"nsys exited with code {returncode} and wrote no report for workload {spec.full_name}: nsys itself "
-            f"failed (e.g. another nsys session on this machine, or no permission to trace), or the workload "
-            f"ended before nsys recorded it; last lines of the output ({log_path}):\n{log_tail(text)}"
+            f"nsys exited with code {returncode} and wrote no report for workload {spec.full_name}: "
+            f"{failure_cause(text, env)}; last lines of the output ({log_path}):\n{log_tail(text)}"
         )
     sqlite = output.with_suffix(".sqlite")
     if not report.exists() and not report.with_name(report.name + WITHHELD_SUFFIX).exists():

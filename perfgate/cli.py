@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.options import add_command_options, settings_from_args
-from perfgate.errors import ConfigError, PerfgateError
+from perfgate.errors import ConfigError, PerfgateError, StaleBaselineError
 from perfgate.workloads import helper_notes, selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
@@ -160,6 +160,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with terminate_raises():
             return int(args.func(args))
+    except StaleBaselineError as exc:   # the fix is a recording, with this command
+        _error(f"{exc}: perfgate baseline update")
+        return EXIT_ERROR
     except PerfgateError as exc:
         _error(str(exc))
         return EXIT_ERROR

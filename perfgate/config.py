@@ -8,8 +8,9 @@ builders between its plugin and its CLI), and :func:`load_settings` resolves and
 value before anything runs, naming where a bad value came from.
 
 Precedence, highest first: command-line / pytest option > environment ``PERFGATE_<KEY>`` >
-``[tool.perfgate]`` in pyproject.toml > default. Tolerances: an option (``--perfgate-tolerance
-METRIC=SPEC``) > the workload's ``[tool.perfgate.workloads.<name>] tolerance`` table > the
+``[tool.perfgate]`` in pyproject.toml > default; ``launches`` is the default of the three launch
+counts, each of which keeps a value of its own set where the precedence is higher. Tolerances: an
+option (``--perfgate-tolerance METRIC=SPEC``) > the workload's ``[tool.perfgate.workloads.<name>] tolerance`` table > the
 ``[tool.perfgate.tolerance]`` table > the metric's default; a metric takes its tolerance from the
 first of these with an entry for it (its exact name, else the longest matching pattern).
 """
@@ -21,6 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from perfgate.errors import ConfigError
@@ -41,6 +43,10 @@ from perfgate.pyproject import (  # noqa: F401 - also importable from here
 
 ENV_PREFIX = "PERFGATE_"
 PYTEST_PREFIX = "perfgate-"
+#: Precedence of a setting's sources, highest wins: an option, the environment, pyproject, the default.
+OPTION, ENVIRONMENT, PYPROJECT, DEFAULT = 3, 2, 1, 0
+#: What a fixed design (``launches``) sets, unless set where the precedence is higher.
+LAUNCH_COUNTS = ("min_launches", "max_launches", "record_launches")
 SIZES = ("auto", "cpu", "gpu")
 _LIST = r"[a-z0-9\-]+(,[a-z0-9\-]+)*"
 
@@ -149,7 +155,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("timeout_s", "float", 900.0, "timeout per launch, in seconds", "timeout", "SECONDS",
             lambda v: None if v > 0 else "expected a positive number"),
     Setting("launches", "int", None, "a fixed design: exactly N timing launches per workload, recording "
-            "included (sets min_launches, max_launches and record_launches)",
+            "included (the default of min_launches, max_launches and record_launches)",
             "launches", "N", _launch_count),
     Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.sequential)",
             "min-launches", "N", _launch_count),
@@ -222,11 +228,30 @@ class Settings:
     selected: tuple[str, ...] = ()        # workloads named on the command line
     pyproject: Path | None = None
     sources: dict[str, str] = field(default_factory=dict)   # key -> where its value came from (errors name it)
+    option_prefix: str = PYTEST_PREFIX    # how the command in use spells its options: "perfgate-" (pytest) or ""
 
     @property
     def budget(self) -> LaunchBudget:
         """The launches a gate run may take (perfgate.sequential)."""
         return LaunchBudget(self.min_launches, self.max_launches, self.budget_s)
+
+    @property
+    def under_pytest(self) -> bool:
+        """Whether the command in use is ``pytest --perfgate`` (else ``perfgate``)."""
+        return self.option_prefix == PYTEST_PREFIX
+
+    def option(self, key: str) -> str:
+        """A setting's option as the command in use spells it: ``--timeout`` under ``perfgate``,
+        ``--perfgate-timeout`` under pytest; a setting without an option by its pyproject key."""
+        s = SETTING[key]
+        return s.flag(self.option_prefix) if s.option is not None else f"{key} in [tool.perfgate]"
+
+    def record_command(self, name: str | None = None) -> str:
+        """How the command in use records the baseline of workload ``name`` (of every enabled one
+        without a name)."""
+        if self.under_pytest:
+            return "pytest --perfgate --perfgate-update-baselines" + (f" --perfgate-workload {quote(name)}" if name else "")
+        return "perfgate baseline update" + (f" {quote(name)}" if name else "")
 
 
 # --------------------------------------------------------------------------- resolving
@@ -274,6 +299,7 @@ def load_settings(
     options = dict(options or {})
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    levels: dict[str, int] = {}           # where each value came from: OPTION, ENVIRONMENT, PYPROJECT, DEFAULT
     for s in SETTINGS:
         old = next((o for o, n in RENAMED.items() if n == s.key), None)
         env_names = [s.env, *([ENV_PREFIX + old.upper()] if old else [])]
@@ -281,27 +307,25 @@ def load_settings(
         typed = False                     # a pyproject value must be of its TOML type
         if overrides.get(s.key) is not None:
             flag = options.get(s.key) or (s.flag(option_prefix) if s.option else f"--{s.key}")
-            source, raw = f"option {flag}", overrides[s.key]
+            source, raw, levels[s.key] = f"option {flag}", overrides[s.key], OPTION
         elif env_name is not None:
-            source, raw = f"environment variable {env_name}", env[env_name]
+            source, raw, levels[s.key] = f"environment variable {env_name}", env[env_name], ENVIRONMENT
         elif s.key in table:
             key = old if old in raw_table else s.key
-            source, raw, typed = f"{where} {key}", table[s.key], True
+            source, raw, typed, levels[s.key] = f"{where} {key}", table[s.key], True, PYPROJECT
         else:
             values[s.key] = (root / s.default).resolve() if s.kind == "path" and s.default is not None else s.default
-            sources[s.key] = "default"
+            sources[s.key], levels[s.key] = "default", DEFAULT
             continue
         sources[s.key] = source
         value = s.value(raw, source, typed=typed)
         values[s.key] = (root / value).resolve() if s.kind == "path" and value is not None else value
 
-    if values["launches"] is not None:   # a fixed design: exactly this many launches, no looks between
-        n = values["launches"]
-        values.update(min_launches=n, max_launches=n, record_launches=n)
+    values, sources = _fixed_design(values, sources, levels)
     if values["max_launches"] < values["min_launches"]:
-        raise ConfigError(f"max_launches ({values['max_launches']}) is below min_launches "
-                          f"({values['min_launches']}): the most launches a run may take must be at least "
-                          "the launches it starts with")
+        raise ConfigError(f"max_launches ({values['max_launches']}) is below min_launches ({values['min_launches']}): "
+                          "the most launches a run may take must be at least the launches it starts with "
+                          f"(max_launches from {sources['max_launches']}, min_launches from {sources['min_launches']})")
 
     tolerances = parse_tolerances(table.get("tolerance", {}), f"{where.rstrip(']')}.tolerance]")
     flag = options.get(TOLERANCE_OPTION) or f"--{option_prefix}{TOLERANCE_OPTION}"
@@ -319,8 +343,29 @@ def load_settings(
     return Settings(
         root=root, tolerances=tolerances, option_tolerances=option_tolerances, workloads=workloads,
         selected=tuple(overrides.get("selected") or ()), pyproject=pyproject, sources=sources,
-        **values,
+        option_prefix=option_prefix, **values,
     )
+
+
+def _fixed_design(values: Mapping[str, Any], sources: Mapping[str, str],
+                  levels: Mapping[str, int]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``values`` and ``sources`` with ``launches`` (a fixed design of N launches) as the default of
+    the three launch counts: a count set where the precedence is higher (an option above the
+    environment above pyproject) keeps its own value; one set at the same level with another value
+    is a ConfigError naming both; the others take N (their source says so)."""
+    values, sources = dict(values), dict(sources)
+    n = values["launches"]
+    if n is None:
+        return values, sources
+    for key in LAUNCH_COUNTS:
+        if levels[key] > levels["launches"]:
+            continue
+        if levels[key] == levels["launches"] and values[key] != n:
+            raise ConfigError(f"{sources['launches']} ({n}) and {sources[key]} ({values[key]}) disagree: launches "
+                              f"sets {key} too; give one of the two")
+        values[key] = n
+        sources[key] = f"{sources['launches']} (launches sets {key})"
+    return values, sources
 
 
 def parse_tolerance_option(text: str, flag: str = "--perfgate-tolerance") -> tuple[str, str]:

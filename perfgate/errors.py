@@ -42,6 +42,12 @@ class BaselineError(PerfgateError):
     """A baseline file that cannot be read: bad JSON, unknown format version, wrong workload."""
 
 
+class StaleBaselineError(BaselineError):
+    """A baseline this perfgate cannot use as it is (an older or a newer format, another workload's or
+    machine's file) whose fix is to record it again: its message ends with "re-record it", and the
+    command in use adds how (``perfgate baseline update`` or ``pytest --perfgate-update-baselines``)."""
+
+
 def os_error_message(exc: OSError, path: object = None) -> str:
     """``<file>: <what went wrong>`` for an OSError (``No space left on device``, ``Permission
     denied``); ``path``: the file at hand when the error names none (a failed write)."""

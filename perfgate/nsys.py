@@ -51,10 +51,11 @@ def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_nsys(explicit: str | None = None, source: str = "option") -> Path:
+def find_nsys(explicit: str | None = None, source: str = "option", option: str = "--nsys") -> Path:
     """The nsys to use: ``explicit`` (a setting's value; ``source`` says where it came from, e.g.
     ``environment variable PERFGATE_NSYS``), then ``$PERFGATE_NSYS``, then ``$PATH``, then the
-    CUDA toolkit and Nsight Systems/Compute install folders."""
+    CUDA toolkit and Nsight Systems/Compute install folders. ``option``: the command's option for
+    it, named when none is found (``--nsys``, ``--perfgate-nsys``)."""
     looked: list[str] = []
     for source, value in ((source, explicit), (f"environment variable {ENV_VAR}", os.environ.get(ENV_VAR))):
         if not value:
@@ -64,7 +65,7 @@ def find_nsys(explicit: str | None = None, source: str = "option") -> Path:
             path = path / "nsys"
         if _is_executable(path):
             return path
-        raise NsysNotFoundError(f"nsys given by {source} ({value}) is not an executable file")
+        raise NsysNotFoundError(f"nsys not found: {source} names {value}, which is not an executable file")
     on_path = shutil.which("nsys")
     looked.append("$PATH")
     if on_path:
@@ -76,7 +77,7 @@ def find_nsys(explicit: str | None = None, source: str = "option") -> Path:
                 return Path(candidate)
     raise NsysNotFoundError(
         "nsys not found; looked in " + ", ".join(looked)
-        + f". Install Nsight Systems or set {ENV_VAR} / --nsys to its path"
+        + f". Install Nsight Systems or set {ENV_VAR} / {option} to its path"
     )
 
 

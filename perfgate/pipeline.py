@@ -28,7 +28,7 @@ from perfgate.baseline import (
     write_baseline,
 )
 from perfgate.config import Settings
-from perfgate.errors import PerfgateError, TraceError, os_error_message
+from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, Capture, MachineInfo, Verdict, WorkloadResult
 from perfgate.process_tree import swallowed_interrupt
@@ -129,14 +129,15 @@ def run_workload(
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
         result.machine = this_machine(settings)
         path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
-        result.baseline_path = path
+        result.extra["record_command"] = settings.record_command(spec.full_name)
         policy = compare_policy(settings, spec)
         if update_baseline:
             record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
         else:
             baseline = load_baseline(path) if path.exists() else None
-            if baseline is not None:
-                check_identity(baseline, spec.name, spec.variant, result.machine.machine_class, spec.full_name)
+            if baseline is not None:   # the report names the baseline a run used, never one that is not there
+                result.baseline_path = path
+                check_identity(baseline, spec.name, spec.variant, result.machine.machine_class)
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
@@ -144,6 +145,8 @@ def run_workload(
                                       "elapsed_s": round(lk.elapsed_s, 3)} for lk in looks]
             result.extra["stopped"] = reason
             judge(result, spec, settings, baseline, path, policy)
+    except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
+        result.verdict, result.error, result.message = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ""
     except PerfgateError as exc:
         result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
@@ -190,6 +193,7 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     except OSError as exc:   # written atomically: whatever baseline was there is unchanged
         raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
                             "(the previous baseline, if any, is unchanged)") from None
+    result.baseline_path = path
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.verdict = Verdict.PASS
     n = len(result.analyses)
@@ -353,7 +357,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     if notes:
         result.message += "\nnote: " + "\nnote: ".join(notes)
     if baseline is None:
-        result.message += f" (record one with --perfgate-update-baselines: {path})"
+        result.message += f" (record one with {settings.record_command(spec.full_name)}: {path})"
         others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
         if others:
             result.message += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "

@@ -14,7 +14,7 @@ from perfgate.baseline import (
     summarize_launches,
     write_baseline,
 )
-from perfgate.errors import BaselineError
+from perfgate.errors import BaselineError, StaleBaselineError
 from perfgate.model import Analysis, MachineInfo, PhaseStats, StepStats, Summary
 
 MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver=None, cuda=None,
@@ -106,7 +106,14 @@ def test_a_version_1_baseline_is_refused_with_the_step_time_change_and_how_to_re
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"format": "perfgate-baseline", "version": 1,
                                 "launches": [{"metrics": {"step_time_ms": 10.0}}]}))
-    with pytest.raises(BaselineError, match=r"old.json: .*step range's duration.*iteration period.*update-baselines"):
+    with pytest.raises(StaleBaselineError, match=r"old.json: .*step range's duration.*iteration period.*: "
+                                                 r"re-record it on the gate's machine$"):
+        load_baseline(path)   # the command in use says how (tests/test_messages.py)
+    path.write_text(json.dumps({"format": "perfgate-baseline", "version": 3,
+                                "launches": [{"metrics": {"step_time_ms": 10.0}}]}))
+    with pytest.raises(StaleBaselineError, match=r"old.json: baseline format version 3 is not supported by this "
+                       r"perfgate \(it reads version 2\): it was written by a newer perfgate; upgrade perfgate, or "
+                       r"re-record it on the gate's machine$"):
         load_baseline(path)
 
 

@@ -243,5 +243,6 @@ def test_an_nsys_that_never_started_the_workload_is_not_blamed_on_it(tmp_path: P
     with pytest.raises(WorkloadFailedError) as err:
         run_capture(SPEC, settings, tmp_path / "launch-0")
     text = str(err.value)
-    assert text.startswith("nsys exited with code 1 and wrote no report for workload tiny: nsys itself failed")
+    assert text.startswith("nsys exited with code 1 and wrote no report for workload tiny: nsys's log says "
+                           "\"ClientProxy::GetLocalEndpoint: failed to connect\": nsys lost its connection to its agent")
     assert "ClientProxy::GetLocalEndpoint" in text

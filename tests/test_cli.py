@@ -321,8 +321,8 @@ def test_run_names_where_a_bad_value_came_from(tmp_path: Path, capsys, monkeypat
     monkeypatch.setenv("PERFGATE_NSYS", str(tmp_path / "no-nsys-here"))
     assert main(["run", "--report-dir", str(tmp_path / "report")]) == 2
     out = capsys.readouterr().out
-    assert (f"nsys given by environment variable PERFGATE_NSYS ({tmp_path / 'no-nsys-here'}) "
-            "is not an executable file") in out                              # was: "given by option"
+    assert (f"nsys not found: environment variable PERFGATE_NSYS names {tmp_path / 'no-nsys-here'}, "
+            "which is not an executable file") in out                        # was: "given by option"
     (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.perfgate]\nworkloads_dir = 'wl'\n")
     assert main(["run"]) == 2
     assert f"[tool.perfgate] workloads_dir: {root / 'wl'} is not a folder" in capsys.readouterr().err

@@ -39,9 +39,10 @@ def test_defaults_apply_without_a_perfgate_table(tmp_path: Path) -> None:
 
 
 def test_a_fixed_launch_count_sets_every_launch_count_and_bad_budgets_are_named(tmp_path: Path) -> None:
-    root = project(tmp_path, "[tool.perfgate]\nlaunches = 2\nmax_launches = 9\n")
+    root = project(tmp_path, "[tool.perfgate]\nlaunches = 2\n")
     s = load_settings(root, env={})
-    assert (s.min_launches, s.max_launches, s.record_launches) == (2, 2, 2)   # launches wins: a fixed design
+    assert (s.min_launches, s.max_launches, s.record_launches) == (2, 2, 2)   # a fixed design
+    assert s.sources["max_launches"].endswith("[tool.perfgate] launches (launches sets max_launches)")
     assert s.budget.looks == 1 and s.budget.look_alpha(0.01, 2) == 0.01
     for sub in "bcde":
         (tmp_path / sub).mkdir()
@@ -53,6 +54,77 @@ def test_a_fixed_launch_count_sets_every_launch_count_and_bad_budgets_are_named(
         load_settings(project(tmp_path / "d", ""), env={"PERFGATE_BUDGET_S": "-1"})
     with pytest.raises(ConfigError, match="option --profile: expected auto, always or off"):
         load_settings(project(tmp_path / "e", ""), env={}, overrides={"profile": "sometimes"}, option_prefix="")
+
+
+LAUNCH_SOURCES = {   # where the explicit counts come from, with launches = 1 in pyproject
+    "option": ({"record_launches": 2, "max_launches": 3}, {}),
+    "environment": ({}, {"PERFGATE_RECORD_LAUNCHES": "2", "PERFGATE_MAX_LAUNCHES": "3"}),
+}
+
+
+def _launch_settings(front: str, root: Path, options: dict[str, int], env: dict[str, str],
+                     monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester) -> Settings:
+    """Settings as the ``perfgate`` command (``front="cli"``) or ``pytest --perfgate`` resolve them
+    from these options and this environment, for the project at ``root``."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if front == "cli":
+        argv = ["run", "--root", str(root), *(a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v)))]
+        return settings_from_args(cli.build_parser(["run"]).parse_args(argv))
+    monkeypatch.chdir(root)
+    argv = ["--perfgate", *(a for k, v in options.items() for a in (f"--perfgate-{k.replace('_', '-')}", str(v)))]
+    return pytester.parseconfigure(*argv).stash[plugin.SETTINGS_KEY]
+
+
+@pytest.mark.parametrize("front", ["cli", "pytest"])
+@pytest.mark.parametrize("source", list(LAUNCH_SOURCES))
+def test_launches_in_pyproject_is_a_default_that_options_and_the_environment_override(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester, front: str, source: str) -> None:
+    """Issue 30, item 6: with ``launches = 1`` in pyproject, ``--record-launches 2``,
+    ``PERFGATE_RECORD_LAUNCHES=2`` and ``--max-launches 3`` were all ignored ("baseline recorded
+    ... (1 launch)"), against option > environment > pyproject."""
+    root = project(tmp_path, "[tool.perfgate]\nlaunches = 1\n", ("w",))
+    options, env = LAUNCH_SOURCES[source]
+    s = _launch_settings(front, root, options, env, monkeypatch, pytester)
+    assert (s.min_launches, s.max_launches, s.record_launches) == (1, 3, 2)
+    assert s.sources["min_launches"].endswith("[tool.perfgate] launches (launches sets min_launches)")
+    assert s.sources["record_launches"] == ("environment variable PERFGATE_RECORD_LAUNCHES" if source == "environment"
+                                            else f"option --{'perfgate-' if front == 'pytest' else ''}record-launches")
+
+
+@pytest.mark.parametrize("front", ["cli", "pytest"])
+def test_launches_beats_the_counts_below_it_and_disagreeing_at_one_level_is_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester, front: str) -> None:
+    prefix = "--perfgate-" if front == "pytest" else "--"
+    # an option's launches beats the environment's and pyproject's counts
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    root = project(tmp_path / "a", "[tool.perfgate]\nrecord_launches = 5\n", ("w",))
+    s = _launch_settings(front, root, {"launches": 2}, {"PERFGATE_MAX_LAUNCHES": "7"}, monkeypatch, pytester)
+    assert (s.min_launches, s.max_launches, s.record_launches) == (2, 2, 2)
+    monkeypatch.delenv("PERFGATE_MAX_LAUNCHES")
+    # the environment's launches beats pyproject's counts, and an option's count beats it
+    s = _launch_settings(front, root, {"max_launches": 4}, {"PERFGATE_LAUNCHES": "2"}, monkeypatch, pytester)
+    assert (s.min_launches, s.max_launches, s.record_launches) == (2, 4, 2)
+    monkeypatch.delenv("PERFGATE_LAUNCHES")
+    # two options that disagree: an error naming both, as the command spells them
+    with pytest.raises((ConfigError, pytest.UsageError), match=re.escape(
+            f"option {prefix}launches (1) and option {prefix}max-launches (3) disagree: launches sets max_launches "
+            "too; give one of the two")):
+        _launch_settings(front, root, {"launches": 1, "max_launches": 3}, {}, monkeypatch, pytester)
+    # the same in the environment, and in pyproject
+    with pytest.raises((ConfigError, pytest.UsageError), match=re.escape(
+            "environment variable PERFGATE_LAUNCHES (1) and environment variable PERFGATE_RECORD_LAUNCHES (2) disagree")):
+        _launch_settings(front, root, {}, {"PERFGATE_LAUNCHES": "1", "PERFGATE_RECORD_LAUNCHES": "2"}, monkeypatch, pytester)
+    for name in ("PERFGATE_LAUNCHES", "PERFGATE_RECORD_LAUNCHES"):
+        monkeypatch.delenv(name)
+    other = project(tmp_path / "b", "[tool.perfgate]\nlaunches = 2\nmax_launches = 9\n", ("w",))
+    with pytest.raises((ConfigError, pytest.UsageError), match=r"\[tool.perfgate\] launches \(2\) and .*pyproject.toml "
+                       r"\[tool.perfgate\] max_launches \(9\) disagree"):
+        _launch_settings(front, other, {}, {}, monkeypatch, pytester)
+    # agreeing values at one level are no conflict
+    same = project(tmp_path / "c", "[tool.perfgate]\nlaunches = 2\nrecord_launches = 2\n", ("w",))
+    assert _launch_settings(front, same, {}, {}, monkeypatch, pytester).record_launches == 2
 
 
 def test_option_beats_environment_beats_pyproject(tmp_path: Path) -> None:
@@ -261,7 +333,7 @@ def test_every_setting_is_one_row_with_its_default_only_there() -> None:
     for s in SETTINGS:
         assert s.key in by_name, s.key
         assert by_name[s.key].default is MISSING, f"Settings.{s.key} declares a default of its own"
-    others = {"root", "tolerances", "option_tolerances", "workloads", "selected", "pyproject", "sources"}
+    others = {"root", "tolerances", "option_tolerances", "workloads", "selected", "pyproject", "sources", "option_prefix"}
     assert set(by_name) - {s.key for s in SETTINGS} == others
 
 

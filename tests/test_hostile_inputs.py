@@ -402,7 +402,7 @@ def test_a_token_in_the_workloads_arguments_reaches_no_artifact(
 
 
 INTERRUPTED_CLEANING = """
-import os, signal, sys
+import os, signal, sys, threading
 from pathlib import Path
 import perfgate.capture as capture
 from perfgate.config import load_settings
@@ -414,7 +414,9 @@ settings = load_settings(root, env={"PERFGATE_NSYS": nsys})
 real = capture.clean_artifacts
 
 def interrupted_clean(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGINT)     # Ctrl-C as the cleaning starts
+    # Ctrl-C as the cleaning starts, to the main thread: os.kill may hand it to another thread, whose
+    # C handler a loaded machine may not run before the capture returned and the script ended
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     for _ in range(100):                    # bytecodes run: a pending handler would fire here
         pass
     return real(*args, **kwargs)

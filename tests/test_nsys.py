@@ -47,7 +47,7 @@ def test_the_env_variable_may_name_the_folder_holding_nsys(nsys_path: str, monke
 
 
 def test_a_bad_explicit_path_is_an_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(NsysNotFoundError, match=r"nsys given by option \(.*missing\) is not an executable"):
+    with pytest.raises(NsysNotFoundError, match=r"^nsys not found: option names .*missing, which is not an executable"):
         find_nsys(str(tmp_path / "missing"))
 
 

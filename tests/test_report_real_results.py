@@ -43,7 +43,12 @@ def test_the_injected_sleep_makes_forward_the_regressed_phase(regressed: Workloa
     bad = {c.metric for c in regressed.comparisons if c.verdict is Verdict.REGRESSED}
     assert "phase.forward.cpu_ms" in bad and "phase.backward.cpu_ms" not in bad
     fwd = next(c for c in regressed.comparisons if c.metric == "phase.forward.cpu_ms")
-    assert fwd.current - fwd.baseline == pytest.approx(INJECTED_FORWARD_MS, rel=0.25)
+    # the other phases sleep as before: how much they moved is what the machine's load did to a sleep
+    # in these same launches, and the bound is never tighter than that (issue 30, item 8)
+    noise = max(abs(c.current - c.baseline) for c in regressed.comparisons
+                if c.metric.startswith("phase.") and c.metric.endswith(".cpu_ms") and c.metric != fwd.metric
+                and c.current is not None and c.baseline is not None)
+    assert fwd.current - fwd.baseline == pytest.approx(INJECTED_FORWARD_MS, abs=0.25 * INJECTED_FORWARD_MS + 2 * noise)
 
 
 def test_terminal_summary_names_verdicts_and_the_worst_phase(results: list[WorkloadResult]) -> None:

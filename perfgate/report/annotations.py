@@ -18,11 +18,19 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")   # \n and \r ar
 
 _WARNING_HINTS = {
     Verdict.INCONCLUSIVE: "the measurement was too noisy to decide; rerun or raise launches",
-    Verdict.NEW: "no baseline for this workload on this machine class; run `perfgate baseline update`",
-    Verdict.IMPROVED: "faster than the baseline beyond tolerance; refresh the baseline "
-                      "(`perfgate baseline update`) to lock the gain in",
+    Verdict.NEW: "no baseline for this workload on this machine class; record one: `{record}`",
+    Verdict.IMPROVED: "faster than the baseline beyond tolerance; refresh the baseline (`{record}`) to lock the gain in",
     Verdict.NO_DATA: "the trace held no measured steps",
 }
+#: How a result read from a report of a perfgate that did not say records a baseline.
+DEFAULT_RECORD = "perfgate baseline update"
+
+
+def hint(result: WorkloadResult) -> str:
+    """What to do about a warning verdict, in the words of the command that ran (its
+    ``extra["record_command"]``, set by the pipeline)."""
+    record = result.extra.get("record_command")
+    return _WARNING_HINTS[result.verdict].format(record=record if isinstance(record, str) else DEFAULT_RECORD)
 
 
 def escape_data(text: str) -> str:
@@ -72,6 +80,6 @@ def render_annotations(results: Sequence[WorkloadResult], max_errors: int = GITH
     """``::error`` lines for the workloads that fail (REGRESSED, ERROR, NEW under strict mode) and
     ``::warning`` lines for the other INCONCLUSIVE/NEW/IMPROVED/NO-DATA ones, each kind within its limit."""
     errors = [(f"perfgate {r.name}", error_message(r)) for r in results if r.failed]
-    warnings = [(f"perfgate {r.name}", f"{one_line(r, limit=1000)}. {_WARNING_HINTS[r.verdict]}")
+    warnings = [(f"perfgate {r.name}", f"{one_line(r, limit=1000)}. {hint(r)}")
                 for r in results if not r.failed and r.verdict in WARNING_VERDICTS]
     return _kind_lines("error", errors, max_errors) + _kind_lines("warning", warnings, max_warnings)

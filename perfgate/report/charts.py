@@ -11,13 +11,14 @@ with it as an artifact). Without matplotlib, :func:`render_charts` returns no ch
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from perfgate.model import WorkloadResult
-from perfgate.report.digest import phase_name
+from perfgate.report.digest import launch_phases, phase_name
 from perfgate.report.resources import energy_summary, memory_summary
 
 MISSING_MATPLOTLIB_NOTE = "charts skipped: matplotlib is not installed (pip install 'perfgate[charts]')"
@@ -52,10 +53,13 @@ def phase_bars(result: WorkloadResult) -> tuple[list[str], list[float | None], l
     rows = [c for c in result.comparisons if c.metric.startswith("phase.") and c.metric.endswith(".cpu_ms")]
     if rows:
         return [phase_name(c.metric) for c in rows], [c.baseline for c in rows], [c.current for c in rows]
-    if result.analyses:
-        phases = result.analyses[0].phases
-        return list(phases), [None] * len(phases), [p.cpu_per_step_ms for p in phases.values()]
-    return [], [], []
+    phases = launch_phases(result)
+    return [name for name, _ in phases], [None] * len(phases), [ms for _, ms in phases]
+
+
+def _height(value: float | None) -> float:
+    """A bar's height: an absent value draws no bar (NaN), never one of height 0."""
+    return math.nan if value is None else value
 
 
 def _phase_chart(plt: Any, result: WorkloadResult, path: Path) -> bool:
@@ -64,8 +68,8 @@ def _phase_chart(plt: Any, result: WorkloadResult, path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(7, 3.5))
     x = range(len(labels))
-    ax.bar([i - 0.2 for i in x], [b or 0.0 for b in base], width=0.4, label="baseline", color="#9e9e9e")
-    ax.bar([i + 0.2 for i in x], [c or 0.0 for c in cur], width=0.4, label="current",
+    ax.bar([i - 0.2 for i in x], [_height(b) for b in base], width=0.4, label="baseline", color="#9e9e9e")
+    ax.bar([i + 0.2 for i in x], [_height(c) for c in cur], width=0.4, label="current",
            color="#d62728" if result.failed else "#1f77b4")
     ax.set_xticks(list(x), [_label(name) for name in labels])
     ax.set_ylabel("CPU ms per step")

@@ -22,7 +22,8 @@ from perfgate.wording import (  # re-exported: the renderers write a comparison 
 
 __all__ = [
     "Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "describe", "digest", "fmt_change", "fmt_metric_change", "fmt_number",
-    "fmt_stats", "fmt_step", "fmt_tolerance", "fmt_value", "fmt_worst_phase", "one_line", "phase_comparisons",
+    "fmt_stats", "fmt_step", "fmt_tolerance", "fmt_value", "fmt_worst_phase", "launch_phases", "one_line",
+    "phase_comparisons",
     "phase_name", "regressed", "worst_phase",
 ]
 
@@ -85,6 +86,16 @@ def phase_name(metric: str) -> str:
 def phase_comparisons(result: WorkloadResult) -> list[MetricComparison]:
     """The per-phase comparisons, in the order compare produced them."""
     return [c for c in result.comparisons if c.metric.startswith(PHASE_PREFIX)]
+
+
+def launch_phases(result: WorkloadResult) -> list[tuple[str, float]]:
+    """The first current launch's phases with their CPU ms per step, largest first (a run without
+    comparisons: a recording, a result read back), name breaking ties: the order survives
+    ``perfgate-report.json``, whose keys are sorted, so ``perfgate report --from`` shows the run's."""
+    if not result.analyses:
+        return []
+    phases = result.analyses[0].phases
+    return sorted(((name, p.cpu_per_step_ms) for name, p in phases.items()), key=lambda x: (-x[1], x[0]))
 
 
 def regressed(result: WorkloadResult) -> tuple[MetricComparison, ...]:

@@ -138,8 +138,9 @@ class _Fields:
             raise self.fail(key, f"expected {names}, got {value!r}")
         return value
 
-    def number(self, key: str, *, allow_inf: bool = False, non_negative: bool = False) -> float | None:
-        value = self.get(key, (int, float))
+    def number(self, key: str, *, allow_inf: bool = False, non_negative: bool = False,
+               required: bool = False) -> float | None:
+        value = self.get(key, (int, float), required=required)
         if value is None:
             return None
         if math.isnan(value) or (math.isinf(value) and not allow_inf) or (non_negative and value < 0):
@@ -200,7 +201,8 @@ def _result_from(f: _Fields) -> WorkloadResult:
                      for k, c in enumerate(comparisons)],
         machine=_machine_from(_Fields(machine, f.where, f"{f.path}.machine")) if machine else None,
         baseline_path=Path(p) if (p := f.get("baseline_path", (str,))) else None,
-        baseline_step_times_ms=[step_fields.number(str(k), non_negative=True) or 0.0 for k in range(len(steps))],
+        baseline_step_times_ms=[float(step_fields.number(str(k), non_negative=True, required=True) or 0.0)
+                                for k in range(len(steps))],   # a null is an error, never a step of 0 ms
         run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
         error=f.get("error", (str,)), message=f.get("message", (str,), ""), variant=f.name("variant"),
         wall_s=f.number("wall_s", non_negative=True),

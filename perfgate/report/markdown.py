@@ -28,6 +28,7 @@ from perfgate.report.digest import (
     fmt_tolerance,
     fmt_value,
     fmt_worst_phase,
+    launch_phases,
     phase_comparisons,
     phase_name,
 )
@@ -36,8 +37,11 @@ from perfgate.report.resources import (
     LAUNCH_HEADER,
     MEMORY_COLUMNS,
     energy_cell,
+    energy_per_step,
     energy_summary,
+    NO_PER_SAMPLE,
     launch_rows,
+    measured_resources,
     memory_cell,
     memory_summary,
     unavailable_energy,
@@ -103,22 +107,22 @@ def _phase_table(result: WorkloadResult) -> list[str]:
     """Phase, baseline ms, current ms, change, tolerance, verdict; from comparisons, else analyses."""
     header = ("phase", "baseline", "current", "change", "tolerance", "verdict")
     rows = [_comparison_row(c, phase_name(c.metric)) for c in phase_comparisons(result)]
-    if not rows and result.analyses:
-        phases = result.analyses[0].phases
-        rows = [[md_cell_text(name), "-", f"{fmt_number(p.cpu_per_step_ms)} ms", "-", "-", "-"]
-                for name, p in phases.items()]
+    if not rows:
+        rows = [[md_cell_text(name), "-", f"{fmt_number(ms)} ms", "-", "-", "-"] for name, ms in launch_phases(result)]
     return _table(header, rows) if rows else []
 
 
 def _resources(result: WorkloadResult) -> list[str]:
     """Peak GPU memory and energy: the headline (source named, launch spread) and one row per
-    launch; nothing for a run with neither (a CPU run)."""
+    launch; nothing for a run whose launches measured neither (a CPU run)."""
     memory, energy = memory_summary(result), energy_summary(result)
-    if memory is None and energy is None:
+    if memory is None and energy is None and not measured_resources(result):
         return []
     facts = []
     if memory is not None:
         facts.append(f"peak GPU memory {memory_cell(result)} ({memory['source']})")
+    else:
+        facts.append("peak GPU memory: not measured by this run's launches")
     if energy is not None:
         spread, across = energy["spread"], ""
         if spread is not None and spread["cv"] is not None:
@@ -126,7 +130,7 @@ def _resources(result: WorkloadResult) -> list[str]:
                       f" (CV {spread['cv'] * 100:.2f} %)")
         facts.append(f"energy per sample {energy_cell(result)}{across} ({energy['source']})")
     else:
-        facts.append(f"energy: {unavailable_energy(result) or 'not measured'}")
+        facts.append(f"energy: {unavailable_energy(result) or (NO_PER_SAMPLE if energy_per_step(result) else 'not measured')}")
     rows = [[md_cell_text(c) for c in r] for r in launch_rows(result)]
     return [md_text("; ".join(facts)), "", *_table(LAUNCH_HEADER, rows), ""]
 

@@ -12,18 +12,25 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.model import MetricComparison, WorkloadResult
+from perfgate.model import Analysis, MetricComparison, WorkloadResult
 from perfgate.report.digest import fmt_change, fmt_number
 from perfgate.resources import MEMORY_SOURCES, SHORT_SOURCES
 
 ENERGY_METRIC = "energy.per_sample_j"
+#: Why energy was measured but not per sample (perfgate.energy: no batch size).
+NO_PER_SAMPLE = ("measured per step, not per sample: no batch size (none in a self-report, none configured: "
+                 "batch_size in the workload's table)")
 MEMORY_COLUMNS = ("peak GPU memory", "energy/sample")
 
 
+def _launch(a: Analysis) -> dict[str, Any]:
+    return {"metrics": a.metrics(), "energy": a.extra.get("energy"), "gpu_memory": a.extra.get("gpu_memory")}
+
+
 def launches(result: WorkloadResult) -> list[dict[str, Any]]:
-    """One dict per current launch: ``metrics``, ``energy`` and ``gpu_memory`` (as analysis dicts hold them)."""
-    return [{"metrics": a.metrics(), "energy": a.extra.get("energy"), "gpu_memory": a.extra.get("gpu_memory")}
-            for a in result.analyses]
+    """One dict per current timing launch: ``metrics``, ``energy`` and ``gpu_memory`` (as analysis
+    dicts hold them)."""
+    return [_launch(a) for a in result.analyses]
 
 
 def _row(result: WorkloadResult, metric: str) -> MetricComparison | None:
@@ -31,15 +38,24 @@ def _row(result: WorkloadResult, metric: str) -> MetricComparison | None:
 
 
 def _current(result: WorkloadResult, metric: str) -> list[float]:
-    return [float(la["metrics"][metric]) for la in launches(result) if metric in la["metrics"]]
+    """The current launches' values of ``metric``: the timing launches', else the profile launch's
+    (what only CUDA tracing measures, e.g. the traced peak memory), else none."""
+    values = [float(la["metrics"][metric]) for la in launches(result) if metric in la["metrics"]]
+    if not values and result.profile is not None and metric in (profile := result.profile.metrics()):
+        values = [float(profile[metric])]
+    return values
 
 
 def _headline(result: WorkloadResult, metric: str) -> dict[str, Any] | None:
+    """``metric`` baseline -> current, or None when this run did not measure it: a metric the current
+    launches lack is absent, whatever the baseline had (a gate run that PASSed without a profile
+    launch has no traced memory; a workload without a self-report has no allocator figures)."""
     row = _row(result, metric)
     values = _current(result, metric)
-    if row is None and not values:
+    current = row.current if row is not None and row.current is not None else (
+        statistics.median(values) if values else None)
+    if current is None:
         return None
-    current = row.current if row is not None and row.current is not None else statistics.median(values)
     spread = None
     if len(values) >= 2:
         mean = statistics.fmean(values)
@@ -79,11 +95,25 @@ def unavailable_energy(result: WorkloadResult) -> str | None:
     return None
 
 
+def energy_per_step(result: WorkloadResult) -> bool:
+    """Whether a current launch measured energy per step (``energy.per_step_j``)."""
+    return bool(_current(result, "energy.per_step_j"))
+
+
+def measured_resources(result: WorkloadResult) -> bool:
+    """Whether a launch of ``result`` (timing or profile) measured peak memory or energy."""
+    every = [*launches(result), *([_launch(result.profile)] if result.profile is not None else [])]
+    return any(isinstance(la["gpu_memory"], Mapping) and la["gpu_memory"]
+               or isinstance(la["energy"], Mapping) and la["energy"].get("source") for la in every)
+
+
 def resources_dict(result: WorkloadResult) -> dict[str, Any]:
     """``perfgate-report.json``'s ``resources`` object of one result."""
+    profile = None if result.profile is None else _launch(result.profile)
     return {"gpu_memory": memory_summary(result), "energy": energy_summary(result),
             "energy_unavailable": unavailable_energy(result),
-            "launches": [{"gpu_memory": la["gpu_memory"], "energy": la["energy"]} for la in launches(result)]}
+            "launches": [{"gpu_memory": la["gpu_memory"], "energy": la["energy"]} for la in launches(result)],
+            "profile": None if profile is None else {"gpu_memory": profile["gpu_memory"], "energy": profile["energy"]}}
 
 
 def _cell(summary: dict[str, Any] | None, unit: str, digits: int = 3) -> str:
@@ -107,15 +137,19 @@ def energy_cell(result: WorkloadResult) -> str:
 
 
 def launch_rows(result: WorkloadResult) -> list[list[str]]:
-    """Per launch: memory by source, J/sample, J/step, mean/peak W, SM MHz, energy source."""
+    """Per launch (the timing launches, then the profile launch): memory by source, J/sample, J/step,
+    mean/peak W, SM MHz, energy source."""
     rows = []
-    for k, la in enumerate(launches(result), 1):
+    labelled = [(str(k), la) for k, la in enumerate(launches(result), 1)]
+    if result.profile is not None:
+        labelled.append(("profile", _launch(result.profile)))
+    for k, la in labelled:
         m, e = la["metrics"], la["energy"] if isinstance(la["energy"], Mapping) else {}
         memory = ", ".join(f"{SHORT_SOURCES[x]} {fmt_number(m[x], 4)}" for x in MEMORY_SOURCES if x in m) or "-"
         power = "-"
         if e.get("power_mean_w") is not None:
             power = f"{fmt_number(e['power_mean_w'])} / {fmt_number(e.get('power_peak_w'))}"
-        rows.append([str(k), memory, fmt_number(e.get("j_per_sample"), 4), fmt_number(e.get("j_per_step"), 4),
+        rows.append([k, memory, fmt_number(e.get("j_per_sample"), 4), fmt_number(e.get("j_per_step"), 4),
                      power, fmt_number(e.get("sm_mhz_mean"), 4),
                      str(e.get("source") or e.get("unavailable") or "-")])
     return rows
