@@ -52,11 +52,10 @@ def workload_files(workloads_dir: Path, declared: frozenset[str] | set[str] = fr
     is not a safe name (perfgate.names: it becomes a path component)."""
     if not workloads_dir.is_dir():
         return {}
-    files = {p.stem: p for p in sorted(workloads_dir.glob("*.py"))
-             if not p.name.startswith("_") and (p.stem in declared or not is_helper(p))}
+    files = {p.stem: p for p in sorted(workloads_dir.glob("*.py")) if not p.name.startswith("_")}
     for name, path in files.items():
         check_name(name, f"{path}: workload name")
-    return files
+    return {name: path for name, path in files.items() if name in declared or not is_helper(path)}
 
 
 def is_helper(path: Path) -> bool:

@@ -201,7 +201,8 @@ def test_gpu_shaped_history_lists_every_run(gpu_runs: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- on this machine
 
-SILENT = '''"""A training loop as users write it: no NVTX, no self-report, prints nothing.
+SILENT = '''"""A training loop as users write it: no NVTX, no self-report, prints nothing, and no
+DataLoader (from whose batches perfgate would know the batch size).
 
 Each step sleeps SILENT_SLEEP_MS (default 20) besides a tiny forward/backward/optimizer step. With
 --alternate, every other launch (counted in .silent-launches) sleeps ODD_FACTOR times as long: a
@@ -225,8 +226,9 @@ if "--alternate" in sys.argv:
 torch.manual_seed(0)
 model = torch.nn.Linear(16, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.utils.data.TensorDataset(torch.randn(96, 16), torch.randn(96, 4))
-for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+inputs, targets = torch.randn(96, 16), torch.randn(96, 4)
+for start in range(0, 96, 8):        # batches sliced from tensors: no DataLoader tells the batch size
+    x, y = inputs[start:start + 8], targets[start:start + 8]
     time.sleep(sleep_ms / 1000.0)
     loss = torch.nn.functional.mse_loss(model(x), y)
     opt.zero_grad()

@@ -26,6 +26,7 @@ from perfgate.report import (
     write_all,
 )
 from perfgate.report.json_report import results_from_report
+from perfgate.schema import RECORD_VERSION
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +136,7 @@ def test_pytest_benchmark_compare_lists_the_benchmarks(results: list[WorkloadRes
 
 def test_report_json_round_trips_verdicts_and_comparisons(results: list[WorkloadResult]) -> None:
     doc = json.loads(json.dumps(render_report_json(results), default=str))
-    assert doc["schema_version"] == 1 and doc["verdict"] == "REGRESSED" and doc["failed"] is True
+    assert doc["schema_version"] == RECORD_VERSION == 2 and doc["verdict"] == "REGRESSED" and doc["failed"] is True
     assert doc["counts"] == {"REGRESSED": 1, "PASS": 1, "NEW": 1}
     first = doc["results"][0]
     assert first["analyses"][0]["steps"]["count"] == STEPS - SKIP_STEPS - 1
