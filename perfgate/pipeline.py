@@ -223,7 +223,7 @@ class _Launcher:
         from perfgate.capture import TIMING
 
         analysis = capture_launch(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
-                                  cwd=self.cwd, extra_args=self.extra_args)
+                                  cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
         self.timing.append(analysis)
         medians = [a.steps.summary_ms.median for a in self.timing]
         most = self.settings.record_launches if self.recording else self.settings.max_launches
@@ -240,7 +240,7 @@ class _Launcher:
         if not self.wants_profile:
             return
         self.profile = capture_launch(self.spec, self.settings, self.run_dir / "profile", 0, PROFILE,
-                                      cwd=self.cwd, extra_args=self.extra_args)
+                                      cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
         idle = self.profile.gpu_idle
         self.say(f"{self.spec.full_name}: profile launch (CUDA traced): "
                  + (f"GPU idle {idle.fraction * 100:.1f} %" if idle is not None else "no GPU activity")
@@ -268,22 +268,25 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
 
 
 def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                   cwd: Path | None = None, extra_args: Sequence[str] = ()) -> Analysis:
+                   cwd: Path | None = None, extra_args: Sequence[str] = (), progress: Progress | None = None) -> Analysis:
     """One launch of ``kind`` (perfgate.capture.TIMING or PROFILE) into ``launch_dir``, analyzed,
     checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
-    one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``."""
-    return captured_launch(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args)[1]
+    one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.
+    ``progress`` hears of a capture taken again after a transient nsys failure."""
+    return captured_launch(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args, progress=progress)[1]
 
 
 def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                    cwd: Path | None = None, extra_args: Sequence[str] = ()) -> tuple[Capture, Analysis]:
+                    cwd: Path | None = None, extra_args: Sequence[str] = (),
+                    progress: Progress | None = None) -> tuple[Capture, Analysis]:
     """``capture_launch``, with the Capture it analyzed (its wall time, its artifacts)."""
     from perfgate.analysis import analyze
     from perfgate.capture import run_capture
     from perfgate.trace import load_trace
 
     with GpuMonitor() as monitor:
-        capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind)
+        capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind,
+                              progress=progress)
     withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
     if capture.sqlite_path is None or not capture.sqlite_path.exists():
         exports = [w for w in withheld if w.name.endswith(f".sqlite{WITHHELD_SUFFIX}")]
@@ -295,7 +298,8 @@ def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k:
     trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
     extra = {**analysis.extra, "launch": k, "capture": kind}
-    notes = (f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld)
+    notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
+    notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
     analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
     if capture.self_report is not None:
         extra["self_report"] = capture.self_report
