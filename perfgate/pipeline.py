@@ -27,6 +27,7 @@ from perfgate.baseline import (
     provenance,
     write_baseline,
 )
+from perfgate.baseline_lock import recording_lock
 from perfgate.config import Settings
 from perfgate.errors import PerfgateError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
@@ -176,20 +177,21 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
     from perfgate.sequential import noise_report
 
-    launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
-    for k in range(settings.record_launches):
-        launcher.timing_launch(k)
-    launcher.profile_launch()
-    result.analyses, result.profile = launcher.timing, launcher.profile
-    assert result.machine is not None
-    baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
-                                      provenance(settings.root, command_line()), spec.variant,
-                                      profile=result.profile)
-    try:
-        write_baseline(path, baseline)
-    except OSError as exc:   # written atomically: whatever baseline was there is unchanged
-        raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
-                            "(the previous baseline, if any, is unchanged)") from None
+    with recording_lock(path):    # a second recording of this baseline at once stops here
+        launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
+        for k in range(settings.record_launches):
+            launcher.timing_launch(k)
+        launcher.profile_launch()
+        result.analyses, result.profile = launcher.timing, launcher.profile
+        assert result.machine is not None
+        baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
+                                          provenance(settings.root, command_line()), spec.variant,
+                                          profile=result.profile)
+        try:
+            write_baseline(path, baseline)
+        except OSError as exc:   # written atomically: whatever baseline was there is unchanged
+            raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
+                                "(the previous baseline, if any, is unchanged)") from None
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.verdict = Verdict.PASS
     n = len(result.analyses)
