@@ -10,9 +10,11 @@ and none of it removed when nsys is killed. So each capture gets a folder of its
 the supervisor removes whatever happens (perfgate.process_tree.PrivateRun):
 
 - ``tmp/``: ``TMPDIR`` of nsys and the profiled workload (nsys's session files, raw capture,
-  logs, its session-manager lock; the workload's own temporary files). Sharing that lock with
-  the machine's other nsys sessions (a link to ``/tmp/nvidia/nsight_systems/SessionManager-
-  <version>.lock``) was tried: nsys 2022.4 then recorded no NVTX range at all.
+  logs, its session-manager lock; the workload's own temporary files). nsys's session table
+  (``/dev/shm/NSys-<version>``) stays shared by all sessions of the machine. Linking the lock to
+  the machine's one (``/tmp/nvidia/nsight_systems/SessionManager-<version>.lock``) was measured
+  with 4 gates at once: 4 of 24 captures had to be taken again (``ProcessWaiterImpl``), against 2
+  of 24 and 3 of 16 with the lock private, so it stays private.
 - ``out/``: the report, its SQLite export, ``workload.log`` and ``command.txt``; cleaned in
   place (perfgate.redaction), then moved into the launch folder by :func:`keep`, most needed
   first, so that a full disk keeps what fitted and names what did not.
@@ -49,15 +51,18 @@ class Kept:
 
 def make() -> Path:
     """A new private capture folder (mode 0700) with its ``tmp/`` and ``out/``, in the system's
-    temporary folder (``$TMPDIR``, else /tmp); CaptureError naming it when it cannot be made."""
+    temporary folder (``$TMPDIR``, else /tmp); CaptureError naming that folder when it cannot be made."""
+    parent = tempfile.gettempdir()
+    private: Path | None = None
     try:
-        private = Path(tempfile.mkdtemp(prefix=PREFIX))
+        private = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
         (private / "tmp").mkdir()
         (private / "out").mkdir()
     except OSError as exc:
-        where = exc.filename or tempfile.gettempdir()
-        raise CaptureError(f"{where}: cannot make the capture's private folder: {exc.strerror or exc} "
-                           "(perfgate writes each capture into a private folder in $TMPDIR, else /tmp)") from None
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+        raise CaptureError(f"{parent}: cannot make a capture's private folder there: {exc.strerror or exc} "
+                           "(perfgate captures in a private folder in $TMPDIR, else /tmp)") from None
     return private
 
 
