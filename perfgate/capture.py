@@ -268,8 +268,9 @@ def run_capture(
         retried.append(reason)
         _set_aside(launch_dir, len(retried))
         if progress is not None:
+            log = launch_dir / f"workload.attempt-{len(retried)}.log"
             progress(f"{spec.full_name}: nsys failed ({reason}); capturing again "
-                     f"(attempt {len(retried) + 1} of {ATTEMPTS}); its log: {launch_dir / f'workload.attempt-{len(retried)}.log'}")
+                     f"(attempt {len(retried) + 1} of {ATTEMPTS}); its log: {log}")
     return _outcome(spec, attempt, launch_dir, timeout_s, tuple(retried), cwd or settings.root)
 
 
@@ -283,11 +284,12 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     out = private / "out"
     run: process_tree.PrivateRun | None = None
     returncode: int | None = None
+    session = f"perfgate-{private.name.removeprefix(capture_dir.PREFIX)}"
     cmd = nsys_command(
         nsys, spec, out / REPORT_STEM, trace=trace, capture_range=settings.capture_range, pytorch=pytorch,
         extra_args=extra_args, cuda_memory_usage=settings.cuda_memory_usage,
         wait_primary=supports_option(nsys, "--wait"),
-        session=f"perfgate-{private.name.removeprefix(capture_dir.PREFIX)}" if supports_option(nsys, "--session-new") else None,
+        session=session if supports_option(nsys, "--session-new") else None,
     )
     env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
     env["TMPDIR"] = str(private / "tmp")
@@ -295,9 +297,9 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     try:
         (out / "command.txt").write_text(redact_text(shlex.join(cmd), known) + "\n")
         with (out / "workload.log").open("wb") as log:
-            run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S, finalize=(signal.SIGINT, FINALIZE_S),
-                                          cwd=str(cwd or settings.root), env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S,
+                                          finalize=(signal.SIGINT, FINALIZE_S), cwd=str(cwd or settings.root),
+                                          env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             returncode = run.wait(timeout_s)
         except subprocess.TimeoutExpired:
