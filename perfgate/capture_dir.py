@@ -5,7 +5,10 @@ nsys records environments (perfgate.secrets says whose), and it writes more than
 raw capture (``nsys-report-XXXX.qdstrm``, mode 0664), the profiled process's output, a log that
 holds nsys's own environment (``nvidia/nsight_systems/telemetry-0/*.qdlog``) and, when it cannot
 write its ``-o`` file, a report of its own name; all under ``$TMPDIR`` (checked with nsys 2022.4),
-and none of it removed when nsys is killed. So each capture gets a folder of its own
+and none of it removed when nsys is killed. (Outside ``$TMPDIR`` nsys 2022.4 writes
+``/tmp/injection_config_*``, its hot-key settings, and ``/tmp/nsys-RunShellCommand-*``, mode 0600,
+both removed as it goes, and its session table and semaphores in ``/dev/shm``; ``nsys export``
+writes its output only. Seen with strace.) So each capture gets a folder of its own
 (:func:`make`, mode 0700, in the system's temporary folder, never the artifacts folder), which
 the supervisor removes whatever happens (perfgate.process_tree.PrivateRun):
 
