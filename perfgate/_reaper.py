@@ -15,7 +15,8 @@ to stop. Standalone on purpose: the standard library only, started with ``python
 
 With ``--private DIR`` the supervisor owns DIR (a capture's private folder, where nsys writes its
 raw capture) and removes it, whatever happens, once the command's tree has ended and perfgate is
-done with it. ``--lifeline FD`` is its end of a socket pair with perfgate: it writes ``exit N``
+done with it; it holds a shared ``flock`` on DIR meanwhile, as perfgate does (a folder nobody
+holds is a left-over that the next capture removes: perfgate.capture_dir.sweep). ``--lifeline FD`` is its end of a socket pair with perfgate: it writes ``exit N``
 there when the tree has ended, and perfgate closes its end when it has taken what it keeps out of
 DIR; the kernel closes it when perfgate dies, SIGKILL included. End of file before ``exit N`` was
 written means perfgate is gone: the tree is ended at once and DIR removed. ``--finalize
@@ -25,6 +26,7 @@ SECONDS to finish (nsys answers SIGINT by stopping the workload and writing its 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import select
 import shutil
@@ -205,12 +207,26 @@ def main(argv: list[str]) -> int:
     grace_s, parent, options, cmd = parsed
     private = options.get("--private")
     lifeline = Lifeline(int(options["--lifeline"]) if "--lifeline" in options else None)
+    held = _hold(private) if private else None
     try:
         return _supervise(grace_s, parent, options, cmd, lifeline)
     finally:
         if private:
             lifeline.wait_released()
             shutil.rmtree(private, ignore_errors=True)
+        if held is not None:
+            os.close(held)
+
+
+def _hold(folder: str) -> int | None:
+    """A shared lock on ``folder`` for the supervisor's life (not inherited by the command): the
+    sign, for a later capture's sweep, that the folder is in use."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        return None
+    return fd
 
 
 def _supervise(grace_s: float, parent: int, options: dict[str, str], cmd: list[str], lifeline: Lifeline) -> int:

@@ -280,8 +280,8 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     from perfgate.nsys import supports_option
 
     known = secret_values(os.environ)
-    private = capture_dir.make()
-    out = private / "out"
+    folder = capture_dir.make()
+    private, out = folder.path, folder.path / "out"
     run: process_tree.PrivateRun | None = None
     returncode: int | None = None
     session = f"perfgate-{private.name.removeprefix(capture_dir.PREFIX)}"
@@ -317,6 +317,7 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
                     run.release()
                 else:
                     shutil.rmtree(private, ignore_errors=True)
+                folder.close()
     log_path = launch_dir / "workload.log"
     text = log_path.read_text(errors="replace") if log_path.is_file() else ""
     return _Attempt(cmd=cmd, returncode=returncode, wall_s=time.monotonic() - started, text=text, kept=kept,

@@ -10,7 +10,8 @@ and none of it removed when nsys is killed. (Outside ``$TMPDIR`` nsys 2022.4 wri
 both removed as it goes, and its session table and semaphores in ``/dev/shm``; ``nsys export``
 writes its output only. Seen with strace.) So each capture gets a folder of its own
 (:func:`make`, mode 0700, in the system's temporary folder, never the artifacts folder), which
-the supervisor removes whatever happens (perfgate.process_tree.PrivateRun):
+the supervisor removes whatever happens (perfgate.process_tree.PrivateRun); one whose perfgate
+and supervisor were both killed at once is removed by the next capture (:func:`sweep`):
 
 - ``tmp/``: ``TMPDIR`` of nsys and the profiled workload (nsys's session files, raw capture,
   logs, its session-manager lock; the workload's own temporary files). nsys's session table
@@ -24,16 +25,21 @@ the supervisor removes whatever happens (perfgate.process_tree.PrivateRun):
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import shutil
+import stat
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.errors import CaptureError
 
 PREFIX = "perfgate-capture-"
+STALE_AFTER_S = 60.0
 # What a user needs first: the log says what happened, the export is what perfgate analyzes.
 KEEP_ORDER = ("workload.log", "command.txt", ".withheld.txt", ".sqlite", ".nsys-rep")
 
@@ -52,13 +58,31 @@ class Kept:
         return f"{folder}: kept {kept}; not kept (cleaned copies dropped): {lost}"
 
 
-def make() -> Path:
+@dataclass(frozen=True)
+class PrivateFolder:
+    """A capture's private folder and perfgate's shared lock on it (the supervisor takes one too):
+    a folder nobody holds a lock on is left over by a perfgate and a supervisor both killed."""
+
+    path: Path
+    lock_fd: int
+
+    def close(self) -> None:
+        """Drop perfgate's lock (the folder is the supervisor's to remove)."""
+        with contextlib.suppress(OSError):
+            os.close(self.lock_fd)
+
+
+def make() -> PrivateFolder:
     """A new private capture folder (mode 0700) with its ``tmp/`` and ``out/``, in the system's
-    temporary folder (``$TMPDIR``, else /tmp); CaptureError naming that folder when it cannot be made."""
+    temporary folder (``$TMPDIR``, else /tmp), held with a shared lock; CaptureError naming that
+    folder when it cannot be made. Left-over folders are swept first (:func:`sweep`)."""
     parent = tempfile.gettempdir()
+    sweep(Path(parent))
     private: Path | None = None
     try:
         private = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
+        fd = os.open(private, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_SH)
         (private / "tmp").mkdir()
         (private / "out").mkdir()
     except OSError as exc:
@@ -66,7 +90,39 @@ def make() -> Path:
             shutil.rmtree(private, ignore_errors=True)
         raise CaptureError(f"{parent}: cannot make a capture's private folder there: {exc.strerror or exc} "
                            "(perfgate captures in a private folder in $TMPDIR, else /tmp)") from None
-    return private
+    return PrivateFolder(private, fd)
+
+
+def sweep(parent: Path, older_than_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove this user's private capture folders in ``parent`` that nobody holds (their perfgate
+    and supervisor were both killed: a CI runner that SIGKILLs a cancelled job's whole process
+    tree) and that were last changed over ``older_than_s`` ago (a folder being made is not yet
+    locked). Returns those removed."""
+    removed: list[Path] = []
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(PREFIX)]
+    except OSError:
+        return removed
+    for folder in candidates:
+        try:
+            info = folder.lstat()
+            if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+                    or time.time() - info.st_mtime < older_than_s):
+                continue
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue      # held: a capture in progress
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _rank(path: Path) -> int:

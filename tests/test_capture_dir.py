@@ -7,16 +7,26 @@ whole gate with its artifacts on a 1 MiB tmpfs, which needs root.)"""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from perfgate import capture_dir
 from perfgate.errors import CaptureError
+
+HOLD = '''
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("held", flush=True)
+time.sleep(600)
+'''
 
 KEEP_UNDER_LIMIT = '''
 import json, resource, sys
@@ -31,10 +41,45 @@ print(json.dumps({"kept": [p.name for p in kept.kept], "lost": kept.lost, "said"
 
 def test_the_private_folder_is_private_and_in_the_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    private = capture_dir.make()
+    folder = capture_dir.make()
+    private = folder.path
     assert private.parent == tmp_path and private.name.startswith(capture_dir.PREFIX)
     assert stat.S_IMODE(private.stat().st_mode) == 0o700
     assert sorted(p.name for p in private.iterdir()) == ["out", "tmp"]
+    folder.close()
+
+
+def _aged(folder: Path, seconds: float = 3600) -> Path:
+    os.utime(folder, (time.time() - seconds, time.time() - seconds))
+    return folder
+
+
+def test_a_left_over_folder_nobody_holds_is_swept_one_held_or_young_is_kept(tmp_path: Path) -> None:
+    """A CI runner that SIGKILLs a cancelled job's whole tree kills perfgate and its supervisor at
+    once: their private folder (with nsys's raw capture) stayed. The next capture removes it; a
+    folder whose supervisor lives (its lock held, here by a child process) or that is being made
+    (young) stays."""
+    left = tmp_path / f"{capture_dir.PREFIX}left"
+    (left / "tmp").mkdir(parents=True)
+    (left / "tmp" / "nsys-report-0000.qdstrm").write_bytes(b"raw")
+    busy = tmp_path / f"{capture_dir.PREFIX}busy"
+    busy.mkdir()
+    young = tmp_path / f"{capture_dir.PREFIX}young"
+    young.mkdir()
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    _aged(other)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(busy)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        _aged(left)
+        _aged(busy)
+        assert capture_dir.sweep(tmp_path) == [left]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not left.exists() and busy.is_dir() and young.is_dir() and other.is_dir()
+    assert capture_dir.sweep(tmp_path) == [busy]    # its holder is gone now
 
 
 def test_a_missing_temporary_folder_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

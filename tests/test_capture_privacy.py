@@ -6,10 +6,13 @@ While the workload runs, nsys's raw capture in the capture's private folder (mod
 token: the control that shows there is something to leak. Afterwards no file in TMPDIR, the project (its
 artifacts), /dev/shm or ~/.nsight* holds it, the private folder is gone, and
 the cleaned trace and log are kept (a SIGKILLed perfgate cannot clean: its capture is dropped).
+A private folder left by a tree killed all at once (perfgate and its supervisor) is removed by
+the next capture.
 A workload that leaves a setsid daemon is gated in its own time (nsys --wait=primary; the
 supervisor ends the daemon)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets as pysecrets
@@ -169,3 +172,49 @@ def test_a_workload_leaving_a_setsid_daemon_is_gated_in_its_own_time(tmp_path: P
     log = next((project / ".perfgate" / "runs").glob("*-daemon")) / "launch-0" / "workload.log"
     assert re.search(r"ended \d+ process\(es\) still running after the command exited", log.read_text())
     assert "--wait=primary" in (log.parent / "command.txt").read_text()
+
+
+QUICK = '''
+import time, torch
+for _ in range(10):
+    torch.cuda.nvtx.range_push("step"); time.sleep(0.01); torch.cuda.nvtx.range_pop()
+'''
+
+
+def test_a_folder_left_by_a_killed_tree_is_removed_by_the_next_capture(tmp_path: Path, nsys_path: str,
+                                                                         torch_module: object) -> None:
+    """A CI runner that SIGKILLs a cancelled job's whole process tree kills perfgate and its
+    supervisor at once: nobody removes the private folder, which holds nsys's raw capture. The
+    next capture in the same temporary folder sweeps it (no process holds its lock any more)."""
+    from perfgate.process_tree import descendants
+
+    project = leak_project(tmp_path / "project", timeout_s=300)
+    (project / "wl" / "quick.py").write_text(QUICK)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    tokens = [_token("ghp_", 36)]
+    env = {**os.environ, "GITHUB_TOKEN": tokens[0], "TMPDIR": str(tmpdir), "LEAK_DIR": str(tmp_path),
+           "LEAK_SEED": tokens[0][::-1]}
+    gate = subprocess.Popen([sys.executable, "-m", "perfgate", "run", "stubborn"], cwd=project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(tmp_path / "ready", gate)
+        deadline = time.monotonic() + 60
+        while not any(p.suffix == ".qdstrm" for p in holding([tmpdir], tokens)):
+            assert time.monotonic() < deadline, "control: nsys's raw capture never held the token"
+            time.sleep(0.5)
+    finally:
+        tree = [*reversed(descendants(gate.pid)), gate.pid]
+        for pid in tree:                      # all at once, children first: nobody is left to clean
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        gate.wait()
+    time.sleep(1)
+    (left,) = tmpdir.glob("perfgate-capture-*")
+    assert holding([left], tokens), "control: the killed tree's private folder should still hold the token"
+    os.utime(left, (time.time() - 3600, time.time() - 3600))   # older than capture_dir.STALE_AFTER_S
+    again = subprocess.run([sys.executable, "-m", "perfgate", "run", "quick"], cwd=project, env=env, text=True,
+                           capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(tmpdir.iterdir()) == []
+    assert holding(machine_places(tmpdir, project), tokens) == []
