@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,7 +52,6 @@ KILL_GRACE_S = 10.0
 # write its report (2.2 to 2.6 s for a small CPU capture with nsys 2022.4, also for a workload that
 # ignores SIGINT and SIGTERM); then the tree is ended.
 FINALIZE_S = 60.0
-TMP_ROOM_BYTES = 64 << 20   # less free room beside the private folder is named when nsys failed
 ATTEMPTS = 3    # runs of nsys for one launch when it fails for a transient reason (nsys.transient_failure)
 # What ``pytorch_trace = "auto"`` passes as nsys --pytorch where nsys has it. Its ranges (names seen
 # with nsys 2025.3.1 on the H100: torch.optim.AdamW.step, ..._BaseDataLoaderIter.__next__,
@@ -221,7 +219,7 @@ class _Attempt:
     wall_s: float
     text: str                  # the (cleaned) log
     kept: Kept
-    tmp_free_bytes: int | None = None   # free space beside the private folder when nsys had ended
+    tmp_note: str = ""         # capture_dir.room_note: the temporary folder was (nearly) full
 
 
 def run_capture(
@@ -309,7 +307,7 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
             try:
                 if run is not None and returncode is None:
                     run.stop()      # nsys finishes its report of what ran; the tree ends
-                free = _free_bytes(private)
+                room = capture_dir.room_note(private)
                 clean_artifacts(out, known, nsys)
                 kept = capture_dir.keep(out, launch_dir)
             finally:
@@ -321,29 +319,12 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     log_path = launch_dir / "workload.log"
     text = log_path.read_text(errors="replace") if log_path.is_file() else ""
     return _Attempt(cmd=cmd, returncode=returncode, wall_s=time.monotonic() - started, text=text, kept=kept,
-                    tmp_free_bytes=free)
-
-
-def _free_bytes(folder: Path) -> int | None:
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return None
+                    tmp_note=room)
 
 
 def _no_report(attempt: _Attempt, launch_dir: Path) -> bool:
     """nsys ended (not stopped at the timeout) and left no report: nsys failed, not the workload."""
     return attempt.returncode is not None and not any(launch_dir.glob(f"{REPORT_STEM}.*"))
-
-
-def _tmp_hint(attempt: _Attempt) -> str:
-    """Where nsys ran out of room, when the temporary folder was (nearly) full: its raw capture,
-    session files and export go there (a 1 MiB TMPDIR made nsys 2022.4 crash, exit 139, silently)."""
-    free = attempt.tmp_free_bytes
-    if free is None or free >= TMP_ROOM_BYTES:
-        return ""
-    return (f" (the temporary folder {tempfile.gettempdir()} had {free // 1024} KiB free after the capture: nsys "
-            "writes its raw capture and session files there; set TMPDIR to a folder with room)")
 
 
 def _set_aside(launch_dir: Path, n: int) -> None:
@@ -385,14 +366,14 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
         raise WorkloadFailedError(   # no report at all: nsys may never have started the workload
             f"nsys exited with code {attempt.returncode} and wrote no report for workload {spec.full_name}: nsys itself "
             f"failed (e.g. another nsys session on this machine, or no permission to trace), or the workload "
-            f"ended before nsys recorded it{tried}{_tmp_hint(attempt)}; last lines of the output ({log_path}):\n{log_tail(text)}"
+            f"ended before nsys recorded it{tried}{attempt.tmp_note}; last lines of the output ({log_path}):\n{log_tail(text)}"
         )
     if attempt.kept.lost and not sqlite.is_file():
         raise CaptureError(f"the launch's SQLite export did not fit in the artifacts folder: "
                            f"{attempt.kept.describe(launch_dir)}")
     if not report.exists() and not report.with_name(report.name + WITHHELD_SUFFIX).exists() and not sqlite.exists():
         raise ImporterError(
-            f"nsys exited 0 but wrote no {report.name} in {launch_dir}{tried}{_tmp_hint(attempt)}: it lost its capture "
+            f"nsys exited 0 but wrote no {report.name} in {launch_dir}{tried}{attempt.tmp_note}: it lost its capture "
             f"(its importer could not convert it, or its agent went away); see {log_path}\n{log_tail(text, 10)}"
         )
     from perfgate.torch_build import check_ranges_recorded

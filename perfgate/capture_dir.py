@@ -40,6 +40,7 @@ from perfgate.errors import CaptureError
 
 PREFIX = "perfgate-capture-"
 STALE_AFTER_S = 60.0
+ROOM_BYTES = 64 << 20   # less free room beside a private folder is named when nsys failed
 # What a user needs first: the log says what happened, the export is what perfgate analyzes.
 KEEP_ORDER = ("workload.log", "command.txt", ".withheld.txt", ".sqlite", ".nsys-rep")
 
@@ -123,6 +124,20 @@ def sweep(parent: Path, older_than_s: float = STALE_AFTER_S) -> list[Path]:
         finally:
             os.close(fd)
     return removed
+
+
+def room_note(private: Path) -> str:
+    """`` (the temporary folder ... had N KiB free ...)`` when the file system of ``private`` has
+    less than ROOM_BYTES free, else "": said when nsys failed, since its raw capture, session files
+    and export go there (a 1 MiB TMPDIR made nsys 2022.4 crash, exit 139, with an empty log)."""
+    try:
+        free = shutil.disk_usage(private).free
+    except OSError:
+        return ""
+    if free >= ROOM_BYTES:
+        return ""
+    return (f" (the temporary folder {private.parent} had {free // 1024} KiB free after the capture: nsys "
+            "writes its raw capture and session files there; set TMPDIR to a folder with room)")
 
 
 def _rank(path: Path) -> int:

@@ -2,8 +2,8 @@
 ignores SIGTERM, under the real nsys, with a GitHub and a Hugging Face token in perfgate's own
 environment (nsys records it), ended by its timeout, Ctrl-C, SIGTERM or SIGKILL.
 
-While the workload runs, nsys's raw capture in the capture's private folder (mode 0700) holds the
-token: the control that shows there is something to leak. Afterwards no file in TMPDIR, the project (its
+While the workload runs, nsys's files in the capture's private folder (mode 0700) hold the token:
+the control that shows there is something to leak. Afterwards no file in TMPDIR, the project (its
 artifacts), /dev/shm or ~/.nsight* holds it, the private folder is gone, and
 the cleaned trace and log are kept (a SIGKILLed perfgate cannot clean: its capture is dropped).
 A private folder left by a tree killed all at once (perfgate and its supervisor) is removed by
@@ -114,6 +114,15 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 180) -
         time.sleep(0.1)
 
 
+def _wait_for_raw(tmpdir: Path, tokens: list[str], timeout_s: float = 180) -> None:
+    """Until nsys's files in the private folder (its raw capture, the injection's buffer) hold a
+    token: the control that there is something to leak (later on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not holding([tmpdir], tokens):
+        assert time.monotonic() < deadline, "control: nsys's files never held the token"
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("ending, code", [("timeout", 2), ("SIGINT", 130), ("SIGTERM", 143), ("SIGKILL", -9)])
 def test_no_file_holds_a_token_after_the_launch_ends(tmp_path: Path, nsys_path: str, torch_module: object,
                                                      ending: str, code: int) -> None:
@@ -129,10 +138,7 @@ def test_no_file_holds_a_token_after_the_launch_ends(tmp_path: Path, nsys_path: 
         _wait_for(tmp_path / "ready", gate)
         private = list(tmpdir.glob("perfgate-capture-*"))
         assert len(private) == 1 and stat.S_IMODE(private[0].stat().st_mode) == 0o700
-        deadline = time.monotonic() + 60
-        while not any(p.suffix == ".qdstrm" for p in holding([tmpdir], tokens)):
-            assert time.monotonic() < deadline, "control: nsys's raw capture never held the token"
-            time.sleep(0.5)
+        _wait_for_raw(tmpdir, tokens)
         assert not holding([project], tokens)    # nothing raw in the artifacts while it runs
         if ending != "timeout":
             gate.send_signal(getattr(signal, ending))
@@ -199,10 +205,7 @@ def test_a_folder_left_by_a_killed_tree_is_removed_by_the_next_capture(tmp_path:
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         _wait_for(tmp_path / "ready", gate)
-        deadline = time.monotonic() + 60
-        while not any(p.suffix == ".qdstrm" for p in holding([tmpdir], tokens)):
-            assert time.monotonic() < deadline, "control: nsys's raw capture never held the token"
-            time.sleep(0.5)
+        _wait_for_raw(tmpdir, tokens)
     finally:
         tree = [*reversed(descendants(gate.pid)), gate.pid]
         for pid in tree:                      # all at once, children first: nobody is left to clean
