@@ -1,10 +1,11 @@
 """Run one launch of a workload under ``nsys profile`` and keep its artifacts.
 
 ``nsys_command`` builds the command line (pure); ``run_capture`` runs it under perfgate's
-supervisor (perfgate.process_tree: the whole process tree ends with the launch) with a timeout and
-leaves in the launch directory: ``trace.nsys-rep``, ``trace.sqlite``, ``command.txt`` (the command
-line) and ``workload.log`` (stdout and stderr of nsys and the workload), cleaned of secrets
-(perfgate.redaction). nsys and the profiled process get a scrubbed environment.
+supervisor (perfgate.process_tree: the whole process tree ends with the launch) with a timeout, in
+a private folder (perfgate.capture_dir), and leaves in the launch directory, once cleaned of
+secrets (perfgate.redaction): ``trace.nsys-rep``, ``trace.sqlite``, ``command.txt`` (the command
+line) and ``workload.log`` (stdout and stderr of nsys and the workload). nsys and the profiled
+process get a scrubbed environment, and the private folder as ``TMPDIR``.
 With ``autostep`` on (the default) that environment also carries ``PERFGATE_AUTOSTEP=1`` and
 autostep's ``sitecustomize`` folder first on ``PYTHONPATH`` (perfgate.autostep: NVTX ranges
 for DataLoader, backward and optimizer step in code that has none).
@@ -15,18 +16,28 @@ import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate import process_tree
+from perfgate import capture_dir, process_tree
 from perfgate.autostep import ENV_VAR as AUTOSTEP_ENV_VAR
 from perfgate.autostep import site_dir as autostep_site_dir
 from perfgate.config import Settings
-from perfgate.errors import CaptureTimeoutError, ConfigError, ImporterError, WorkloadFailedError
+from perfgate.capture_dir import Kept
+from perfgate.errors import (
+    CaptureError,
+    CaptureTimeoutError,
+    ConfigError,
+    ImporterError,
+    WorkloadFailedError,
+)
 from perfgate.nsys_log import failure_cause
 from perfgate.model import Capture
 from perfgate.redaction import clean_artifacts
@@ -37,6 +48,11 @@ SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT "
 REPORT_STEM = "trace"
 TAIL_LINES = 30
 KILL_GRACE_S = 10.0
+# Asked to stop (timeout, Ctrl-C, SIGTERM), nsys gets SIGINT and this long to stop the workload and
+# write its report (2.2 to 2.6 s for a small CPU capture with nsys 2022.4, also for a workload that
+# ignores SIGINT and SIGTERM); then the tree is ended.
+FINALIZE_S = 60.0
+ATTEMPTS = 3    # runs of nsys for one launch when it fails for a transient reason (nsys.transient_failure)
 # What ``pytorch_trace = "auto"`` passes as nsys --pytorch where nsys has it. Its ranges (names seen
 # with nsys 2025.3.1 on the H100: torch.optim.AdamW.step, ..._BaseDataLoaderIter.__next__,
 # torch.autograd.backward, one torch.nn.modules.Module.__call__ per module call) are a step source
@@ -91,12 +107,21 @@ def nsys_command(
     python: str = sys.executable,
     extra_args: Sequence[str] = (),
     cuda_memory_usage: bool = False,
+    wait_primary: bool = False,
+    session: str | None = None,
 ) -> list[str]:
     """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``;
     ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``;
     ``cuda_memory_usage`` adds ``--cuda-memory-usage=true`` when ``trace`` has ``cuda`` (the
-    trace's peak GPU memory: perfgate.resources)."""
+    trace's peak GPU memory: perfgate.resources); ``wait_primary`` adds ``--wait=primary`` (nsys
+    ends with the workload's own process, not with the last process it left behind: a daemon,
+    persistent DataLoader workers; the supervisor ends those); ``session`` names nsys's session
+    (``--session-new``)."""
     cmd = [str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none"]
+    if wait_primary:
+        cmd.append("--wait=primary")
+    if session:
+        cmd.append(f"--session-new={session}")
     if cuda_memory_usage and "cuda" in trace.split(","):
         cmd.append("--cuda-memory-usage=true")
     if pytorch:
@@ -185,6 +210,18 @@ def log_tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(f"(log) {ln}" if ln.lstrip().startswith("::") else ln for ln in kept[-lines:])
 
 
+@dataclass
+class _Attempt:
+    """One run of nsys in its private folder, its cleaned files moved into the launch folder."""
+
+    cmd: list[str]
+    returncode: int | None     # None: stopped at the timeout
+    wall_s: float
+    text: str                  # the (cleaned) log
+    kept: Kept
+    tmp_note: str = ""         # capture_dir.room_note: the temporary folder was (nearly) full
+
+
 def run_capture(
     spec: WorkloadSpec,
     settings: Settings,
@@ -193,85 +230,154 @@ def run_capture(
     cwd: Path | None = None,
     extra_args: Sequence[str] = (),
     kind: str = TIMING,
+    progress: Callable[[str], None] | None = None,
 ) -> Capture:
     """Run ``spec`` once under nsys as a launch of ``kind`` (its trace set: :func:`resolve_trace`);
     artifacts go to ``launch_dir`` (created).
 
-    nsys runs under perfgate's supervisor (perfgate.process_tree): on success, failure, timeout,
-    Ctrl-C or SIGTERM its whole process tree ends. Whatever happened, the launch folder is then
-    cleaned of secrets (perfgate.redaction) before an error message quotes its log.
+    nsys writes into a private folder (perfgate.capture_dir) under perfgate's supervisor
+    (perfgate.process_tree.PrivateRun): on success, failure, timeout, Ctrl-C or SIGTERM nsys is
+    asked to finish (SIGINT: it writes the report of what ran), the whole process tree ends, the
+    output is cleaned of secrets (perfgate.redaction) and only then moved into ``launch_dir``;
+    the supervisor removes the private folder, also when perfgate is killed. An nsys that failed
+    for a reason nsys.transient_failure recognises (another nsys session's) is run again, up to
+    ATTEMPTS times, said through ``progress`` and in ``Capture.retried``.
     Raises NsysNotFoundError, WorkloadFailedError (non-zero exit, with the log's tail),
-    CaptureTimeoutError (process tree ended) or ImporterError (only a .qdstrm left)."""
+    CaptureTimeoutError (process tree ended), ImporterError (no report) or CaptureError (the
+    artifacts folder could not hold the export)."""
     from perfgate.machine import machine_info
-    from perfgate.nsys import export_sqlite, find_nsys
+    from perfgate.nsys import find_nsys, transient_failure
 
     nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"), settings.option("nsys"))
     pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)
     machine = machine_info(None, settings.machine_class)
     launch_dir.mkdir(parents=True, exist_ok=True)
-    output = launch_dir / REPORT_STEM
-    cmd = nsys_command(
-        nsys, spec, output, trace=resolve_trace(settings.trace, machine.gpu_count, kind),
-        capture_range=settings.capture_range, pytorch=pytorch, extra_args=extra_args,
-        cuda_memory_usage=settings.cuda_memory_usage,
-    )
-    log_path = launch_dir / "workload.log"
     timeout_s = spec.timeout_s or settings.timeout_s
-    env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
+    retried: list[str] = []
+    while True:
+        attempt = _attempt(nsys, spec, settings, launch_dir, timeout_s, cwd=cwd, extra_args=extra_args,
+                           trace=resolve_trace(settings.trace, machine.gpu_count, kind), pytorch=pytorch)
+        reason = transient_failure(attempt.text) if _no_report(attempt, launch_dir) else None
+        if reason is None or len(retried) + 1 >= ATTEMPTS:
+            break
+        retried.append(reason)
+        _set_aside(launch_dir, len(retried))
+        if progress is not None:
+            log = launch_dir / f"workload.attempt-{len(retried)}.log"
+            progress(f"{spec.full_name}: nsys failed ({reason}); capturing again "
+                     f"(attempt {len(retried) + 1} of {ATTEMPTS}); its log: {log}")
+    return _outcome(spec, attempt, launch_dir, timeout_s, tuple(retried), cwd or settings.root, settings)
+
+
+def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Path, timeout_s: float, *,
+             cwd: Path | None, extra_args: Sequence[str], trace: str, pytorch: str | None) -> _Attempt:
+    """One nsys run in a private folder; whatever ends it, its output cleaned and moved out."""
+    from perfgate.nsys import supports_option
+
     known = secret_values(os.environ)
+    folder = capture_dir.make()
+    private, out = folder.path, folder.path / "out"
+    run: process_tree.PrivateRun | None = None
+    returncode: int | None = None
+    session = f"perfgate-{private.name.removeprefix(capture_dir.PREFIX)}"
+    cmd = nsys_command(
+        nsys, spec, out / REPORT_STEM, trace=trace, capture_range=settings.capture_range, pytorch=pytorch,
+        extra_args=extra_args, cuda_memory_usage=settings.cuda_memory_usage,
+        wait_primary=supports_option(nsys, "--wait"),
+        session=session if supports_option(nsys, "--session-new") else None,
+    )
+    env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
+    env["TMPDIR"] = str(private / "tmp")
     started = time.monotonic()
     try:
-        (launch_dir / "command.txt").write_text(redact_text(shlex.join(cmd), known) + "\n")
-        with log_path.open("wb") as log:
-            proc = process_tree.start(cmd, grace_s=KILL_GRACE_S, cwd=str(cwd or settings.root), env=env,
-                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            try:
-                returncode: int | None = process_tree.wait(proc, timeout_s)
-            except subprocess.TimeoutExpired:
-                returncode = None
-            finally:
-                process_tree.stop(proc, KILL_GRACE_S)   # the tree is gone whatever ended the wait
+        (out / "command.txt").write_text(redact_text(shlex.join(cmd), known) + "\n")
+        with (out / "workload.log").open("wb") as log:
+            run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S,
+                                          finalize=(signal.SIGINT, FINALIZE_S), cwd=str(cwd or settings.root),
+                                          env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            returncode = run.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            returncode = None
     finally:
-        with process_tree.signals_deferred():   # Ctrl-C or SIGTERM now would leave raw secrets behind
-            clean_artifacts(launch_dir, known, nsys)
-    wall_s = time.monotonic() - started
-    text = log_path.read_text(errors="replace")
+        with process_tree.signals_deferred():   # Ctrl-C or SIGTERM now would lose the launch's files
+            try:
+                if run is not None and returncode is None:
+                    run.stop()      # nsys finishes its report of what ran; the tree ends
+                room = capture_dir.room_note(private)
+                clean_artifacts(out, known, nsys)
+                kept = capture_dir.keep(out, launch_dir)
+            finally:
+                if run is not None:
+                    run.release()
+                else:
+                    shutil.rmtree(private, ignore_errors=True)
+                folder.close()
+    log_path = launch_dir / "workload.log"
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    return _Attempt(cmd=cmd, returncode=returncode, wall_s=time.monotonic() - started, text=text, kept=kept,
+                    tmp_note=room)
+
+
+def _no_report(attempt: _Attempt, launch_dir: Path) -> bool:
+    """nsys ended (not stopped at the timeout) and left no report: nsys failed, not the workload."""
+    return attempt.returncode is not None and not any(launch_dir.glob(f"{REPORT_STEM}.*"))
+
+
+def _set_aside(launch_dir: Path, n: int) -> None:
+    """Keep a failed attempt's log as ``workload.attempt-<n>.log`` (and its command); the next
+    attempt writes the launch's files afresh."""
+    for name in ("workload.log", "command.txt"):
+        path = launch_dir / name
+        if path.is_file():
+            stem, suffix = name.rsplit(".", 1)
+            path.replace(launch_dir / f"{stem}.attempt-{n}.{suffix}")
+
+
+def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s: float,
+             retried: tuple[str, ...], root: Path, settings: Settings) -> Capture:
+    """The Capture of the last attempt, or the error that says what went wrong."""
+    log_path = launch_dir / "workload.log"
+    text = attempt.text
     withheld = sorted(p.name for p in launch_dir.glob(f"*{WITHHELD_SUFFIX}"))
     if withheld:   # said in the error of a failed launch; a successful one's analysis notes them
         text += f"\nperfgate withheld (secrets it could not clean): {', '.join(withheld)}"
-    if returncode is None:
+    if attempt.kept.lost:
+        text += f"\nperfgate could not keep every file, the artifacts folder is full: {attempt.kept.describe(launch_dir)}"
+    tried = f" (after {len(retried) + 1} attempts: {'; '.join(retried)})" if retried else ""
+    report = launch_dir / f"{REPORT_STEM}.nsys-rep"
+    sqlite = launch_dir / f"{REPORT_STEM}.sqlite"
+    if attempt.returncode is None:
+        kept = f"; the trace up to then: {sqlite}" if sqlite.is_file() else ""
         raise CaptureTimeoutError(
             f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s; its process tree (nsys, "
-            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or {settings.option('timeout_s')}); "
+            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or {settings.option('timeout_s')}){kept}; "
             f"log: {log_path}\n{log_tail(text)}"
         )
-    report = output.with_suffix(".nsys-rep")
-    if returncode != 0:
-        if any(launch_dir.glob(f"{output.name}.*")):   # nsys wrote a report: the workload's own exit
+    if attempt.returncode != 0:
+        if any(launch_dir.glob(f"{REPORT_STEM}.*")):   # nsys wrote a report: the workload's own exit
             raise WorkloadFailedError(
-                f"workload {spec.full_name} exited with code {returncode} under nsys; "
+                f"workload {spec.full_name} exited with code {attempt.returncode} under nsys; "
                 f"last lines of its output ({log_path}):\n{log_tail(text)}"
             )
         raise WorkloadFailedError(   # no report at all: nsys may never have started the workload
-            f"nsys exited with code {returncode} and wrote no report for workload {spec.full_name}: "
-            f"{failure_cause(text, env)}; last lines of the output ({log_path}):\n{log_tail(text)}"
+            f"nsys exited with code {attempt.returncode} and wrote no report for workload {spec.full_name}: "
+            f"{failure_cause(text, os.environ)}{tried}{attempt.tmp_note}; last lines of the output ({log_path}):\n{log_tail(text)}"
         )
-    sqlite = output.with_suffix(".sqlite")
-    if not report.exists() and not report.with_name(report.name + WITHHELD_SUFFIX).exists():
-        leftovers = sorted(launch_dir.glob("*.qdstrm*"))
-        hint = f" (left {leftovers[0].name})" if leftovers else ""
+    if attempt.kept.lost and not sqlite.is_file():
+        raise CaptureError(f"the launch's SQLite export did not fit in the artifacts folder: "
+                           f"{attempt.kept.describe(launch_dir)}")
+    if not report.exists() and not report.with_name(report.name + WITHHELD_SUFFIX).exists() and not sqlite.exists():
         raise ImporterError(
-            f"nsys produced no {report.name} in {launch_dir}{hint}: its importer could not convert the "
-            f"capture; see {log_path}\n{log_tail(text, 10)}"
+            f"nsys exited 0 but wrote no {report.name} in {launch_dir}{tried}{attempt.tmp_note}: it lost its capture "
+            f"(its importer could not convert it, or its agent went away); see {log_path}\n{log_tail(text, 10)}"
         )
-    if not sqlite.exists() and report.exists():
-        sqlite = export_sqlite(report, nsys)
-        clean_artifacts(launch_dir, known, nsys)
     from perfgate.torch_build import check_ranges_recorded
 
-    check_ranges_recorded(sqlite, sys.executable, cwd or settings.root)   # a CPU-only torch, named
+    if sqlite.is_file():
+        check_ranges_recorded(sqlite, sys.executable, root)   # a CPU-only torch, named
     return Capture(
-        workload=spec.full_name, run_dir=launch_dir, command=tuple(cmd), report_path=report,
-        sqlite_path=sqlite, log_path=log_path, returncode=returncode, wall_s=wall_s,
-        self_report=parse_self_report(text),
+        workload=spec.full_name, run_dir=launch_dir, command=tuple(attempt.cmd), report_path=report,
+        sqlite_path=sqlite if sqlite.is_file() else None, log_path=log_path, returncode=attempt.returncode,
+        wall_s=attempt.wall_s, self_report=parse_self_report(text), retried=retried,
     )

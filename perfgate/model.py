@@ -40,6 +40,7 @@ class Capture:
     returncode: int
     wall_s: float                     # wall time of the whole nsys run
     self_report: dict[str, Any] | None = None  # the workload's own PERFGATE_SELF_REPORT line, parsed
+    retried: tuple[str, ...] = ()     # why nsys failed in the attempts before this one (capture.ATTEMPTS)
 
 
 # --------------------------------------------------------------------------- analysis

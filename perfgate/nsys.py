@@ -47,6 +47,24 @@ REPORT_ALIASES: dict[str, str | None] = {
 }
 
 
+# What nsys printed when it failed beside other nsys sessions of the machine, before it recorded
+# anything or while it collected (nsys 2022.4; seen on this project's CPU machine with 4 captures
+# at once, and in CI runs): its agent, its session table, not the workload. Worth another try.
+TRANSIENT_FAILURES = re.compile(
+    r"Connection reset by peer|End of file|sem_open|Local Endpoint is not available|GetLocalEndpoint"
+    r"|Connection to the Agent lost|Agent launcher failed|ProcessWaiterImpl"
+)
+
+
+def transient_failure(log: str) -> str | None:
+    """The first line of an nsys log that names one of TRANSIENT_FAILURES, shortened; else None."""
+    for line in log.splitlines():
+        line = line.rsplit("\r", 1)[-1].strip()
+        if TRANSIENT_FAILURES.search(line):
+            return line if len(line) <= 160 else line[:157] + "..."
+    return None
+
+
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 

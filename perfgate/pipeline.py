@@ -27,6 +27,7 @@ from perfgate.baseline import (
     provenance,
     write_baseline,
 )
+from perfgate.baseline_lock import recording_lock
 from perfgate.config import Settings
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
@@ -179,21 +180,22 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
     from perfgate.sequential import noise_report
 
-    launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
-    for k in range(settings.record_launches):
-        launcher.timing_launch(k)
-    launcher.profile_launch()
-    result.analyses, result.profile = launcher.timing, launcher.profile
-    assert result.machine is not None
-    baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
-                                      provenance(settings.root, command_line()), spec.variant,
-                                      profile=result.profile)
-    try:
-        write_baseline(path, baseline)
-    except OSError as exc:   # written atomically: whatever baseline was there is unchanged
-        raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
-                            "(the previous baseline, if any, is unchanged)") from None
-    result.baseline_path = path
+    with recording_lock(path):    # a second recording of this baseline at once stops here
+        launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
+        for k in range(settings.record_launches):
+            launcher.timing_launch(k)
+        launcher.profile_launch()
+        result.analyses, result.profile = launcher.timing, launcher.profile
+        assert result.machine is not None
+        baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
+                                          provenance(settings.root, command_line()), spec.variant,
+                                          profile=result.profile)
+        try:
+            write_baseline(path, baseline)
+        except OSError as exc:   # written atomically: whatever baseline was there is unchanged
+            raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
+                                "(the previous baseline, if any, is unchanged)") from None
+        result.baseline_path = path
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.verdict = Verdict.PASS
     n = len(result.analyses)
@@ -227,7 +229,7 @@ class _Launcher:
         from perfgate.capture import TIMING
 
         analysis = capture_launch(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
-                                  cwd=self.cwd, extra_args=self.extra_args)
+                                  cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
         self.timing.append(analysis)
         medians = [a.steps.time_ms for a in self.timing]
         most = self.settings.record_launches if self.recording else self.settings.max_launches
@@ -244,7 +246,7 @@ class _Launcher:
         if not self.wants_profile:
             return
         self.profile = capture_launch(self.spec, self.settings, self.run_dir / "profile", 0, PROFILE,
-                                      cwd=self.cwd, extra_args=self.extra_args)
+                                      cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
         idle = self.profile.gpu_idle
         self.say(f"{self.spec.full_name}: profile launch (CUDA traced): "
                  + (f"GPU idle {idle.fraction * 100:.1f} %" if idle is not None else "no GPU activity")
@@ -272,22 +274,25 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
 
 
 def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                   cwd: Path | None = None, extra_args: Sequence[str] = ()) -> Analysis:
+                   cwd: Path | None = None, extra_args: Sequence[str] = (), progress: Progress | None = None) -> Analysis:
     """One launch of ``kind`` (perfgate.capture.TIMING or PROFILE) into ``launch_dir``, analyzed,
     checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
-    one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``."""
-    return captured_launch(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args)[1]
+    one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.
+    ``progress`` hears of a capture taken again after a transient nsys failure."""
+    return captured_launch(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args, progress=progress)[1]
 
 
 def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                    cwd: Path | None = None, extra_args: Sequence[str] = ()) -> tuple[Capture, Analysis]:
+                    cwd: Path | None = None, extra_args: Sequence[str] = (),
+                    progress: Progress | None = None) -> tuple[Capture, Analysis]:
     """``capture_launch``, with the Capture it analyzed (its wall time, its artifacts)."""
     from perfgate.analysis import analyze
     from perfgate.capture import run_capture
     from perfgate.trace import load_trace
 
     with GpuMonitor() as monitor:
-        capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind)
+        capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind,
+                              progress=progress)
     withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
     if capture.sqlite_path is None or not capture.sqlite_path.exists():
         exports = [w for w in withheld if w.name.endswith(f".sqlite{WITHHELD_SUFFIX}")]
@@ -299,7 +304,8 @@ def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k:
     trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
     extra = {**analysis.extra, "launch": k, "capture": kind}
-    notes = (f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld)
+    notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
+    notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
     analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
     if capture.self_report is not None:
         extra["self_report"] = capture.self_report

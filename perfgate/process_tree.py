@@ -6,6 +6,12 @@ exits, when asked, or when perfgate dies). :func:`stop` asks a supervisor to end
 a grace period, SIGKILL) and, should the supervisor itself not answer, kills its descendants and it.
 Live supervisors are tracked, and :func:`stop_all` (also run at interpreter exit) ends them.
 
+:class:`PrivateRun` runs a command (nsys) with a private folder that its supervisor removes once
+the command's tree has ended and perfgate has taken what it keeps (:meth:`PrivateRun.release`),
+or at once when perfgate dies, SIGKILL included: the two talk over a socket pair whose perfgate
+end the kernel closes then. Asked to stop, the supervisor first sends the command the signal that
+makes it finish its work (``finalize``: nsys writes its report on SIGINT).
+
 :func:`terminate_raises` turns SIGTERM and SIGHUP into :class:`Terminated` (a KeyboardInterrupt) in
 the main thread, so that ``finally`` blocks and the capture's cleanup run as for Ctrl-C; the CLI
 then exits 143 (130 for Ctrl-C) and the pytest plugin re-raises SIGTERM after pytest's own cleanup.
@@ -13,8 +19,12 @@ then exits 143 (130 for Ctrl-C) and the pytest plugin re-raises SIGTERM after py
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +40,7 @@ REAPER = Path(__file__).with_name("_reaper.py")
 EXIT_INTERRUPTED = 130     # 128 + SIGINT
 EXIT_TERMINATED = 143      # 128 + SIGTERM
 _live: set[subprocess.Popen[bytes]] = set()
+_runs: set[PrivateRun] = set()
 
 
 class Terminated(KeyboardInterrupt):
@@ -40,9 +51,9 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-def supervised(cmd: Sequence[str], grace_s: float) -> list[str]:
-    """The command line running ``cmd`` under perfgate's supervisor."""
-    return [sys.executable, "-I", "-S", str(REAPER), f"{grace_s:g}", str(os.getpid()), "--", *cmd]
+def supervised(cmd: Sequence[str], grace_s: float, options: Sequence[str] = ()) -> list[str]:
+    """The command line running ``cmd`` under perfgate's supervisor (``options``: _reaper.py's)."""
+    return [sys.executable, "-I", "-S", str(REAPER), f"{grace_s:g}", str(os.getpid()), *options, "--", *cmd]
 
 
 def start(cmd: Sequence[str], *, grace_s: float, **popen: Any) -> subprocess.Popen[bytes]:
@@ -76,8 +87,96 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 
 def stop_all(grace_s: float = 5.0) -> None:
     """End every live supervised tree (at exit, or from a signal handler)."""
+    for run in list(_runs):
+        run.stop()
+        run.release()
     for proc in list(_live):
         stop(proc, grace_s)
+
+
+class PrivateRun:
+    """``cmd`` under the supervisor with ``private`` (a folder perfgate made, mode 0700) in its
+    care: removed when this run is released, or when perfgate dies. ``finalize``: the signal that
+    makes the command finish its work when asked to stop, and how long it may take.
+
+    Use: :meth:`wait` (the command's exit status, once its whole tree has ended), :meth:`stop`
+    (timeout, Ctrl-C), then take the files to keep out of ``private`` and :meth:`release`."""
+
+    def __init__(self, cmd: Sequence[str], *, private: Path, grace_s: float,
+                 finalize: tuple[signal.Signals, float] | None = None, **popen: Any) -> None:
+        self.private, self.grace_s = private, grace_s
+        self.finalize_s = finalize[1] if finalize else 0.0
+        self._sock, theirs = socket.socketpair()
+        options = ["--private", str(private), "--lifeline", str(theirs.fileno())]
+        if finalize:
+            options += ["--finalize", f"{finalize[0].name}:{finalize[1]:g}"]
+        try:
+            self.proc = subprocess.Popen(supervised(cmd, grace_s, options), start_new_session=True,
+                                         pass_fds=(theirs.fileno(),), **popen)
+        except BaseException:
+            self._sock.close()
+            raise
+        finally:
+            theirs.close()
+        self.status: int | None = None
+        self._buffer = b""
+        _runs.add(self)
+
+    def wait(self, timeout_s: float | None) -> int:
+        """The command's exit status once its tree has ended (subprocess.TimeoutExpired after
+        ``timeout_s``)."""
+        status = self._read_status(timeout_s)
+        if status is None:
+            raise subprocess.TimeoutExpired(self.proc.args, timeout_s or 0)
+        return status
+
+    def stop(self) -> int | None:
+        """Ask the supervisor to end the tree (the command first gets ``finalize``'s signal and
+        time); returns the status it reports, or None when it did not answer (then it and the tree
+        were killed)."""
+        if self.status is not None or self._sock.fileno() < 0:
+            return self.status
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        status = self._read_status(self.finalize_s + self.grace_s + 10)
+        if status is None:      # the supervisor hangs: do its work
+            kill_descendants(self.proc.pid)
+            self.proc.kill()
+        return status
+
+    def release(self) -> None:
+        """perfgate is done with the private folder: the supervisor removes it and exits (waited
+        for; should it not, perfgate kills it and removes the folder itself)."""
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=self.grace_s + 30)
+        except subprocess.TimeoutExpired:
+            kill_descendants(self.proc.pid)
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            shutil.rmtree(self.private, ignore_errors=True)
+            _runs.discard(self)
+
+    def _read_status(self, timeout_s: float | None) -> int | None:
+        """The ``exit N`` line of the supervisor; None when ``timeout_s`` passed first. A
+        supervisor that ended without writing it gives its own exit status."""
+        if self.status is not None:
+            return self.status
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._sock], [], [], left)
+            if not readable:
+                return None
+            chunk = self._sock.recv(64)
+            if not chunk:       # the supervisor is gone without a word
+                self.status = self.proc.wait()
+                return self.status
+            self._buffer += chunk
+        line = self._buffer.split(b"\n", 1)[0].decode(errors="replace")
+        self.status = int(line.split()[1]) if line.startswith("exit ") else self.proc.wait()
+        return self.status
 
 
 def kill_descendants(root: int, attempts: int = 50) -> None:

@@ -11,10 +11,10 @@ checks (hundreds of workloads, odd characters), where a capture per workload wou
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
+from nsys_run import run_supervised
 from perfgate.model import (
     Analysis,
     Direction,
@@ -67,11 +67,10 @@ def capture_all(nsys: str, root: Path) -> dict[str, Path]:
     sqlite: dict[str, Path] = {}
     for name, extra_ms in plan.items():
         (root / name).mkdir()
-        proc = subprocess.run(_nsys_cmd(nsys, root / name / "trace", script, extra_ms), cwd=root / name,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-        (root / name / "workload.log").write_bytes(proc.stdout)
+        proc = run_supervised(_nsys_cmd(nsys, root / name / "trace", script, extra_ms), cwd=root / name, timeout=300)
+        (root / name / "workload.log").write_bytes(proc.stdout + proc.stderr)
         if proc.returncode != 0:
-            raise RuntimeError(f"nsys capture {name} failed:\n{proc.stdout.decode(errors='replace')[-2000:]}")
+            raise RuntimeError(f"nsys capture {name} failed:\n{(proc.stdout + proc.stderr).decode(errors='replace')[-2000:]}")
         sqlite[name] = root / name / "trace.sqlite"
     return sqlite
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate import autostep
 from perfgate.autostep_events import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
 from perfgate.capture import capture_environment, prepend_path
@@ -346,7 +347,7 @@ def test_nsys_records_one_range_of_each_kind_per_step(tmp_path: Path, nsys_path:
     (tmp_path / "train.py").write_text(TRAIN)
     cmd = [nsys_path, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
            "-o", str(tmp_path / "trace"), "-f", "true", sys.executable, "train.py", "5", "3"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
+    proc = run_supervised(cmd, cwd=tmp_path, env=child_env(), text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
     assert "steps 3 autostep True" in proc.stdout
     nvtx = load_trace(tmp_path / "trace.sqlite").nvtx.frame()

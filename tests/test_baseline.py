@@ -173,3 +173,21 @@ def test_a_baseline_launch_without_the_primary_metric_or_with_bad_steps_is_refus
     path.write_text(json.dumps(doc))
     with pytest.raises(BaselineError, match=r"machine_class: '../../etc' is not a safe name"):
         load_baseline(path)
+
+
+def test_a_second_recording_of_a_baseline_stops_while_the_first_holds_its_lock(tmp_path: Path) -> None:
+    """Two recordings at once each wrote the baseline, the later one silently replacing the other."""
+    from perfgate.baseline_lock import recording_lock
+    from perfgate.errors import BaselineError
+
+    path = tmp_path / "baselines" / "w" / "m.json"
+    with recording_lock(path):
+        with pytest.raises(BaselineError, match=r"m\.json: another perfgate process is recording a baseline in .*/w now"):
+            with recording_lock(path):
+                pass
+    with recording_lock(path):      # released: the next recording goes ahead
+        path.write_text("{}")
+    assert [p.name for p in path.parent.iterdir()] == ["m.json"]
+    with recording_lock(tmp_path / "baselines" / "v" / "m.json"):
+        pass
+    assert not (tmp_path / "baselines" / "v").exists()   # a failed first recording leaves no empty folder

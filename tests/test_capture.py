@@ -246,3 +246,27 @@ def test_an_nsys_that_never_started_the_workload_is_not_blamed_on_it(tmp_path: P
     assert text.startswith("nsys exited with code 1 and wrote no report for workload tiny: nsys's log says "
                            "\"ClientProxy::GetLocalEndpoint: failed to connect\": nsys lost its connection to its agent")
     assert "ClientProxy::GetLocalEndpoint" in text
+    assert "(after 3 attempts: " in text     # a transient reason: taken again, twice
+
+
+def test_a_transient_nsys_failure_is_captured_again_and_said(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    """Beside other nsys sessions nsys 2022.4 lost its agent ("Connection to the Agent lost.", exit 0,
+    no report) and the launch failed, throwing away a recording. Here an nsys whose first ``profile``
+    fails that way (the real nsys afterwards) must give the launch on the second attempt, and say so."""
+    import dataclasses
+
+    flag = tmp_path / "failed-once"
+    wrapper = tmp_path / "bin" / "nsys"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\nif [ \"$1\" = profile ] && [ \"$2\" != --help ] && [ ! -e " + str(flag) + " ]; then\n"
+                       f"  : > {flag}; echo 'Connection to the Agent lost.' >&2; exit 0\nfi\n"
+                       f"exec {nsys_path} \"$@\"\n")
+    wrapper.chmod(0o755)
+    settings = dataclasses.replace(tiny_project(tmp_path / "project"), nsys=str(wrapper))
+    said: list[str] = []
+    capture = run_capture(SPEC, settings, tmp_path / "launch-0", progress=said.append)
+    assert capture.retried == ("Connection to the Agent lost.",)
+    assert capture.sqlite_path is not None and capture.sqlite_path.is_file()
+    assert len(said) == 1 and "nsys failed (Connection to the Agent lost.); capturing again (attempt 2 of 3)" in said[0]
+    assert "Connection to the Agent lost." in (tmp_path / "launch-0" / "workload.attempt-1.log").read_text()
+    assert "PERFGATE_SELF_REPORT" in (tmp_path / "launch-0" / "workload.log").read_text()

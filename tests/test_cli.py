@@ -3,6 +3,7 @@ kinds, baseline update with real nsys, and usage errors naming the option or fil
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -253,13 +254,13 @@ def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits
 
     out = tmp_path / "report"
     out.mkdir()
-    (out / "junit.xml.tmp").symlink_to("/dev/full")
+    (out / f".junit.xml.{os.getpid()}.tmp").symlink_to("/dev/full")   # the report's temp file
     with pytest.raises(ReportWriteError) as err:
         write_all([make_result("w", Verdict.PASS)], out, env={}, charts=False)
     assert str(err.value) == f"reports in {out} not all written (5 written): {out / 'junit.xml'}: No space left on device"
     assert sorted(p.name for p in out.iterdir()) == ["annotations.txt", "benchmark.json", "perfgate-report.json",
                                                      "pr-comment.md", "summary.md"]
-    (out / "junit.xml.tmp").symlink_to("/dev/full")
+    (out / f".junit.xml.{os.getpid()}.tmp").symlink_to("/dev/full")   # the report's temp file
     assert _write_reports([make_result("w", Verdict.PASS)], out) is False   # cmd_run then returns 2
     assert "perfgate: error: reports in" in capsys.readouterr().err
 

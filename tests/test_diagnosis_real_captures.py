@@ -3,12 +3,12 @@ data_load takes 30 ms (slow) or 1 ms (fast): CPU-only classification and regress
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text
 from perfgate.diagnosis.records import CPU_COMPUTE, CPU_ONLY_NOTE, DATA_LOADING
@@ -42,7 +42,7 @@ def _capture(nsys: str, folder: Path, name: str, load_ms: int) -> Path:
     cmd = [nsys, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
            "--export=sqlite", "-o", str(folder / name), "-f", "true", sys.executable, str(script),
            str(load_ms)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    run_supervised(cmd, check=True, timeout=300)
     return folder / f"{name}.sqlite"
 
 

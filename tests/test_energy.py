@@ -8,13 +8,13 @@ would be wrong)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate.energy import active_gpus, counter_energy_j, interpolate, power_energy_j, window_energy
 from perfgate.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
 from perfgate.resources import NO_CLOCK, NO_NVML, NOT_COVERED, allocator_memory, attach_resources
@@ -243,9 +243,9 @@ def test_a_traces_session_start_places_its_ranges_on_the_wall_clock(nsys_path, t
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": str(repo_root)}
-    done = subprocess.run([nsys_path, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+    done = run_supervised([nsys_path, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
                            "--export=sqlite", "-o", str(tmp_path / "t"), "-f", "true", sys.executable, str(script)],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     began, ended = (int(x) for x in next(ln for ln in done.stdout.splitlines() if ln.startswith("PROBE")).split()[1:])
     trace = load_trace(Path(tmp_path / "t.sqlite"))

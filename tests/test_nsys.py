@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate import nsys as nsys_mod
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.errors import ConfigError, NsysNotFoundError
@@ -29,9 +29,9 @@ def report(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_modul
     """A real .nsys-rep (no --export), captured once for this module."""
     d = tmp_path_factory.mktemp("rep")
     (d / "w.py").write_text(SCRIPT)
-    subprocess.run([nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none",
+    run_supervised([nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none",
                     "-o", str(d / "w"), "-f", "true", sys.executable, str(d / "w.py")],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, timeout=300)
     return d / "w.nsys-rep"
 
 

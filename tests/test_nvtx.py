@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate import nvtx
 
 
@@ -113,7 +113,7 @@ def _capture(nsys: str, script: Path, out: Path, env: dict[str, str]) -> tuple[l
     """(the script's NVTX rows, its output) from a real nsys capture."""
     command = [nsys, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
                "--export=sqlite", "-f", "true", "-o", str(out), sys.executable, str(script)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)
+    done = run_supervised(command, text=True, env=env, timeout=180)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with sqlite3.connect(out.with_suffix(".sqlite")) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -189,3 +189,27 @@ def test_the_supervisor_ends_what_is_left_when_the_command_exits(tmp_path: Path)
     assert not _alive(int((tmp_path / "child.pid").read_text()))
     assert "ended 2 process(es) still running after the command exited" in log.read_text()
     assert descendants(proc.pid) == []
+
+
+def test_a_test_that_runs_nsys_ends_its_agent_too(tmp_path: Path, nsys_path: str) -> None:
+    """A control capture run with subprocess.run left ``nsys --start-agent`` running for over 100
+    minutes after it failed; tests run nsys through nsys_run.run_supervised. Here the capture runs
+    past its time: afterwards no process of its session (named, to be found) is left."""
+    from nsys_run import run_supervised
+
+    session = f"perfgate-test-{os.getpid()}-{time.monotonic_ns()}"
+    cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", f"--session-new={session}",
+           "-o", str(tmp_path / "t"), sys.executable, "-c", "import time; time.sleep(600)"]
+    with _TreeWatcher() as watcher, pytest.raises(subprocess.TimeoutExpired):
+        run_supervised(cmd, timeout=15)
+    assert watcher.agents, "nsys started no agent: nothing was checked"
+    time.sleep(0.5)
+    assert {pid for pid in watcher.agents if _alive(pid)} == set()
+    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if session.encode() in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -4,13 +4,13 @@ ddp workload's communication knobs (bucket size, no_sync, accumulation) seen in 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from nsys_run import run_supervised
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis.differences import straggler_reason
 from perfgate.metrics import spec_for
@@ -74,7 +74,7 @@ def _capture_ddp(nsys: str, repo: Path, out: Path, *args: str) -> Path:
     command = [nsys, "profile", *NSYS_OPTIONS, "-o", str(out), sys.executable, "-m", "torch.distributed.run",
                "--nproc-per-node=2", "--standalone", "-m", "workloads.ddp", "--device", "cpu", "--size", "cpu",
                "--steps", "5", "--warmup-steps", "1", *args]
-    done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=400)
+    done = run_supervised(command, cwd=repo, env=env, text=True, timeout=400)
     assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-4000:]}"
     out.with_suffix(".log").write_text(done.stdout + done.stderr)
     return out.with_suffix(".sqlite")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate.redaction import clean_artifacts, mask_bytes, scan_sqlite
 from perfgate.secrets import REDACTED, find_secrets, redact_text, scrubbed_environment
 
@@ -103,8 +104,8 @@ def _launch_like_perfgate(nsys: str, workdir: Path, planted: dict[str, str]) -> 
         f"cmd = [{nsys!r}, 'profile', '--trace=nvtx,osrt', '--sample=none', '--cpuctxsw=none', '--export=sqlite',\n"
         f"       '-o', 'trace', '-f', 'true', sys.executable, 'tiny.py']\n"
         "sys.exit(subprocess.run(cmd, env=scrubbed_environment(os.environ), capture_output=True).returncode)\n")
-    proc = subprocess.run([sys.executable, "-c", launcher], cwd=workdir, env={**os.environ, **planted}, timeout=300)
-    assert proc.returncode == 0
+    proc = run_supervised([sys.executable, "-c", launcher], cwd=workdir, env={**os.environ, **planted}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     return workdir
 
 

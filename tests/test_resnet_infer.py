@@ -15,6 +15,8 @@ import pytest
 
 from workloads.ladder import parse_self_report
 
+from nsys_run import run_supervised
+
 STEPS, WARMUP = 6, 2
 
 
@@ -24,7 +26,7 @@ def _nsys_run(nsys: str, repo: Path, out: Path, *args: str) -> tuple[dict, list[
     cmd = [nsys, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
            "-o", str(out), "-f", "true", sys.executable, "-m", "workloads.resnet_infer", "--device", "cpu",
            "--steps", str(STEPS), "--warmup-steps", str(WARMUP), *args]
-    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    done = run_supervised(cmd, cwd=repo, env=env, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = parse_self_report(done.stdout)
     assert report is not None

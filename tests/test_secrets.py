@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nsys_run import run_supervised
 from perfgate.secrets import (
     WITHHELD_SUFFIX,
     is_secret_name,
@@ -122,7 +123,7 @@ def _capture(nsys: str, workdir: Path, env: dict[str, str]) -> Path:
     script.write_text(SCRIPT)
     cmd = [nsys, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
            "--export=sqlite", "-o", str(workdir / "trace"), "-f", "true", sys.executable, str(script)]
-    proc = subprocess.run(cmd, env=env, cwd=workdir, capture_output=True, timeout=300)
+    proc = run_supervised(cmd, env=env, cwd=workdir, timeout=300)
     (workdir / "workload.log").write_bytes(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     assert (workdir / "trace.nsys-rep").is_file() and (workdir / "trace.sqlite").is_file()

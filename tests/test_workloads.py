@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from nsys_run import run_supervised
 from workloads import WORKLOADS
 from workloads.ladder import (
     MAX_RUNG,
@@ -72,7 +73,7 @@ def _capture(nsys: str, repo: Path, out: Path, launch: list[str]) -> Captured:
     env = {k: v for k, v in os.environ.items() if k != "PERFGATE_NVTX"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
     command = [nsys, "profile", *NSYS_OPTIONS, "-o", str(out), *launch]
-    done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    done = run_supervised(command, cwd=repo, env=env, text=True, timeout=300)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{command}\n{output[-4000:]}"
     report = parse_self_report(done.stdout)

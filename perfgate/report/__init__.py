@@ -60,9 +60,11 @@ class ReportWriteError(PerfgateError):
 
 
 def _write_text(path: Path, text: str) -> Path:
-    """Write ``text`` atomically (a temp file beside it, then rename; the temp file is removed when
-    the write fails, e.g. on a full disk)."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write ``text`` atomically (a temp file of this process beside it, then rename; the temp file
+    is removed when the write fails, e.g. on a full disk). Gates run at once in one repository
+    each write a whole file (the last one's stays): one shared temp name let one rename another's
+    half-written file, or fail to find its own."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
