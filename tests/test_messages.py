@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -124,21 +125,20 @@ def test_what_nsys_says_when_it_fails_is_quoted_with_its_cause(tmp_path: Path) -
     assert failure_cause("Traceback ...\nValueError: x\n", {}).startswith("nsys wrote no line perfgate knows")
 
 
-def test_a_missing_tmpdir_is_named_with_the_real_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      nsys_path: str) -> None:
-    """nsys 2022.4 with a TMPDIR that does not exist says "Agent launcher failed." and nothing else;
-    the message said "nsys itself failed (e.g. another nsys session ..., or no permission to trace)"."""
+def test_a_missing_tmpdir_no_longer_stops_the_real_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        nsys_path: str) -> None:
+    """nsys 2022.4 with a TMPDIR that does not exist says "Agent launcher failed." and nothing else.
+    Each capture now runs in a private folder (perfgate.capture_dir, in the system's temporary
+    folder: /tmp where $TMPDIR is not one) that nsys and the workload get as TMPDIR, so the capture
+    succeeds; failure_cause still explains that line when nsys says it for other reasons (above)."""
     root = project(tmp_path / "p")
     missing = tmp_path / "no-such-tmp"
     monkeypatch.setenv("TMPDIR", str(missing))
+    monkeypatch.setattr(tempfile, "tempdir", None)      # gettempdir() looks at $TMPDIR again
     settings = load_settings(root, env={}, option_prefix="")
-    with pytest.raises(WorkloadFailedError) as err:
-        run_capture(WorkloadSpec(name="w", module="workloads.w"), settings, tmp_path / "launch-0")
-    text = str(err.value)
-    assert re.match(r"nsys exited with code \d+ and wrote no report for workload w: nsys's log says "
-                    rf"\"Agent launcher failed.\": nsys could not start its agent because TMPDIR={missing} does not "
-                    "exist", text), text
-    assert "another nsys session" not in text and "no permission" not in text
+    capture = run_capture(WorkloadSpec(name="w", module="workloads.w"), settings, tmp_path / "launch-0")
+    assert capture.returncode == 0 and capture.sqlite_path is not None and capture.sqlite_path.is_file()
+    assert not missing.exists()
 
 
 def test_a_timeout_names_the_timeout_option_of_the_command(tmp_path: Path, nsys_path: str) -> None:
