@@ -108,7 +108,8 @@ CASES: tuple[Case, ...] = (
 )
 
 # Issue 29: edits whose mechanism is a known kernel family changing (perfgate/diagnosis/mechanisms.py),
-# captured in one session with their own copy of the unedited script (``base2``).
+# captured in one session with their own copy of the unedited script (``base2``; ``base3`` for the
+# one edit captured in a second session).
 AUTOCAST = ("        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):\n            output = model(source)",
             "        output = model(source)")
 SEEDED = "    torch.manual_seed(0)\n"
@@ -157,8 +158,8 @@ MECHANISM_CASES: tuple[Case, ...] = (
     Case("mlp_fp32", "bf16 -> fp32", "the MLP kept in fp32 (autocast disabled around it)",
          (("        return x + self.mlp(self.norm2(x))",
            "        with torch.autocast(device_type=x.device.type, enabled=False):\n"
-           "            return x + self.mlp(self.norm2(x).float())"),),
-         r"(bf16|half).*fp32|precision", shared_base="base2"),
+           "            return x + self.mlp(self.norm2(x.float()))"),),
+         r"(bf16|half).*fp32|precision", shared_base="base3"),
     Case("compile_removed", "compile removed", "torch.compile removed from a fused tanh-GELU",
          (("@torch.compile\n", ""),),
          r"compile|triton", base_edits=(("class Block(nn.Module):\n", TANH_GELU), ("nn.GELU()", "TanhGelu()"))),
