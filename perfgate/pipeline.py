@@ -356,8 +356,8 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
                                gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
-    stale = result.extra.get("provenance")          # the baseline measured other code or software: first
-    result.message = (f"{stale['text']}\n" if stale else "") + outcome.summary
+    stale = result.extra.get("provenance")   # the baseline measured other code or software: said first
+    result.message = (f"warning: {stale['text']}\n" if stale else "") + outcome.summary
     notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
              if w.startswith("launch ")]
     if notes:

@@ -140,5 +140,5 @@ def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_
     result = run_workload(spec, replace(settings, baseline_dir=tmp_path / "baselines"))
     torch = f"; torch 0.0.1 -> {result.machine.torch}" if result.machine.torch else ""
     assert result.message.splitlines()[0] == \
-        f"the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
+        f"warning: the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
     assert result.extra["provenance"]["code"] == ["workloads/resnet_cifar.py changed"]
