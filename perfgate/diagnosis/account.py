@@ -132,8 +132,10 @@ def _kernel_time(base: Analysis, cur: Analysis, kernels: tuple[KernelDelta, ...]
     if base.gpu is None or cur.gpu is None:
         return None
     sign = 1.0 if step_delta >= 0 else -1.0
-    net = float(cur.gpu.kernel_ms_per_step or 0.0) - float(base.gpu.kernel_ms_per_step or 0.0)
     moved = [k for k in kernels if sign * k.ms_delta_per_step >= MIN_REASON_MS]
+    # all kernels' time where the record keeps it, else the top kernels' (the larger change this way)
+    net = max(float(cur.gpu.kernel_ms_per_step or 0.0) - float(base.gpu.kernel_ms_per_step or 0.0),
+              sum(k.ms_delta_per_step for k in kernels), key=lambda v: sign * v)
     if sign * net < MIN_REASON_MS or not moved:
         return None
     stories = replacements(families_from_names(_top_kernels(base)), families_from_names(_top_kernels(cur)))
