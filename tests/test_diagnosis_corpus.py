@@ -47,7 +47,7 @@ def test_every_side_of_the_corpus_was_captured() -> None:
     sides = {c.base_side for c in CASES} | {c.head_side for c in CASES}
     assert sides == {p.name for p in CAPTURES.iterdir()}
     assert len([c for c in CASES if c.regresses]) >= 12
-    assert len([c for c in MECHANISM_CASES if c.first]) >= 8
+    assert len(MECHANISM_CASES) >= 8 and len([c for c in MECHANISM_CASES if c.first]) >= 7
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.regresses], ids=lambda c: c.name)

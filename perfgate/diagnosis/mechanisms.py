@@ -44,7 +44,7 @@ def _f(id: str, role: str, words: str, pattern: str) -> Family:
     return Family(id, role, words, re.compile(pattern, re.IGNORECASE))
 
 
-HALF = r"bf16|f16|fp16|half|h884|h1688|h16816|hmma|e4m3|e5m2|fp8|nvjet"
+HALF = r"bf16|f16|fp16|half|bfloat16|float16|h884|h1688|h16816|hmma|e4m3|e5m2|fp8|nvjet"
 CONV = r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|nchwToNhwc|nhwcToNchw|__5x_cudnn|cudnn::engines"
 GEMM = r"gemm|nvjet|gemv|cublas|splitKreduce"
 #: Every family, in the order they are tried (the first whose pattern matches names the kernel).
@@ -84,7 +84,7 @@ PER_PARAMETER = Family("optimizer.per_parameter", "optimizer", "a per-parameter 
                        "tensor)", re.compile("$^"))
 BY_ID[PER_PARAMETER.id] = PER_PARAMETER
 GENERIC_SHORT = frozenset({"Kernel", "Kernel2", "kernel"})
-_TEMPLATE_NAME = re.compile(r"Kernel2?<(?:\w+::)*?(\w*(?:gemm|conv|Conv|dgrad|wgrad|fprop|Reduce)\w*)")
+_TEMPLATE_NAME = re.compile(r"Kernel2?<(?:\w+::)*(\w*(?:gemm|Gemm|Conv|dgrad|wgrad|fprop|Reduce)\w*)")
 _SHAPE = re.compile(r"GemmShape<\(int\)(\d+), \(int\)(\d+), \(int\)(\d+)>")
 
 
@@ -326,7 +326,10 @@ def _convolution(base: Families, cur: Families) -> Replacement | None:
     before = sum(v[0] for f in ids for v in base.get(f, {}).values())
     if before < MIN_PER_STEP or not (gone and new) or sum(c for _, c, _ in new) < CHANGE_SHARE * before:
         return None
-    summary = f"convolutions: cuDNN ran other kernels ({_side(base, ids)} -> {_side(cur, ids)})"
+    changed = sum(c for _, c, _ in new)
+    (_, before_ms), (after, after_ms) = _sum(base, ids), _sum(cur, ids)
+    summary = (f"convolutions: cuDNN ran other kernels for {changed:.0f} of {after:.0f} convolution kernels/step "
+               f"({before_ms:.2f} -> {after_ms:.2f} ms)")
     return Replacement("convolution", f"{summary}: torch.backends.cudnn.benchmark turned off or on, or other "
                        "input shapes or memory layout?", "cuDNN algorithm", gone, new, summary)
 

@@ -112,8 +112,7 @@ CASES: tuple[Case, ...] = (
 )
 
 # Issue 29: edits whose mechanism is a known kernel family changing (perfgate/diagnosis/mechanisms.py),
-# captured in one session with their own copy of the unedited script (``base2``; ``base3`` for the
-# one edit captured in a second session).
+# captured in one session with their own copy of the unedited script (``base2``).
 AUTOCAST = ("        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):\n            output = model(source)",
             "        output = model(source)")
 SEEDED = "    torch.manual_seed(0)\n"
@@ -159,11 +158,6 @@ MECHANISM_CASES: tuple[Case, ...] = (
     Case("tf32_off", "TF32 off", "TF32 matmuls turned off in an fp32 model",
          (("    torch.backends.cuda.matmul.allow_tf32 = True\n", ""),),
          r"tf32", base_edits=(AUTOCAST, (SEEDED, SEEDED + "    torch.backends.cuda.matmul.allow_tf32 = True\n"))),
-    Case("mlp_fp32", "bf16 -> fp32", "the MLP kept in fp32 (autocast disabled around it)",
-         (("        return x + self.mlp(self.norm2(x))",
-           "        with torch.autocast(device_type=x.device.type, enabled=False):\n"
-           "            return x + self.mlp(self.norm2(x.float()))"),),
-         r"(bf16|half).*fp32|precision", shared_base="base3"),
     Case("compile_removed", "compile removed", "torch.compile removed from a fused tanh-GELU",
          (("@torch.compile\n", ""),),
          r"compile|triton", base_edits=(("class Block(nn.Module):\n", TANH_GELU), ("nn.GELU()", "TanhGelu()"))),
@@ -183,6 +177,16 @@ MECHANISM_CASES: tuple[Case, ...] = (
          r"layer.?norm", shared_base="base2"),
 )
 CASES = CASES + MECHANISM_CASES
+# Edits written but not captured yet (scripts/gpu/mechanism-corpus.sh base3 mlp_fp32): their scripts
+# are made with the others; the tests read CASES only. mlp_fp32's first capture failed (norm2 took
+# bf16 input beside fp32 weights outside autocast); fixed here, not yet run on the GPU machine.
+PENDING: tuple[Case, ...] = (
+    Case("mlp_fp32", "bf16 -> fp32", "the MLP kept in fp32 (autocast disabled around it)",
+         (("        return x + self.mlp(self.norm2(x))",
+           "        with torch.autocast(device_type=x.device.type, enabled=False):\n"
+           "            return x + self.mlp(self.norm2(x.float()))"),),
+         r"(bf16|half).*fp32|precision", shared_base="base3"),
+)
 
 
 def apply(source: str, edits: tuple[Edit, ...], what: str) -> str:
@@ -196,8 +200,8 @@ def apply(source: str, edits: tuple[Edit, ...], what: str) -> str:
 def sides() -> dict[str, str]:
     """Every capture the corpus needs: side name -> script source."""
     base = SCRIPT.read_text()
-    out = {c.shared_base: base for c in CASES if not c.base_edits}
-    for case in CASES:
+    out = {c.shared_base: base for c in (*CASES, *PENDING) if not c.base_edits}
+    for case in (*CASES, *PENDING):
         before = apply(base, case.base_edits, f"{case.name} (base)")
         if case.base_edits:
             out[case.base_side] = before
