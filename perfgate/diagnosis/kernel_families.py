@@ -57,8 +57,10 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
         return index[label]
 
     one = {s: code(v[0][1]) for s, v in by_short.items() if len({label for _, label in v}) == 1}
-    for s, c in one.items():
-        codes[short == s] = c
+    if one and short.size:                 # a lookup table by short-name id: one pass over the kernels
+        lut = np.full(max(int(short.max()), max(one)) + 2, -1, dtype=np.int64)
+        lut[np.fromiter(one, dtype=np.int64) + 1] = np.fromiter(one.values(), dtype=np.int64)
+        codes = lut[np.clip(short.astype(np.int64) + 1, 0, lut.size - 1)]
     ambiguous = [s for s in by_short if s not in one]
     if ambiguous:
         from perfgate import columnar
