@@ -47,9 +47,9 @@ def _rule_reasons(base: Analysis, cur: Analysis, changed: tuple[Finding, ...], i
 
 
 def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: tuple[Finding, ...],
-             phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float], base_facts: TraceFacts | None,
-             cur_facts: TraceFacts | None, step_delta: float,
-             kernels: tuple[KernelDelta, ...] = ()) -> tuple[list[Reason], list[Reason]]:
+            phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float], base_facts: TraceFacts | None,
+            cur_facts: TraceFacts | None, step_delta: float,
+            kernels: tuple[KernelDelta, ...] = ()) -> tuple[list[Reason], list[Reason]]:
     """Differences between the two runs that account for part of the step-time change, the
     largest share first, in the direction of the change (what made a slower run slower, what made
     a faster one faster): rules whose condition changed, what changed among the kernels and
@@ -223,8 +223,8 @@ OTHER_WAY_SHOWN = 2
 
 
 def other_way(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: tuple[Finding, ...],
-               phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float], base_facts: TraceFacts | None,
-               cur_facts: TraceFacts | None, step_delta: float) -> list[str]:
+              phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float], base_facts: TraceFacts | None,
+              cur_facts: TraceFacts | None, step_delta: float) -> list[str]:
     """The largest located differences that worked against the change (what got slower in a faster
     run, and the reverse): notes, so that a speed-up that hides a slowdown shows it."""
     if step_delta == 0:
