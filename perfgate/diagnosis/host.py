@@ -37,7 +37,8 @@ def data_reason(data: str, phases: Mapping[str, float], step_delta: float, idle_
     sign = 1.0 if step_delta >= 0 else -1.0
     if sign * ms < max(MIN_MS, MIN_SHARE * abs(step_delta)):
         return None
-    parts = [(n, v) for n, v in ((data, own), ("between steps", between)) if abs(v) >= MIN_MS / 2]
+    # a part is named when it holds a tenth of the change: the other's noise is not a second cause
+    parts = [(n, v) for n, v in ((data, own), ("between steps", between)) if abs(v) >= max(MIN_MS, 0.1 * abs(ms))]
     if len(parts) == 2:
         head = f"data loading {_fmt(ms)} ms/step ({data} {_fmt(own)}, between steps {_fmt(between)}){idle_note}"
     elif parts and parts[0][0] == "between steps":
