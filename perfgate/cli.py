@@ -73,6 +73,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     update.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="workloads (default: all enabled)")
     add_gate_options(update)
     update.set_defaults(func=cmd_baseline_update)
+    check = baseline_sub.add_parser(
+        "check", help="list baselines recorded from other code or software than this checkout's (exit 1 if any)")
+    add_gate_options(check)
+    check.set_defaults(func=cmd_baseline_check)
 
     listing = sub.add_parser("list", help="list the workloads perfgate discovers")
     listing.add_argument("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
@@ -254,6 +258,17 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
 
 def cmd_baseline_update(args: argparse.Namespace) -> int:
     return cmd_run(args, update=True)
+
+
+def cmd_baseline_check(args: argparse.Namespace) -> int:
+    """Each baseline file: current, stale (what differs) or unreadable; exit 1 if one is stale."""
+    from perfgate.staleness import check_baselines, check_lines
+
+    settings = settings_from_args(args)
+    lines, status = check_lines(check_baselines(settings))
+    for line in lines or [f"perfgate: no baselines in {settings.baseline_dir}"]:
+        _say(line)
+    return status
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_er
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.model import Analysis, Capture, MachineInfo, Verdict, WorkloadResult
 from perfgate.process_tree import swallowed_interrupt
+from perfgate.provenance import Staleness
 from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.workloads import WorkloadSpec
@@ -139,6 +140,11 @@ def run_workload(
             if baseline is not None:   # the report names the baseline a run used, never one that is not there
                 result.baseline_path = path
                 check_identity(baseline, spec.name, spec.variant, result.machine.machine_class)
+                from perfgate.staleness import baseline_staleness
+
+                stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
+                if stale.stale:
+                    result.extra["provenance"] = stale.to_dict()
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
@@ -187,9 +193,12 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
         launcher.profile_launch()
         result.analyses, result.profile = launcher.timing, launcher.profile
         assert result.machine is not None
+        from perfgate.staleness import run_provenance
+
+        measured = run_provenance(spec, settings, result.machine, cwd)
         baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
-                                          provenance(settings.root, command_line()), spec.variant,
-                                          profile=result.profile)
+                                          {**provenance(settings.root, command_line()), **measured.to_dict()},
+                                          spec.variant, profile=result.profile)
         try:
             write_baseline(path, baseline)
         except OSError as exc:   # written atomically: whatever baseline was there is unchanged
@@ -357,7 +366,8 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
                                gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
-    result.message = outcome.summary
+    stale = result.extra.get("provenance")   # the baseline measured other code or software: said first
+    result.message = (f"warning: {stale['text']}\n" if stale else "") + outcome.summary
     notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
              if w.startswith("launch ")]
     if notes:
@@ -378,9 +388,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     if warning:
         result.message += f"\nwarning: {warning}"
     result.baseline_step_times_ms = baseline.step_durations_ms
-    if outcome.verdict == Verdict.REGRESSED:
+    if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
         base, cur = _explained_launches(baseline.launch_analyses, analyses, result.profile)
-        attribution = _explain(base, cur, outcome)
+        attribution = _explain(base, cur, outcome, provenance=Staleness.from_dict(stale) if stale else None)
         if attribution is not None:
             from perfgate.diagnosis import render_attribution_text
 

@@ -129,12 +129,13 @@ def test_without_a_rule_change_the_largest_phase_and_its_slower_kernel_are_named
                                                               KernelStat(TRITON, 40 * STEPS, 2.0 * STEPS)))
     a = explain_regression(make_analysis(FAST), cur)
     assert a.cause is None and a.new_findings == ()
-    assert a.first_reason == f"forward +1.5 ms/step: kernel {HALF_GEMM} +1.50 ms/step (+0.0 launches/step)"
+    assert a.first_reason == f"GPU kernel time +1.50 ms/step: {HALF_GEMM} +1.50 ms/step (+0.0 launches/step)"
 
 
-def test_an_improvement_is_not_called_a_regression() -> None:
+def test_an_improvement_gets_the_reasons_of_the_speed_up() -> None:
     a = explain_regression(make_analysis(with_phase(forward=6.0)), make_analysis(FAST))
-    assert a.first_reason == "no step-time regression (-2.00 ms/step)"
+    assert a.first_reason.startswith("forward -2.0 ms/step of host time")
+    assert a.explained_ms == pytest.approx(2.0) and "explained: 2.00 of -2.00 ms/step" in render_attribution_text(a)
 
 
 @dataclass

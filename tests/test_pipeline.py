@@ -120,3 +120,25 @@ def test_a_full_disk_while_writing_result_json_is_an_error_naming_the_file(
     assert result.error.startswith(f"{result.run_dir / 'result.json'}: No space left on device "
                                    "(the measured verdict was ")
     assert (result.run_dir / "launch-0" / "trace.sqlite").is_file()   # the partial artifacts stay
+
+
+def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_so_first(gate, tmp_path: Path) -> None:
+    from perfgate.schema import RECORD_VERSION
+
+    settings, spec, recorded = gate
+    doc = json.loads(recorded.baseline_path.read_text())
+    provenance = doc["provenance"]
+    assert provenance["workload_command"] == "python -m workloads.resnet_cifar " + " ".join(spec.args)
+    assert {"workloads/resnet_cifar.py", "workloads/_common.py", "perfgate/nvtx.py"} <= set(provenance["sources"])
+    assert provenance["record_version"] == RECORD_VERSION
+    # the same baseline as if recorded from another version of the workload, under another torch
+    provenance["sources"]["workloads/resnet_cifar.py"] = "0" * 16
+    doc["machine"]["torch"] = "0.0.1"
+    path = tmp_path / "baselines" / "resnet_cifar" / recorded.baseline_path.name
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    result = run_workload(spec, replace(settings, baseline_dir=tmp_path / "baselines"))
+    torch = f"; torch 0.0.1 -> {result.machine.torch}" if result.machine.torch else ""
+    assert result.message.splitlines()[0] == \
+        f"warning: the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
+    assert result.extra["provenance"]["code"] == ["workloads/resnet_cifar.py changed"]

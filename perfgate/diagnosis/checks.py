@@ -196,12 +196,18 @@ def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> 
     if not gpu_active(analysis):
         if share < DATA_LOAD_CPU_ONLY_SHARE_MIN:
             return None
+        workers = facts.dataloader_workers if facts is not None else None
+        where = ("the loop waits for each batch (the trace records no DataLoader worker process)" if workers == 0
+                 else f"the loop waits for batches from {workers} DataLoader workers" if workers
+                 else "the loop waits for its batches")
         return Finding(
             rule="dataloader_blocking", severity="warning",
-            message="data loading takes most of the step and runs in the training process",
+            message=f"data loading takes most of the step: {where}",
             evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                       f"(threshold {DATA_LOAD_CPU_ONLY_SHARE_MIN:.0%} on a CPU-only run)",),
-            suggestion=SUGGEST_WORKERS, cause="workers", phases=(phase,), impact_ms=load_ms)
+            suggestion=SUGGEST_WORKERS if not workers else f"{workers} DataLoader workers do not keep up: more "
+            "workers, or a cheaper dataset or transform (decode once, cache, move work to the GPU)",
+            cause="workers", phases=(phase,), impact_ms=load_ms)
     if share < DATA_LOAD_SHARE_MIN:
         return None
     idle = _idle_in(analysis, facts, phase)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from perfgate.diagnosis.mechanisms import Families, Replacement, families_from_names, merged, replacements
 from perfgate.diagnosis.records import Reason
 from perfgate.model import RankStats
 from perfgate.short_names import shortened
@@ -29,9 +30,10 @@ MODEL_PHASE = re.compile(r"forward|backward|loss", re.IGNORECASE)
 MECHANISM_ORDER = ("dtype", "kernels_added", "kernel_launches", "kernels_longer")
 
 Kernels = Mapping[str, Mapping[str, list[float]]]
+FamilyTables = Mapping[str, Families]
 
 
-def _totals(kernels: Mapping[str, list[float]]) -> tuple[float, float]:
+def totals(kernels: Mapping[str, list[float]]) -> tuple[float, float]:
     return sum(v[0] for v in kernels.values()), sum(v[1] for v in kernels.values())
 
 
@@ -45,7 +47,7 @@ def kernel_reason(where: str, base: Mapping[str, list[float]], cur: Mapping[str,
                   host_ms: float, host_bound: bool, fp64_added: float) -> Reason | None:
     """What changed among the kernels launched in ``where``: kernels that appeared, more launches
     of the same ones, or the same launches running longer."""
-    (nb, mb), (nc, mc) = _totals(base), _totals(cur)
+    (nb, mb), (nc, mc) = totals(base), totals(cur)
     gpu_ms = mc - mb
     ms = max(gpu_ms, host_ms) if host_bound else gpu_ms
     if ms < MIN_MS:
@@ -87,10 +89,13 @@ def kernel_reason(where: str, base: Mapping[str, list[float]], cur: Mapping[str,
 def differences(base_kernels: Kernels, cur_kernels: Kernels, base_syncs: Mapping[str, float],
                 cur_syncs: Mapping[str, float], host_ms: Mapping[str, float], host_bound: bool,
                 idle_delta_ms: float, data_ms: float, d2h_added: float, fp64_added: float,
-                skip: frozenset[str] = frozenset()) -> list[Reason]:
+                skip: frozenset[str] = frozenset(), base_families: FamilyTables | None = None,
+                cur_families: FamilyTables | None = None) -> list[Reason]:
     """The reasons, largest first. ``host_ms``: host-time delta (ms/step) per place (phase, or the
     step's own code); ``data_ms``: what data loading accounts for; ``skip``: places whose kernel
-    changes another reason already names (a precision or compile change)."""
+    changes another reason already names (a precision or compile change); ``*_families``: the
+    kernels by place and family (TraceFacts.kernels_by_family; from the names when absent), which
+    turn a kernel change into the mechanism that changed (perfgate.diagnosis.mechanisms)."""
     out: list[Reason] = []
     fp64_left = fp64_added
     for where in dict.fromkeys([*base_kernels, *cur_kernels]):
@@ -103,6 +108,7 @@ def differences(base_kernels: Kernels, cur_kernels: Kernels, base_syncs: Mapping
                 fp64_left = 0.0
             out.append(r)
     out = _merge_model_phases(out)
+    out = _told_as_replacements(out, base_kernels, cur_kernels, base_families or {}, cur_families or {})
     added = {w: cur_syncs.get(w, 0.0) - base_syncs.get(w, 0.0) for w in dict.fromkeys([*base_syncs, *cur_syncs])}
     added = {w: a for w, a in added.items() if a >= MIN_PER_STEP}
     if added:
@@ -118,6 +124,46 @@ def differences(base_kernels: Kernels, cur_kernels: Kernels, base_syncs: Mapping
                               f"new host-GPU synchronizations in {where}: +{count:.0f}/step; the GPU idles "
                               f"{idle_delta_ms:+.2f} ms/step more{copy}", None))
     return sorted(out, key=lambda r: -r.ms)
+
+
+def family_tables(families: FamilyTables, kernels: Kernels, place: str) -> Families:
+    return families[place] if place in families else families_from_names(kernels.get(place, {}), place)
+
+
+def _told_as_replacements(reasons: list[Reason], base_kernels: Kernels, cur_kernels: Kernels,
+                          base_families: FamilyTables, cur_families: FamilyTables) -> list[Reason]:
+    """Each kernel reason whose kernels changed family (an attention path, a precision, compile,
+    CUDA graphs, the optimizer's implementation, cuDNN's kernels, a library kernel written by
+    hand), told as that replacement, with the kernels that disappeared beside those that appeared.
+    The model's phases are looked at together, as their reason is one."""
+    out = []
+    for r in reasons:
+        if r.where is None or r.mechanism not in MECHANISM_ORDER:
+            out.append(r)
+            continue
+        places = [w for w in dict.fromkeys([*base_kernels, *cur_kernels]) if MODEL_PHASE.search(w)] \
+            if MODEL_PHASE.search(r.where) else [r.where]
+        stories = replacements(merged([family_tables(base_families, base_kernels, w) for w in places]),
+                               merged([family_tables(cur_families, cur_kernels, w) for w in places]))
+        if not stories:
+            out.append(r)
+            continue
+        story, others = stories[0], stories[1:]
+        gpu = {w: totals(cur_kernels.get(w, {}))[1] - totals(base_kernels.get(w, {}))[1] for w in places}
+        shown = [w for w in places if abs(gpu[w]) >= 0.005]
+        also = "".join(f"; also {o.summary}" for o in others)
+        out.append(Reason(f"replaced:{story.kind}", r.where, r.ms,
+                          f"{story.text} ({shortened_evidence(story.evidence(), story)}; {sum(gpu.values()):+.2f} ms/step GPU "
+                          f"time in {', '.join(shown or places)}){also}", story.cause))
+    return out
+
+
+def shortened_evidence(evidence: str, story: Replacement) -> str:
+    """The evidence with long kernel names shortened as every table shows them."""
+    short = shortened(n for n, _, _ in (*story.gone[:SHOWN_NAMES], *story.new[:SHOWN_NAMES]))
+    for name, s in sorted(short.items(), key=lambda kv: -len(kv[0])):
+        evidence = evidence.replace(f"{name} ", f"{s} ")
+    return evidence
 
 
 def _merge_model_phases(reasons: list[Reason]) -> list[Reason]:

@@ -20,7 +20,7 @@ from perfgate.api_calls import SYNC_CALLS, api_name
 from perfgate.columns import Columns, factorize
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.kernel_sets import kernel_set_changes
-from perfgate.gpu_ops import KERNEL, MEMCPY, GpuOps
+from perfgate.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
 from perfgate.model import Analysis, KernelStat
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class TraceFacts:
     # where work is launched: phase (STEP_CODE for the step's own code outside its phases) ->
     # kernel name -> [launches, ms] per step; sync calls per step by phase
     kernels_by_phase: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # the same by kernel family (perfgate.diagnosis.mechanisms): place -> family -> name -> [launches, ms]
+    kernels_by_family: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     syncs_by_phase: dict[str, float] = field(default_factory=dict)
     d2h_copies_per_step: float = 0.0
     fp64_kernels_per_step: float = 0.0                 # kernels whose full name has a double type
@@ -235,6 +237,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
     own = _launched_in(launched, lo, hi)
     ki = np.flatnonzero(own & (launched.kind == KERNEL))
+    own_ki = (ki, np.flatnonzero(own & (launched.kind == GRAPH)))
     copies = own & (launched.kind == MEMCPY)
     c = np.flatnonzero(copies & (launched.copy_kind == H2D_COPY_KIND))
     d2h = int(np.count_nonzero(copies & (launched.copy_kind == D2H_COPY_KIND)))
@@ -272,15 +275,17 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         j = np.searchsorted(t, ranges["end"], side="right")
         h2d_syncs += int((j - i).sum())
     changes, empty_steps = kernel_set_changes(klaunch, kpid, kname, steps)
-    by_phase = _kernels_by_phase(trace, phases, steps, kpid, klaunch, kname, dur_ns, n)
-    del dur_ns
+    place, places = _where_codes(phases, steps, kpid, klaunch)
+    by_phase = _kernels_by_phase(trace, place, places, kname, dur_ns, n)
+    by_family = _kernels_by_family(trace, launched, own_ki, place, places, phases, steps, dur_ns, n)
+    del dur_ns, place
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
     for where in sync_where:
         if where is not None:
             syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
     return TraceFacts(
-        kernels_by_phase=by_phase, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
+        kernels_by_phase=by_phase, kernels_by_family=by_family, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers,
         steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
@@ -300,12 +305,11 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
 
 
 
-def _kernels_by_phase(trace: Trace, phases: Columns, steps: Columns, kpid: np.ndarray,
-                      t: np.ndarray, kname: np.ndarray, dur_ns: np.ndarray, n: int) -> dict[str, dict[str, list[float]]]:
+def _kernels_by_phase(trace: Trace, code: np.ndarray, labels: list[str], kname: np.ndarray, dur_ns: np.ndarray,
+                      n: int) -> dict[str, dict[str, list[float]]]:
     """Place (phase or STEP_CODE) -> kernel name -> [launches, ms] per step, places and names in
-    sorted order; kernels launched outside the measured iterations are left out. Grouped on integer
-    codes (places numbered in sorted order), never on a column of strings."""
-    code, labels = _where_codes(phases, steps, kpid, t)
+    sorted order; ``code``: each kernel's place (_where_codes), -1 outside the measured iterations.
+    Grouped on integer codes, never on a column of strings."""
     keep = code >= 0                                        # a mask: 1 byte per kernel
     by_phase: dict[str, dict[str, list[float]]] = {}
     if not keep.any():
@@ -313,7 +317,6 @@ def _kernels_by_phase(trace: Trace, phases: Columns, steps: Columns, kpid: np.nd
     # one int64 key per (place, name), ordered as the pair: name ids from -1 up shifted by one
     span = int(kname.max()) + 2
     key = code[keep].astype(np.int64)
-    del code
     key *= span
     key += kname[keep]
     key += 1
@@ -323,6 +326,20 @@ def _kernels_by_phase(trace: Trace, phases: Columns, steps: Columns, kpid: np.nd
         where, name_id = divmod(k, span)
         by_phase.setdefault(labels[where], {})[trace.string(name_id - 1)] = [count / n, total / 1e6 / n]
     return by_phase
+
+
+def _kernels_by_family(trace: Trace, ops: GpuOps, rows: tuple[np.ndarray, np.ndarray], place: np.ndarray,
+                       places: list[str], phases: Columns, steps: Columns, dur_ns: np.ndarray,
+                       n: int) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """TraceFacts.kernels_by_family: the kernels (``rows[0]`` of ``ops``, at ``place``) and CUDA
+    graph launches (``rows[1]``) by place and family (perfgate.diagnosis.kernel_families)."""
+    from perfgate.diagnosis.kernel_families import by_family, kernel_labels
+
+    ki, gi = rows
+    found = kernel_labels(trace, ops.pid[ki], ops.correlation_id[ki], ops.start[ki], ops.name_id[ki])
+    graph_place, _ = _where_codes(phases, steps, ops.pid[gi], ops.call_time(gi)) if gi.size else (None, [])
+    return by_family(place, places, found[0], found[1], dur_ns, n, graph_place,
+                     (ops.end[gi] - ops.start[gi]) if gi.size else None)
 
 
 def _where_codes(phases: Columns, steps: Columns, pid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[str]]:

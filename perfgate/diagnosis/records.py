@@ -137,7 +137,10 @@ class Attribution:
     current_bottleneck: str | None = None
     notes: tuple[str, ...] = ()
     reasons: tuple[Reason, ...] = ()   # ranked by the ms/step they account for
-    explained_ms: float = 0.0          # of step_mean_delta_ms, by the reasons (at most all of it)
+    explained_ms: float = 0.0          # of |step_mean_delta_ms|, by the reasons (at most all of it)
+    unlocated: tuple[Reason, ...] = ()  # host time of phases no difference locates (a GPU run's rest)
+    baseline_differs: str | None = None  # the baseline measured other code or software (perfgate.provenance)
+    software_explains: tuple[int, ...] = ()  # reasons (1-based) that the software change may explain too
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,4 +171,7 @@ class Attribution:
             "notes": list(self.notes),
             "reasons": [r.to_dict() for r in self.reasons],
             "explained_ms": self.explained_ms,
+            "unlocated": [r.to_dict() for r in self.unlocated],
+            "baseline_differs": self.baseline_differs,
+            "software_explains": list(self.software_explains),
         }

@@ -25,10 +25,12 @@ def render_diagnosis_text(diagnosis: Diagnosis | Mapping[str, Any]) -> str:
 
 
 def render_attribution_text(attribution: Attribution | Mapping[str, Any]) -> str:
-    """First reason, then phase deltas (summing with self time to the step delta), GPU idle,
-    rule changes and kernel changes."""
+    """What the baseline measured when it was other code or software, the first reason, how much
+    the reasons explain and each of them, then phase deltas (summing with self time to the step
+    delta), GPU idle, rule changes and kernel changes: one account, from one comparison."""
     d = _d(attribution)
-    lines = [f"first reason: {d['first_reason']}"]
+    lines = [f"baseline: {d['baseline_differs']}"] if d.get("baseline_differs") else []
+    lines.append(f"first reason: {d['first_reason']}")
     if d.get("cause"):
         lines.append(f"likely change: {d['cause']}")
     lines += _reason_lines(d)
@@ -61,18 +63,27 @@ REASONS_SHOWN = 5
 
 
 def _reason_lines(d: Mapping[str, Any]) -> list[str]:
-    """How much of the step-time change the reasons account for, and each of them by its
-    milliseconds; what they leave, as unexplained."""
+    """How much of the step-time change (either way) the reasons account for, each of them by its
+    milliseconds, and what they leave, as unexplained (with the host time the traces do not
+    locate); which reasons the software change may explain too."""
     delta = float(d.get("step_mean_delta_ms") or 0.0)
     reasons = d.get("reasons") or ()
-    if delta <= 0:
+    if delta == 0:
         return []
-    if not reasons:
-        return [f"explained: nothing in the traces accounts for the {delta:+.2f} ms/step change "
-                "(no difference in kernels, synchronizations, copies or data loading)"]
     explained = float(d.get("explained_ms") or 0.0)
-    lines = [f"explained: {explained:.2f} of {delta:+.2f} ms/step ({explained / delta:.0%}); "
-             f"unexplained {delta - explained:.2f} ms/step"]
+    unlocated = d.get("unlocated") or ()
+    host = ("; phase time no difference locates: "
+            + ", ".join(r["text"].split(" ms/step", 1)[0] + " ms/step" for r in unlocated)) if unlocated else ""
+    if not reasons:
+        return [f"explained: none of the {delta:+.2f} ms/step: no phase, kernel, synchronization or copy changed "
+                f"by more than noise{host}"]
+    lines = [f"explained: {explained:.2f} of {delta:+.2f} ms/step ({explained / abs(delta):.0%}); "
+             f"unexplained {abs(delta) - explained:.2f} ms/step{host}"]
     for i, r in enumerate(reasons[:REASONS_SHOWN], 1):
-        lines.append(f"  {i}. {min(float(r['ms']), delta):.2f} ms/step: {r['text']}")
+        lines.append(f"  {i}. {min(float(r['ms']), abs(delta)):.2f} ms/step: {r['text']}")
+    software = [i for i in d.get("software_explains") or () if i <= min(len(reasons), REASONS_SHOWN)]
+    if software:
+        lines.append(f"  the software the baseline ran on differs: it may account for reason"
+                     f"{'s' if len(software) > 1 else ''} {', '.join(map(str, software))} too "
+                     "(the libraries choose the kernels)")
     return lines

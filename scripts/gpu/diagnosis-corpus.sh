@@ -33,11 +33,11 @@ python3 - "$work/corpus" <<'PY'
 import sys
 from pathlib import Path
 sys.path.insert(0, "tests/corpus")
-from cases import CASES
+from cases import CASES, PENDING
 from perfgate.analysis import AnalysisOptions
 from perfgate.pipeline import compare_and_explain
 root = Path(sys.argv[1])
-for case in CASES:
+for case in (*CASES, *PENDING):
     b, h = root / case.base_side / "trace.sqlite", root / case.head_side / "trace.sqlite"
     if not (b.exists() and h.exists()):
         continue

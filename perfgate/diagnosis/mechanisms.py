@@ -1,0 +1,343 @@
+"""Mechanisms, not kernel names: the kernel families PyTorch training launches (attention paths,
+GEMM and convolution precisions, cuDNN's convolution kernels, NCCL, fused / foreach / per-parameter
+optimizers, Triton kernels, CUDA graph replays, normalization, dropout, the loss, eager elementwise
+kernels), matched by name, and a change of family told as a replacement:
+
+    attention: cuDNN fused attention (12 kernels/step, 1.92 ms) -> unfused math attention (softmax
+    +6/step, 0.41 ms): F.scaled_dot_product_attention no longer takes a fused path (...)?
+
+Names are matched on a kernel's demangled name where the trace has one (``cutlass::Kernel2<cutlass_80_
+simt_sgemm_...>`` says fp32; its short name ``Kernel2`` says nothing), else on its short name. The
+patterns were checked on the committed captures of nsys 2025.3.1 (tests/fixtures/corpus,
+tests/fixtures/traces) and nsys 2026.2.1 (../shared/fixtures): tests/test_diagnosis_mechanisms.py.
+cuBLASLt's Hopper ``nvjet_*`` kernels name no type; they ran only on bf16/fp16 inputs in those
+captures (fp32 and TF32 GEMMs ran ``*_f32f32_*`` / ``*tf32*`` kernels), so they count as bf16/fp16.
+
+Pure functions on the per-place tables of ``TraceFacts.kernels_by_family``: place -> family ->
+kernel name -> [launches, ms] per step."""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+#: family -> kernel name -> [launches, ms] per step (one place)
+Families = Mapping[str, Mapping[str, list[float]]]
+GRAPH_NAME = "(CUDA graph replay)"       # a CUDA graph launched as one GPU op (nsys's graph mode)
+MIN_PER_STEP = 0.5                       # launches per step below which a family is absent
+CHANGE_SHARE = 0.25                      # a family shrank or grew: by at least this share of its launches
+SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Family:
+    """Kernels that do one thing one way: ``role`` (what they do: attention, matmul, ...),
+    ``words`` (how a reason names them), ``pattern`` (searched in the kernel's name)."""
+
+    id: str
+    role: str
+    words: str
+    pattern: re.Pattern[str]
+
+
+def _f(id: str, role: str, words: str, pattern: str) -> Family:
+    return Family(id, role, words, re.compile(pattern, re.IGNORECASE))
+
+
+HALF = r"bf16|f16|fp16|half|bfloat16|float16|h884|h1688|h16816|hmma|e4m3|e5m2|fp8|nvjet"
+CONV = r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|nchwToNhwc|nhwcToNchw|__5x_cudnn|cudnn::engines"
+GEMM = r"gemm|nvjet|gemv|cublas|splitKreduce"
+#: Every family, in the order they are tried (the first whose pattern matches names the kernel).
+FAMILIES: tuple[Family, ...] = (
+    _f("graph", "graphs", "CUDA graph replays", re.escape(GRAPH_NAME)),
+    _f("nccl", "communication", "NCCL collectives", r"nccl"),
+    _f("triton", "compiled", "Triton kernels (torch.compile)", r"triton"),
+    _f("attention.cudnn", "attention", "cuDNN fused attention (SDPA)",
+       r"fort_native_sdpa|_sdpa_|cudnn::fusion::(compute_dot_do_o|convert_dq)"),
+    _f("attention.flash", "attention", "flash attention (SDPA)", r"pytorch_flash|flash_fwd|flash_bwd|flash_attn"),
+    _f("attention.mem_efficient", "attention", "memory-efficient attention (SDPA)",
+       r"fmha_cutlass|MemEffAttention|efficient_attention"),
+    _f("loss", "loss", "the loss (log-softmax, NLL)",
+       r"nll_loss|LogSoftMax|cross_entropy|softmax_warp_\w+<[^,]+, [^,]+, [^,]+, \(int\)\d+, \(bool\)1"),
+    _f("softmax", "softmax", "softmax", r"softmax"),
+    _f("conv.layout", "convolution", "cuDNN layout transforms", r"nchwToNhwc|nhwcToNchw"),
+    _f("conv.helper", "convolution", "cuDNN helper kernels", r"ReduceSplitK|init_device_workspace|cask_plugin"),
+    _f("conv.half", "convolution", "bf16/fp16 convolutions", rf"(?=.*({CONV}))(?=.*({HALF}))"),
+    _f("conv.tf32", "convolution", "TF32 convolutions", rf"(?=.*({CONV}))(?=.*tf32)"),
+    _f("conv.fp32", "convolution", "fp32 convolutions", CONV),
+    _f("matmul.half", "matmul", "bf16/fp16 GEMMs (tensor cores)", rf"(?=.*({GEMM}))(?=.*({HALF}))"),
+    _f("matmul.tf32", "matmul", "TF32 GEMMs", rf"(?=.*({GEMM}))(?=.*(tf32|s1688gemm|s16816gemm))"),
+    _f("matmul.splitk", "matmul", "cuBLAS split-K reductions", r"splitKreduce"),
+    _f("matmul.fp32", "matmul", "fp32 GEMMs (no tensor cores)", rf"{GEMM}|sgemm"),
+    _f("optimizer.fused", "optimizer", "fused optimizer kernels",
+       r"Fused\w*(Adam|Sgd|Adagrad)|FusedOptimizerTensorListMetadata|fused_(adam|sgd)"),
+    _f("optimizer.foreach", "optimizer", "foreach (multi-tensor) kernels", r"multi_tensor_apply"),
+    _f("norm.layer", "normalization", "fused layer-norm kernels", r"layer_norm|LayerNorm|GammaBeta|rms_?norm"),
+    _f("norm.batch", "normalization", "batch-norm kernels", r"batch_norm|BatchNorm|bn_fw|bn_bw"),
+    _f("dropout", "dropout", "dropout kernels", r"dropout"),
+    _f("elementwise", "elementwise", "eager elementwise/reduce kernels",
+       r"elementwise|vectorized|unrolled|reduce_kernel|CatArray|Fill|copy|pointwise|index|gather|scatter"),
+)
+BY_ID: dict[str, Family] = {f.id: f for f in FAMILIES}
+OPTIMIZER_PLACE = re.compile(r"optim", re.IGNORECASE)
+PER_PARAMETER = Family("optimizer.per_parameter", "optimizer", "a per-parameter loop (one elementwise kernel per "
+                       "tensor)", re.compile("$^"))
+BY_ID[PER_PARAMETER.id] = PER_PARAMETER
+GENERIC_SHORT = frozenset({"Kernel", "Kernel2", "kernel"})
+_TEMPLATE_NAME = re.compile(r"Kernel2?<(?:\w+::)*(\w*(?:gemm|Gemm|Conv|dgrad|wgrad|fprop|Reduce)\w*)")
+_SHAPE = re.compile(r"GemmShape<\(int\)(\d+), \(int\)(\d+), \(int\)(\d+)>")
+
+
+def family_of(name: str, place: str | None = None) -> str | None:
+    """The family id of a kernel called ``name`` (demangled where known) launched in ``place``;
+    None for a kernel of no known family. Eager elementwise kernels launched in an optimizer phase
+    are a per-parameter optimizer loop."""
+    for family in FAMILIES:
+        if family.pattern.search(name):
+            if family.id == "elementwise" and place is not None and OPTIMIZER_PLACE.search(place):
+                return PER_PARAMETER.id
+            return family.id
+    return None
+
+
+def display_name(short: str, demangled: str | None) -> str:
+    """The name a reason shows: the short name, or for a generic one (``Kernel2``) the template it
+    instantiates (``cutlass_80_simt_sgemm_256x128_8x4_nt_align1``, ``ImplicitGemmConvolution
+    128x64x32``)."""
+    if short not in GENERIC_SHORT or not demangled:
+        return short
+    m = _TEMPLATE_NAME.search(demangled)
+    if m is None:
+        return short
+    shape = _SHAPE.search(demangled)
+    return m.group(1) + (f" {'x'.join(shape.groups())}" if shape else "")
+
+
+def families_from_names(kernels: Mapping[str, list[float]], place: str | None = None) -> dict[str, dict[str, list[float]]]:
+    """Per-family tables of one place from short names alone (facts recorded before the families
+    were: a baseline's); kernels of no known family are left out."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, (count, ms) in kernels.items():
+        family = family_of(name, place)
+        if family is not None:
+            out.setdefault(family, {})[name] = [count, ms]
+    return out
+
+
+def merged(tables: list[Families]) -> dict[str, dict[str, list[float]]]:
+    """Several places' tables added up (the model's phases, told as one change)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for table in tables:
+        for family, names in table.items():
+            into = out.setdefault(family, {})
+            for name, (count, ms) in names.items():
+                c, m = into.get(name, [0.0, 0.0])
+                into[name] = [c + count, m + ms]
+    return out
+
+
+# ----------------------------------------------------------------------------- replacements
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A change of mechanism: ``kind`` (attention, precision, compile, graphs, optimizer,
+    convolution, library), the sentence a reason leads with, the likely edit (``cause``) and the
+    kernels that disappeared and appeared (name, launches per step, ms per step)."""
+
+    kind: str
+    text: str
+    cause: str
+    gone: tuple[tuple[str, float, float], ...]
+    new: tuple[tuple[str, float, float], ...]
+    summary: str = ""                    # the change without the guess: "attention: A -> B"
+
+    def evidence(self) -> str:
+        """``gone: a -6/step, b -6/step; new: c +6/step`` (the kernels beside each other)."""
+        def names(items: tuple[tuple[str, float, float], ...], sign: str) -> str:
+            shown = ", ".join(f"{n} {sign}{abs(c):.0f}/step" for n, c, _ in items[:SHOWN])
+            return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+        parts = ([f"gone: {names(self.gone, '-')}"] if self.gone else []) + (
+            [f"new: {names(self.new, '+')}"] if self.new else [])
+        return "; ".join(parts)
+
+
+def _sum(table: Families, ids: tuple[str, ...]) -> tuple[float, float]:
+    count = sum(v[0] for f in ids for v in table.get(f, {}).values())
+    ms = sum(v[1] for f in ids for v in table.get(f, {}).values())
+    return count, ms
+
+
+def _fell(base: Families, cur: Families, ids: tuple[str, ...]) -> bool:
+    (b, _), (c, _) = _sum(base, ids), _sum(cur, ids)
+    return b >= MIN_PER_STEP and b - c >= max(MIN_PER_STEP, CHANGE_SHARE * b)
+
+
+def _rose(base: Families, cur: Families, ids: tuple[str, ...]) -> bool:
+    (b, _), (c, _) = _sum(base, ids), _sum(cur, ids)
+    return c >= MIN_PER_STEP and c - b >= max(MIN_PER_STEP, CHANGE_SHARE * max(b, MIN_PER_STEP))
+
+
+def _side(table: Families, ids: tuple[str, ...], label: str | None = None) -> str:
+    count, ms = _sum(table, ids)
+    words = label or " + ".join(dict.fromkeys(BY_ID[f].words for f in ids if table.get(f))) or BY_ID[ids[0]].words
+    unit = "replays" if ids == ("graph",) else "kernels"
+    return f"{words} ({count:.0f} {unit}/step, {ms:.2f} ms)"
+
+
+def _math_attention(base: Families, cur: Families) -> str:
+    """The unfused attention's side: its softmax, and the GEMMs and elementwise kernels that came
+    with it (their launches, and the ms of all three that the step gained)."""
+    softmax, ms = _sum(cur, ("softmax",))
+    parts = [f"softmax {softmax:.0f}/step"]
+    total = ms - _sum(base, ("softmax",))[1]
+    for ids, what in ((("matmul.half", "matmul.tf32", "matmul.fp32"), "GEMMs"), (("elementwise",), "elementwise")):
+        (b, bm), (c, cm) = _sum(base, ids), _sum(cur, ids)
+        if c - b >= MIN_PER_STEP:
+            parts.append(f"{c - b:+.0f} {what}/step")
+            total += cm - bm
+    return f"unfused math attention ({', '.join(parts)}; {total:+.2f} ms)"
+
+
+def _kernels(base: Families, cur: Families, ids: tuple[str, ...], sign: int) -> tuple[tuple[str, float, float], ...]:
+    """Kernels of ``ids`` whose launches fell (sign -1) or rose (+1), largest change first."""
+    names: dict[str, tuple[float, float]] = {}
+    for f in ids:
+        for name in {*base.get(f, {}), *cur.get(f, {})}:
+            b = base.get(f, {}).get(name, [0.0, 0.0])
+            c = cur.get(f, {}).get(name, [0.0, 0.0])
+            d = (c[0] - b[0], c[1] - b[1])
+            if sign * d[0] >= MIN_PER_STEP:
+                old = names.get(name, (0.0, 0.0))
+                names[name] = (old[0] + d[0], old[1] + d[1])
+    return tuple(sorted(((n, c, m) for n, (c, m) in names.items()), key=lambda x: -abs(x[1])))
+
+
+def _story(kind: str, base: Families, cur: Families, old: tuple[str, ...], new: tuple[str, ...], role: str,
+           guess: str, cause: str, labels: tuple[str | None, str | None] = (None, None)) -> Replacement:
+    summary = f"{role}: {_side(base, old, labels[0])} -> {_side(cur, new, labels[1])}"
+    return Replacement(kind, f"{summary}: {guess}", cause, _kernels(base, cur, old, -1), _kernels(base, cur, new, +1),
+                       summary)
+
+
+ATTENTION = ("attention.cudnn", "attention.flash", "attention.mem_efficient")
+PRECISIONS = {"matmul": ("matmul.half", "matmul.tf32", "matmul.fp32"),
+              "convolution": ("conv.half", "conv.tf32", "conv.fp32")}
+PRECISION_WORDS = {"half": "bf16/fp16", "tf32": "TF32", "fp32": "fp32"}
+EAGER = ("elementwise", "softmax", "norm.layer", "norm.batch", "dropout", "matmul.half", "matmul.tf32",
+         "matmul.fp32", "attention.cudnn", "attention.flash", "attention.mem_efficient")
+LIBRARY = {"norm.layer": "layer norm", "norm.batch": "batch norm", "softmax": "softmax", "dropout": "dropout"}
+
+
+def replacements(base: Families, cur: Families) -> list[Replacement]:
+    """The changes of mechanism between two tables of the same place (or of the model's phases
+    together), the most telling first (a precision change moves attention to another path too:
+    the precision leads); empty when the families that run did not change."""
+    found = [f(base, cur) for f in (_graphs, _precision, _attention, _compile, _optimizer, _convolution, _library)]
+    return [r for r in found if r is not None]
+
+
+def _graphs(base: Families, cur: Families) -> Replacement | None:
+    kernels = tuple(f for f in BY_ID if f not in ("graph", "nccl"))
+    if _fell(base, cur, ("graph",)) and _rose(base, cur, kernels):
+        return _story("graphs", base, cur, ("graph",), kernels, "CUDA graphs",
+                      "the work they replayed is launched kernel by kernel: torch.compile's "
+                      "mode=\"reduce-overhead\" or a CUDA graph capture dropped?", "CUDA graphs",
+                      (None, "kernels launched one by one"))
+    if _rose(base, cur, ("graph",)) and _fell(base, cur, kernels):
+        return _story("graphs", base, cur, kernels, ("graph",), "CUDA graphs",
+                      "the kernels are now replayed as CUDA graphs", "CUDA graphs", ("kernels launched one by one", None))
+    return None
+
+
+def _attention(base: Families, cur: Families) -> Replacement | None:
+    for fused in ATTENTION:
+        if _fell(base, cur, (fused,)):
+            others = tuple(f for f in ATTENTION if f != fused and _rose(base, cur, (f,)))
+            if others:
+                return _story("attention", base, cur, (fused,), others, "attention",
+                              f"F.scaled_dot_product_attention moved from the {BY_ID[fused].words} path "
+                              "(a mask, dtype or head dim that path does not take?)", "attention path")
+            if _rose(base, cur, ("softmax",)):
+                story = _story("attention", base, cur, (fused,), ("softmax",), "attention",
+                               "F.scaled_dot_product_attention no longer takes a fused path (a mask, dtype, head "
+                               "dim, need_weights=True, or a hand-written attention?)", "attention path")
+                summary = f"attention: {_side(base, (fused,))} -> {_math_attention(base, cur)}"
+                return replace(story, text=summary + story.text[len(story.summary):], summary=summary)
+    for fused in ATTENTION:
+        if _rose(base, cur, (fused,)) and _fell(base, cur, ("softmax",)):
+            return _story("attention", base, cur, ("softmax",), (fused,), "attention",
+                          f"attention now takes the fused {BY_ID[fused].words} path", "attention path")
+    return None
+
+
+def _precision(base: Families, cur: Families) -> Replacement | None:
+    for role, ids in PRECISIONS.items():
+        for i, low in enumerate(ids):
+            for high in ids[i + 1:]:
+                a, b = low.split(".")[1], high.split(".")[1]
+                what = "GEMMs" if role == "matmul" else "convolutions"
+                if _fell(base, cur, (low,)) and _rose(base, cur, (high,)):
+                    guess = ("TF32 turned off (torch.backends.cuda.matmul.allow_tf32 / cudnn.allow_tf32, "
+                             "set_float32_matmul_precision(\"highest\"))?" if a == "tf32" else
+                             "autocast disabled, or a part of the model run in fp32?")
+                    return _story("precision", base, cur, (low,), (high,),
+                                  f"{what} went from {PRECISION_WORDS[a]} to {PRECISION_WORDS[b]}", guess,
+                                  "TF32" if a == "tf32" else "mixed precision")
+                if _fell(base, cur, (high,)) and _rose(base, cur, (low,)):
+                    return _story("precision", base, cur, (high,), (low,),
+                                  f"{what} went from {PRECISION_WORDS[b]} to {PRECISION_WORDS[a]}",
+                                  "lower precision turned on (autocast, bf16 weights or TF32)",
+                                  "TF32" if a == "tf32" else "mixed precision")
+    return None
+
+
+def _compile(base: Families, cur: Families) -> Replacement | None:
+    eager = tuple(f for f in EAGER if _rose(base, cur, (f,)))
+    if _fell(base, cur, ("triton",)) and eager:
+        return _story("compile", base, cur, ("triton",), eager, "compiled kernels",
+                      "torch.compile removed, or the compiled code falls back to eager (a graph break)?", "compile")
+    gone = tuple(f for f in EAGER if _fell(base, cur, (f,)))
+    if _rose(base, cur, ("triton",)) and gone:
+        return _story("compile", base, cur, gone, ("triton",), "compiled kernels",
+                      "torch.compile now fuses this code into Triton kernels", "compile")
+    return None
+
+
+def _optimizer(base: Families, cur: Families) -> Replacement | None:
+    kinds = ("optimizer.fused", "optimizer.foreach", "optimizer.per_parameter")
+    for i, old in enumerate(kinds):
+        for new in kinds[i + 1:]:
+            if _fell(base, cur, (old,)) and _rose(base, cur, (new,)):
+                guess = ("fused=True dropped (foreach, the default, launches a kernel per operation and "
+                         "tensor group)?" if new == "optimizer.foreach" else
+                         "foreach=False, or an optimizer without a fused/foreach implementation?")
+                return _story("optimizer", base, cur, (old,), (new,), "optimizer", guess,
+                              "optimizer implementation")
+            if _fell(base, cur, (new,)) and _rose(base, cur, (old,)):
+                return _story("optimizer", base, cur, (new,), (old,), "optimizer",
+                              f"the optimizer now runs {BY_ID[old].words}", "optimizer implementation")
+    return None
+
+
+def _convolution(base: Families, cur: Families) -> Replacement | None:
+    ids = ("conv.half", "conv.tf32", "conv.fp32")
+    gone, new = _kernels(base, cur, ids, -1), _kernels(base, cur, ids, +1)
+    before = sum(v[0] for f in ids for v in base.get(f, {}).values())
+    if before < MIN_PER_STEP or not (gone and new) or sum(c for _, c, _ in new) < CHANGE_SHARE * before:
+        return None
+    changed = sum(c for _, c, _ in new)
+    (_, before_ms), (after, after_ms) = _sum(base, ids), _sum(cur, ids)
+    summary = (f"convolutions: cuDNN ran other kernels for {changed:.0f} of {after:.0f} convolution kernels/step "
+               f"({before_ms:.2f} -> {after_ms:.2f} ms)")
+    return Replacement("convolution", f"{summary}: torch.backends.cudnn.benchmark turned off or on, or other "
+                       "input shapes or memory layout?", "cuDNN algorithm", gone, new, summary)
+
+
+def _library(base: Families, cur: Families) -> Replacement | None:
+    for family, what in LIBRARY.items():
+        if _fell(base, cur, (family,)) and _rose(base, cur, ("elementwise",)):
+            return _story("library", base, cur, (family,), ("elementwise",), what,
+                          f"PyTorch's {what} kernels replaced by generic ones: a hand-written {what}?",
+                          "custom kernel")
+    return None

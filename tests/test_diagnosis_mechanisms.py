@@ -1,0 +1,90 @@
+"""The kernel families (perfgate.diagnosis.mechanisms) checked on real captures: nsys 2025.3.1 on an
+H100 (tests/fixtures/corpus, tests/fixtures/traces) and nsys 2026.2.1 on two H100s
+(../shared/fixtures, where this checkout has it); each kernel's family read from its demangled name
+through TraceFacts.kernels_by_family, and the replacements they make."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from perfgate.analysis import AnalysisOptions, analyze
+from perfgate.diagnosis.facts import trace_facts
+from perfgate.diagnosis.mechanisms import GRAPH_NAME, family_of, replacements
+from perfgate.trace import load_trace
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED = FIXTURES.parent.parent.parent / "shared" / "fixtures" / "emit-nvtx-2xh100-nsys2026.2.1.sqlite"
+
+# (capture, place, family, a kernel name of that family there)
+EXPECTED = [
+    ("corpus/base2", "Forward Pass", "attention.cudnn",
+     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0"),
+    ("corpus/base2", "Backward Pass", "attention.cudnn", "compute_dot_do_o_specialized"),
+    ("corpus/base2", "Forward Pass", "matmul.half", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT"),
+    ("corpus/base2", "Forward Pass", "norm.layer", "vectorized_layer_norm_kernel"),
+    ("corpus/base2", "Optimizer Step", "optimizer.fused", "multi_tensor_apply_kernel"),
+    ("corpus/base2", "Loss Computation", "loss", "nll_loss_forward_reduce_cuda_kernel_2d"),
+    ("corpus/attention_math", "Forward Pass", "softmax", "softmax_warp_forward"),
+    ("corpus/tf32_off-base", "Forward Pass", "matmul.tf32",
+     "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"),
+    ("corpus/tf32_off", "Backward Pass", "matmul.fp32", "cutlass_80_simt_sgemm_256x128_8x4_nn_align1"),
+    ("corpus/amp_off", "Forward Pass", "attention.mem_efficient", "fmha_cutlassF_f32_aligned_64x64_rf_sm80"),
+    ("corpus/compile_removed-base", "Forward Pass", "triton", "triton_poi_fused_add_mul_tanh_0"),
+    ("corpus/cuda_graphs_lost-base", "Forward Pass", "graph", GRAPH_NAME),
+    ("corpus/fused_adam_off", "Optimizer Step", "optimizer.foreach", "multi_tensor_apply_kernel"),
+    ("corpus/optimizer_loop", "Optimizer Step", "optimizer.per_parameter", "vectorized_elementwise_kernel"),
+    ("corpus/dropout", "Forward Pass", "dropout", "fused_dropout_kernel_vec"),
+    ("corpus/cudnn_benchmark_off", "Forward Pass", "conv.half",
+     "cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x128_64x3_nhwc_align8"),
+    ("corpus/cudnn_benchmark_off", "Backward Pass", "conv.layout", "nchwToNhwcKernel"),
+    ("traces/reverse-ladder-no-amp", "forward", "conv.tf32",
+     "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn"),
+    ("traces/gpu-resnet-pinned", "forward", "norm.batch", "bn_fw_tr_1C11_kernel_NCHW"),
+]
+
+
+def _families(capture: str) -> dict:
+    path = FIXTURES / capture / "trace.sqlite"
+    if not path.is_file():
+        pytest.skip(f"{capture} not unpacked")
+    trace = load_trace(path)
+    return trace_facts(trace, analyze(trace, AnalysisOptions(skip_steps=5))).kernels_by_family
+
+
+@pytest.mark.parametrize("capture, place, family, name", EXPECTED, ids=[f"{c}-{f}" for c, _, f, _ in EXPECTED])
+def test_a_kernel_is_read_into_its_family_on_a_real_capture(capture: str, place: str, family: str, name: str) -> None:
+    families = _families(capture)
+    assert name in families[place][family], sorted(families[place].get(family, {}))
+
+
+def test_one_short_name_of_two_families_is_told_apart_by_its_demangled_name() -> None:
+    # softmax_warp_forward: the loss's log-softmax on one side of the corpus, attention's softmax on the other
+    families = _families("corpus/attention_math")
+    assert "softmax_warp_forward" in families["Forward Pass"]["softmax"]
+    assert "softmax_warp_forward" not in families["Loss Computation"].get("softmax", {})
+
+
+def test_nsys_2026_names_the_same_kernels_the_same_way() -> None:
+    if not SHARED.is_file():
+        pytest.skip("../shared/fixtures is not beside this checkout")
+    con = sqlite3.connect(SHARED)
+    rows = con.execute("SELECT s.value, d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+                       "JOIN StringIds d ON d.id = k.demangledName GROUP BY k.demangledName").fetchall()
+    families = {short: family_of(demangled) for short, demangled in rows}
+    assert families["sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x256x8_stage3_warpsize1x4x1_ffma_aligna4_"
+                    "alignc4_execute_kernel__5x_cublas"] == "matmul.fp32"
+    assert families["vectorized_elementwise_kernel"] == "elementwise"
+    assert families["softmax_warp_forward"] in ("softmax", "loss")
+
+
+def test_a_replacement_is_told_in_its_direction() -> None:
+    half = {"matmul.half": {"nvjet_a": [10.0, 1.0]}}
+    fp32 = {"matmul.fp32": {"sgemm_b": [10.0, 8.0]}}
+    slower, = replacements(half, fp32)
+    faster, = replacements(fp32, half)
+    assert slower.text.startswith("GEMMs went from bf16/fp16 to fp32") and slower.gone[0][0] == "nvjet_a"
+    assert faster.text.startswith("GEMMs went from fp32 to bf16/fp16") and faster.new[0][0] == "nvjet_a"
+    assert slower.evidence() == "gone: nvjet_a -10/step; new: sgemm_b +10/step"
+    assert replacements(half, half) == []
