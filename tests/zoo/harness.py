@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate.diagnosis.facts import STEP_CODE   # the words a reason uses for the step's own code
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -165,7 +167,8 @@ class Run:
             return "self time"
         reasons = attribution.get("reasons") or []
         if reasons and reasons[0].get("where"):
-            return str(reasons[0]["where"])
+            where = str(reasons[0]["where"])
+            return "self time" if where == STEP_CODE else where
         return text.split(" ", 1)[0] or None
 
     @property
