@@ -53,6 +53,10 @@ KILL_GRACE_S = 10.0
 # ignores SIGINT and SIGTERM); then the tree is ended.
 FINALIZE_S = 60.0
 ATTEMPTS = 3    # runs of nsys for one launch when it fails for a transient reason (nsys.transient_failure)
+# nsys 2022.4 beside other sessions was seen to hang before it started the workload (its agent and
+# nsys both waiting on a futex, nothing logged, until the launch's timeout): one that has started no
+# program this long after it began is stopped and taken again, like a transient failure
+START_S = 60.0
 # What ``pytorch_trace = "auto"`` passes as nsys --pytorch where nsys has it. Its ranges (names seen
 # with nsys 2025.3.1 on the H100: torch.optim.AdamW.step, ..._BaseDataLoaderIter.__next__,
 # torch.autograd.backward, one torch.nn.modules.Module.__call__ per module call) are a step source
@@ -220,6 +224,7 @@ class _Attempt:
     text: str                  # the (cleaned) log
     kept: Kept
     tmp_note: str = ""         # capture_dir.room_note: the temporary folder was (nearly) full
+    hung: str | None = None    # nsys started no workload: what happened, in words
 
 
 def run_capture(
@@ -246,7 +251,7 @@ def run_capture(
     CaptureTimeoutError (process tree ended), ImporterError (no report) or CaptureError (the
     artifacts folder could not hold the export)."""
     from perfgate.machine import machine_info
-    from perfgate.nsys import find_nsys, transient_failure
+    from perfgate.nsys import clear_stale_session_table, find_nsys, transient_failure
 
     nsys = find_nsys(settings.nsys, settings.sources.get("nsys", "option"), settings.option("nsys"))
     pytorch = pytorch_trace_mode(settings.pytorch_trace, nsys)
@@ -257,15 +262,17 @@ def run_capture(
     while True:
         attempt = _attempt(nsys, spec, settings, launch_dir, timeout_s, cwd=cwd, extra_args=extra_args,
                            trace=resolve_trace(settings.trace, machine.gpu_count, kind), pytorch=pytorch)
-        reason = transient_failure(attempt.text) if _no_report(attempt, launch_dir) else None
+        reason = attempt.hung or (transient_failure(attempt.text) if _no_report(attempt, launch_dir) else None)
         if reason is None or len(retried) + 1 >= ATTEMPTS:
             break
         retried.append(reason)
         _set_aside(launch_dir, len(retried))
+        cleared = clear_stale_session_table()     # where no nsys runs any more
         if progress is not None:
             log = launch_dir / f"workload.attempt-{len(retried)}.log"
+            table = f"; removed nsys's stale session table {', '.join(map(str, cleared))}" if cleared else ""
             progress(f"{spec.full_name}: nsys failed ({reason}); capturing again "
-                     f"(attempt {len(retried) + 1} of {ATTEMPTS}); its log: {log}")
+                     f"(attempt {len(retried) + 1} of {ATTEMPTS}){table}; its log: {log}")
     return _outcome(spec, attempt, launch_dir, timeout_s, tuple(retried), cwd or settings.root, settings)
 
 
@@ -295,10 +302,7 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
             run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S,
                                           finalize=(signal.SIGINT, FINALIZE_S), cwd=str(cwd or settings.root),
                                           env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            returncode = run.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            returncode = None
+        returncode, hung = _wait(run, timeout_s)
     finally:
         with process_tree.signals_deferred():   # Ctrl-C or SIGTERM now would lose the launch's files
             try:
@@ -316,7 +320,25 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     log_path = launch_dir / "workload.log"
     text = log_path.read_text(errors="replace") if log_path.is_file() else ""
     return _Attempt(cmd=cmd, returncode=returncode, wall_s=time.monotonic() - started, text=text, kept=kept,
-                    tmp_note=room)
+                    tmp_note=room, hung=hung)
+
+
+def _wait(run: process_tree.PrivateRun, timeout_s: float) -> tuple[int | None, str | None]:
+    """nsys's exit status (None: stopped at the timeout) and, where it had started no workload
+    START_S after it began (nsys.started_workload), why it was stopped then."""
+    from perfgate.nsys import started_workload
+
+    first = min(START_S, timeout_s)
+    try:
+        return run.wait(first), None
+    except subprocess.TimeoutExpired:
+        pass
+    if not started_workload(run.proc.pid):
+        return None, f"nsys had started no workload {first:g} s after it began (it hung at its start)"
+    try:
+        return run.wait(timeout_s - first), None
+    except subprocess.TimeoutExpired:
+        return None, None
 
 
 def _no_report(attempt: _Attempt, launch_dir: Path) -> bool:
@@ -332,6 +354,8 @@ def _set_aside(launch_dir: Path, n: int) -> None:
         if path.is_file():
             stem, suffix = name.rsplit(".", 1)
             path.replace(launch_dir / f"{stem}.attempt-{n}.{suffix}")
+    for report in launch_dir.glob(f"{REPORT_STEM}.*"):   # what nsys wrote of a run it never started
+        report.unlink()
 
 
 def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s: float,
@@ -347,6 +371,9 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
     tried = f" (after {len(retried) + 1} attempts: {'; '.join(retried)})" if retried else ""
     report = launch_dir / f"{REPORT_STEM}.nsys-rep"
     sqlite = launch_dir / f"{REPORT_STEM}.sqlite"
+    if attempt.hung:
+        raise CaptureError(f"workload {spec.full_name} never ran: {attempt.hung}{tried}; "
+                           f"log: {log_path}\n{log_tail(text)}")
     if attempt.returncode is None:
         kept = f"; the trace up to then: {sqlite}" if sqlite.is_file() else ""
         raise CaptureTimeoutError(

@@ -65,6 +65,65 @@ def transient_failure(log: str) -> str | None:
     return None
 
 
+def started_workload(supervisor: int) -> bool:
+    """Whether nsys, run under perfgate's supervisor (pid ``supervisor``), has started the program
+    it profiles: a process of the tree whose executable is not nsys's own (nsys's binaries, its
+    agent and importers live in one install folder, the parent of ``target-*``/``host-*``). True
+    where it cannot be told (a wrapper script, a process that cannot be read)."""
+    from perfgate._reaper import descendants
+
+    install: Path | None = None
+    for pid in descendants(supervisor):
+        try:
+            exe = Path(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            continue
+        if install is None:          # the supervisor's child: nsys itself
+            if exe.name != "nsys":
+                return True
+            install = exe.parent.parent
+        elif install not in exe.parents:
+            return True
+    return install is None
+
+
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def clear_stale_session_table(shm: Path = SHARED_MEMORY) -> list[Path]:
+    """Remove nsys's session table (``/dev/shm/NSys-<version>``, this user's) where no nsys runs on
+    the machine; returns what was removed. nsys keeps one table for all its sessions and removes it
+    when the last one ends; a session killed in a hang left it behind (seen with nsys 2022.4 on this
+    project's CPU machine), and every nsys after it, one at a time too, failed with "Agent launcher
+    failed." (and left its agent running) until the file was removed."""
+    if _nsys_running():
+        return []
+    removed = []
+    for table in shm.glob("NSys-*"):
+        try:
+            if table.is_file() and table.stat().st_uid == os.getuid():
+                table.unlink()
+                removed.append(table)
+        except OSError:
+            continue
+    return removed
+
+
+def _nsys_running() -> bool:
+    """Whether any live process of the machine is nsys (its command name and state, readable for
+    every process; a zombie, ended but not yet reaped, does not count)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                    head, _, rest = fh.read().rpartition(")")
+            except OSError:
+                continue
+            if head.partition("(")[2] == "nsys" and rest.split()[:1] != ["Z"]:
+                return True
+    return False
+
+
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 

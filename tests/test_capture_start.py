@@ -1,0 +1,134 @@
+"""An nsys that hangs before it starts the workload (issue 30: seen with 4 gates at once under
+nsys 2022.4: ``nsys profile`` and its agent both waiting on a futex, nothing logged, the workload
+never started, until the launch's 300 s timeout failed the gate). perfgate stops an nsys that has
+started no program START_S after it began and takes the capture again (perfgate.capture._wait,
+perfgate.nsys.started_workload)."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate import capture, process_tree
+from perfgate.errors import CaptureError
+from perfgate.nsys import started_workload
+from test_capture import SPEC, tiny_project
+
+
+def _hanging_nsys(root: Path) -> Path:
+    """An executable named nsys in an install folder of its own that never starts anything: the
+    hang, by a real program (``sleep``) where nsys's agent would have started the workload."""
+    binary = root / "nsight-systems" / "target-linux-x64" / "nsys"
+    binary.parent.mkdir(parents=True)
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", binary)
+    return binary
+
+
+def test_an_nsys_that_never_starts_the_workload_is_stopped_and_taken_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nsys_path: str, torch_module: object) -> None:
+    """First ``nsys profile`` hangs (the real nsys afterwards): the launch comes from the second
+    attempt, long before its timeout, and says why it was taken again."""
+    hang = _hanging_nsys(tmp_path)
+    flag = tmp_path / "hung-once"
+    wrapper = tmp_path / "bin" / "nsys"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\nif [ \"$1\" = profile ] && [ \"$2\" != --help ] && [ ! -e " + str(flag) + " ]; then\n"
+                       f"  : > {flag}; exec {hang} 600\nfi\nexec {nsys_path} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(capture, "START_S", 10.0)
+    settings = dataclasses.replace(tiny_project(tmp_path / "project"), nsys=str(wrapper), timeout_s=600)
+    said: list[str] = []
+    started = time.monotonic()
+    result = capture.run_capture(SPEC, settings, tmp_path / "launch-0", progress=said.append)
+    assert time.monotonic() - started < 120
+    assert result.retried == ("nsys had started no workload 10 s after it began (it hung at its start)",)
+    assert result.sqlite_path is not None and result.sqlite_path.is_file()
+    assert len(said) == 1 and "capturing again (attempt 2 of 3)" in said[0]
+    assert "PERFGATE_SELF_REPORT" in (tmp_path / "launch-0" / "workload.log").read_text()
+
+
+def test_an_nsys_that_always_hangs_fails_the_launch_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               nsys_path: str) -> None:
+    hang = _hanging_nsys(tmp_path)
+    wrapper = tmp_path / "bin" / "nsys"       # every profile hangs; nsys's --help and --version answer
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\nif [ \"$1\" = profile ] && [ \"$2\" != --help ]; then\n"
+                       f"  exec {hang} 600\nfi\nexec {nsys_path} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(capture, "START_S", 1.0)
+    settings = dataclasses.replace(tiny_project(tmp_path / "project"), nsys=str(wrapper), timeout_s=600)
+    started = time.monotonic()
+    with pytest.raises(CaptureError) as err:
+        capture.run_capture(SPEC, settings, tmp_path / "launch-0")
+    assert time.monotonic() - started < 60
+    text = str(err.value)
+    assert text.startswith("workload tiny never ran: nsys had started no workload 1 s after it began (it hung at "
+                           "its start) (after 3 attempts: "), text
+    assert sorted(p.name for p in (tmp_path / "launch-0").iterdir()) == [
+        "command.attempt-1.txt", "command.attempt-2.txt", "command.txt",
+        "workload.attempt-1.log", "workload.attempt-2.log", "workload.log"]
+    assert subprocess.run(["pgrep", "-f", str(hang)], capture_output=True).returncode == 1   # nothing left
+
+
+def test_started_workload_sees_the_program_the_real_nsys_started(tmp_path: Path, nsys_path: str) -> None:
+    """False while only nsys (here the hanging one) runs; True once the real nsys's agent has
+    started the profiled program."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    run = process_tree.PrivateRun([str(_hanging_nsys(tmp_path)), "600"], private=private, grace_s=5)
+    try:
+        time.sleep(1)
+        assert started_workload(run.proc.pid) is False
+    finally:
+        run.stop()
+        run.release()
+    private.mkdir(mode=0o700)
+    program = [sys.executable, "-c", "import time; time.sleep(30)"]
+    run = process_tree.PrivateRun([nsys_path, "profile", "--trace=none", "--sample=none", "--cpuctxsw=none",
+                                   "-o", str(private / "r"), *program], private=private, grace_s=5,
+                                  finalize=(signal.SIGINT, 20), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        seen = False
+        while not seen and time.monotonic() < deadline:
+            seen = started_workload(run.proc.pid)
+            time.sleep(0.5)
+        assert seen
+    finally:
+        run.stop()
+        run.release()
+
+
+def test_a_stale_session_table_is_removed_and_the_capture_taken_again(
+        tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    """nsys's session table as a hung and killed session left it (tests/fixtures/nsys-session-table):
+    the first attempt fails ("Agent launcher failed."), perfgate removes the table (no nsys runs)
+    and the second attempt gives the launch."""
+    import lzma
+
+    from perfgate.nsys import SHARED_MEMORY, _nsys_running, nsys_version
+
+    assert not _nsys_running(), "another nsys runs on this machine: the test would break its session"
+    version = nsys_version(Path(nsys_path))
+    if not version.startswith("2022.4"):
+        pytest.skip(f"the stale table is nsys 2022.4's; this nsys is {version}")
+    table = SHARED_MEMORY / "NSys-2022.4.2.1"
+    fixture = Path(__file__).parent / "fixtures" / "nsys-session-table" / "NSys-2022.4.2.1.xz"
+    table.write_bytes(lzma.decompress(fixture.read_bytes()))
+    try:
+        said: list[str] = []
+        result = capture.run_capture(SPEC, tiny_project(tmp_path / "project"), tmp_path / "launch-0",
+                                     progress=said.append)
+        assert result.retried == ("Agent launcher failed.",)
+        assert result.sqlite_path is not None and result.sqlite_path.is_file()
+        assert f"removed nsys's stale session table {table}" in said[0]
+        assert not _nsys_running()          # the failed attempt's agent ended with its tree
+    finally:
+        table.unlink(missing_ok=True)
