@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -57,6 +58,11 @@ ATTEMPTS = 3    # runs of nsys for one launch when it fails for a transient reas
 # nsys both waiting on a futex, nothing logged, until the launch's timeout): one that has started no
 # program this long after it began is stopped and taken again, like a transient failure
 START_S = 60.0
+# Before attempt k+1, wait RETRY_WAITS_S[k-1] plus up to RETRY_JITTER_S: gates failing together
+# (one nsys hung holds the machine's session table; the others fail in 10 s each) then try again
+# after the hung one was stopped, one at a time
+RETRY_WAITS_S = (20.0, 40.0)
+RETRY_JITTER_S = 5.0
 # What ``pytorch_trace = "auto"`` passes as nsys --pytorch where nsys has it. Its ranges (names seen
 # with nsys 2025.3.1 on the H100: torch.optim.AdamW.step, ..._BaseDataLoaderIter.__next__,
 # torch.autograd.backward, one torch.nn.modules.Module.__call__ per module call) are a step source
@@ -267,13 +273,21 @@ def run_capture(
             break
         retried.append(reason)
         _set_aside(launch_dir, len(retried))
-        cleared = clear_stale_session_table()     # where no nsys runs any more
+        wait_s = RETRY_WAITS_S[len(retried) - 1] + random.uniform(0, RETRY_JITTER_S)
         if progress is not None:
             log = launch_dir / f"workload.attempt-{len(retried)}.log"
-            table = f"; removed nsys's stale session table {', '.join(map(str, cleared))}" if cleared else ""
-            progress(f"{spec.full_name}: nsys failed ({reason}); capturing again "
-                     f"(attempt {len(retried) + 1} of {ATTEMPTS}){table}; its log: {log}")
+            progress(f"{spec.full_name}: nsys failed ({reason}); capturing again in {wait_s:.0f} s "
+                     f"(attempt {len(retried) + 1} of {ATTEMPTS}); its log: {log}")
+        _pause(wait_s)
+        cleared = clear_stale_session_table()     # where no nsys runs any more
+        if cleared and progress is not None:
+            progress(f"{spec.full_name}: removed nsys's stale session table {', '.join(map(str, cleared))} "
+                     "(no nsys runs on this machine)")
     return _outcome(spec, attempt, launch_dir, timeout_s, tuple(retried), cwd or settings.root, settings)
+
+
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Path, timeout_s: float, *,

@@ -267,6 +267,6 @@ def test_a_transient_nsys_failure_is_captured_again_and_said(tmp_path: Path, nsy
     capture = run_capture(SPEC, settings, tmp_path / "launch-0", progress=said.append)
     assert capture.retried == ("Connection to the Agent lost.",)
     assert capture.sqlite_path is not None and capture.sqlite_path.is_file()
-    assert len(said) == 1 and "nsys failed (Connection to the Agent lost.); capturing again (attempt 2 of 3)" in said[0]
+    assert len(said) == 1 and "nsys failed (Connection to the Agent lost.); capturing again in 0 s (attempt 2 of 3)" in said[0]
     assert "Connection to the Agent lost." in (tmp_path / "launch-0" / "workload.attempt-1.log").read_text()
     assert "PERFGATE_SELF_REPORT" in (tmp_path / "launch-0" / "workload.log").read_text()
