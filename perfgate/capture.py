@@ -251,11 +251,13 @@ def run_capture(
     asked to finish (SIGINT: it writes the report of what ran), the whole process tree ends, the
     output is cleaned of secrets (perfgate.redaction) and only then moved into ``launch_dir``;
     the supervisor removes the private folder, also when perfgate is killed. An nsys that failed
-    for a reason nsys.transient_failure recognises (another nsys session's) is run again, up to
-    ATTEMPTS times, said through ``progress`` and in ``Capture.retried``.
+    for a reason nsys.transient_failure recognises (another nsys session's), or that had started
+    no workload START_S after it began, is run again after a wait (RETRY_WAITS_S; nsys's stale
+    session table removed first where no nsys runs), up to ATTEMPTS times, said through
+    ``progress`` and in ``Capture.retried``.
     Raises NsysNotFoundError, WorkloadFailedError (non-zero exit, with the log's tail),
     CaptureTimeoutError (process tree ended), ImporterError (no report) or CaptureError (the
-    artifacts folder could not hold the export)."""
+    artifacts folder could not hold the export, or nsys never started the workload)."""
     from perfgate.machine import machine_info
     from perfgate.nsys import clear_stale_session_table, find_nsys, transient_failure
 
