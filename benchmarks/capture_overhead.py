@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfgate.capture import parse_self_report, run_capture, workload_command  # noqa: E402
+from perfgate.capture import parse_self_report, run_capture  # noqa: E402
+from perfgate.capture_command import workload_command  # noqa: E402
 from perfgate.config import load_settings  # noqa: E402
 from perfgate.machine import machine_info  # noqa: E402
 from perfgate.workloads import discover_workloads, select_workloads  # noqa: E402

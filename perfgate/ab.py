@@ -155,7 +155,7 @@ def capture_launcher(spec: WorkloadSpec, settings: Settings, trees: Mapping[str,
     ``run_dir/<side>-<k>/``) and returns the analysis' metrics."""
 
     def launch(side: str, k: int) -> Mapping[str, float]:
-        from perfgate.capture import TIMING
+        from perfgate.capture_command import TIMING
         from perfgate.pipeline import capture_launch
 
         return capture_launch(spec, settings, run_dir / f"{side}-{k}", k, TIMING, cwd=trees[side],

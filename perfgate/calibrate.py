@@ -193,7 +193,7 @@ def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path, base_a
     """The real launcher: the gate's perfgate.pipeline.capture_launch; artifacts in ``run_dir/<label>/``."""
 
     def launch(label: str, extra_args: Sequence[str]) -> tuple[Mapping[str, float], float]:
-        from perfgate.capture import TIMING
+        from perfgate.capture_command import TIMING
         from perfgate.pipeline import captured_launch
 
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,7 +187,6 @@ def _main(argv: Sequence[str] | None) -> int:
         print("perfgate: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: exit 2, never 1 (a regression), one line rather than a traceback
-        import os
         import traceback
 
         from perfgate.process_tree import swallowed_interrupt
@@ -206,8 +206,6 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe is silent."""
-    import os
-
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
@@ -216,8 +214,6 @@ def _silence_stdout() -> None:
 
 def _error(message: str) -> None:
     """Print ``perfgate: error: <message>`` with any secret of this environment redacted."""
-    import os
-
     from perfgate.report.escape import terminal_text
     from perfgate.secrets import redact_text, secret_values
 
@@ -363,9 +359,6 @@ def analysis_options_from(args: argparse.Namespace) -> Any:
     if args.skip_steps is not None:
         kwargs["skip_steps"] = args.skip_steps
     return AnalysisOptions(**kwargs)
-
-
-_selected_specs = selected_specs  # earlier homes of these names (perfgate.workloads, perfgate.config)
 
 
 def _say(text: str, stream: Any = None) -> None:

@@ -59,7 +59,7 @@ def entry_for(result: WorkloadResult, root: Path, update_baseline: bool) -> dict
     """The JSON line of ``result``."""
     from dataclasses import asdict
 
-    from perfgate.baseline import git_provenance
+    from perfgate.provenance import git_provenance
 
     step = next((c for c in result.comparisons if c.metric == STEP_METRIC), None)
     machine = asdict(result.machine) if result.machine is not None else None

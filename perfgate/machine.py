@@ -121,3 +121,16 @@ def machine_info(nsys: Path | None = None, machine_class: str | None = None) -> 
         cpu=cpu_model(),
         python=platform.python_version(),
     )
+
+
+def this_machine(nsys_setting: str | None, machine_class: str | None) -> MachineInfo:
+    """MachineInfo of this machine with the version of the nsys a gate would use (settings ``nsys``;
+    none where nsys cannot be found)."""
+    from perfgate.errors import PerfgateError
+    from perfgate.nsys import find_nsys
+
+    try:
+        nsys: Path | None = find_nsys(nsys_setting)
+    except PerfgateError:
+        nsys = None
+    return machine_info(nsys, machine_class)

@@ -22,17 +22,17 @@ from perfgate.baseline import (
     baseline_from_analyses,
     baseline_path,
     check_identity,
-    command_line,
     load_baseline,
-    provenance,
     write_baseline,
 )
 from perfgate.baseline_lock import recording_lock
 from perfgate.config import Settings
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.gpu_monitor import GpuMonitor, MonitorReport
+from perfgate.machine import this_machine
 from perfgate.model import Analysis, Capture, MachineInfo, Verdict, WorkloadResult
 from perfgate.process_tree import swallowed_interrupt
+from perfgate.provenance import command_line, recording
 from perfgate.provenance import Staleness
 from perfgate.resources import attach_resources
 from perfgate.secrets import WITHHELD_SUFFIX, redact_text, secret_values
@@ -89,18 +89,6 @@ def new_run_dir(artifacts_dir: Path, name: str) -> Path:
     return run_dir
 
 
-def this_machine(settings: Settings) -> MachineInfo:
-    """MachineInfo of this machine with the nsys version (when nsys can be found)."""
-    from perfgate.machine import machine_info
-    from perfgate.nsys import find_nsys
-
-    try:
-        nsys: Path | None = find_nsys(settings.nsys)
-    except PerfgateError:
-        nsys = None
-    return machine_info(nsys, settings.machine_class)
-
-
 Progress = Callable[[str], None]
 #: With ``profile = "auto"`` a gate run takes the CUDA profile launch only when there is something to
 #: explain or nothing to compare with: a PASS costs its timing launches alone (GPU metrics gate only
@@ -129,7 +117,7 @@ def run_workload(
     result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR, strict=settings.strict)
     try:
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
-        result.machine = this_machine(settings)
+        result.machine = this_machine(settings.nsys, settings.machine_class)
         path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
         result.extra["record_command"] = settings.record_command(spec.full_name)
         policy = compare_policy(settings, spec)
@@ -197,7 +185,7 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
 
         measured = run_provenance(spec, settings, result.machine, cwd)
         baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
-                                          {**provenance(settings.root, command_line()), **measured.to_dict()},
+                                          {**recording(settings.root, command_line()), **measured.to_dict()},
                                           spec.variant, profile=result.profile)
         try:
             write_baseline(path, baseline)
@@ -225,7 +213,7 @@ class _Launcher:
 
     def __init__(self, spec: WorkloadSpec, settings: Settings, result: WorkloadResult, cwd: Path | None,
                  extra_args: Sequence[str], say: Progress, started: float, *, recording: bool = False) -> None:
-        from perfgate.capture import profile_launch_wanted
+        from perfgate.capture_command import profile_launch_wanted
 
         assert result.run_dir is not None and result.machine is not None
         self.spec, self.settings, self.run_dir, self.cwd, self.extra_args = spec, settings, result.run_dir, cwd, extra_args
@@ -235,7 +223,7 @@ class _Launcher:
         self.wants_profile = profile_launch_wanted(settings, result.machine.gpu_count)
 
     def timing_launch(self, k: int) -> Analysis:
-        from perfgate.capture import TIMING
+        from perfgate.capture_command import TIMING
 
         analysis = capture_launch(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
                                   cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
@@ -250,7 +238,7 @@ class _Launcher:
 
     def profile_launch(self) -> None:
         """The CUDA-traced launch, when this machine and the settings want one."""
-        from perfgate.capture import PROFILE
+        from perfgate.capture_command import PROFILE
 
         if not self.wants_profile:
             return

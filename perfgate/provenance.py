@@ -17,8 +17,10 @@ import ast
 import hashlib
 import shlex
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +278,38 @@ def git_fingerprint(root: Path, commit: str | None, paths: Sequence[str]) -> dic
         return out
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
+
+
+def git_provenance(root: Path) -> dict[str, Any]:
+    """Commit and dirty flag of the git checkout at ``root`` (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def command_line() -> str:
+    """The command that asked for a baseline (``perfgate baseline update x``, ``pytest --perfgate ...``)."""
+    if not sys.argv or not sys.argv[0]:
+        return "perfgate"
+    program = Path(sys.argv[0])
+    name = program.parent.name if program.name == "__main__.py" else program.name
+    return " ".join([name, *sys.argv[1:]])
+
+
+def recording(root: Path, command: str) -> dict[str, Any]:
+    """What a new baseline records of its recording: git commit/dirty, UTC date, perfgate version, command."""
+    from perfgate import __version__
+
+    return {
+        **git_provenance(root),
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "perfgate_version": __version__,
+        "command": command,
+    }

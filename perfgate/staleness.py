@@ -8,7 +8,8 @@ from pathlib import Path
 
 from perfgate.baseline import Baseline, load_baseline
 from perfgate.config import Settings
-from perfgate.errors import BaselineError, PerfgateError
+from perfgate.errors import BaselineError
+from perfgate.machine import this_machine
 from perfgate.model import MachineInfo
 from perfgate.provenance import Provenance, Staleness, current, differences
 from perfgate.workloads import WorkloadSpec, discover_workloads
@@ -31,17 +32,6 @@ def baseline_staleness(baseline: Baseline, spec: WorkloadSpec, settings: Setting
                        compare_software=same_class)
 
 
-def _this_machine(settings: Settings) -> MachineInfo:
-    from perfgate.machine import machine_info
-    from perfgate.nsys import find_nsys
-
-    try:
-        nsys: Path | None = find_nsys(settings.nsys)
-    except PerfgateError:
-        nsys = None
-    return machine_info(nsys, settings.machine_class)
-
-
 @dataclass(frozen=True)
 class BaselineCheck:
     """One baseline file against the code here (``perfgate baseline check``): how it differs, or
@@ -56,7 +46,7 @@ def check_baselines(settings: Settings) -> list[BaselineCheck]:
     """Every baseline file under ``settings.baseline_dir`` compared with what its workload would
     run here: its command line (with the arguments of the baseline machine's GPU count), its source
     files, the record version, and, for this machine's class, the software."""
-    machine = _this_machine(settings)
+    machine = this_machine(settings.nsys, settings.machine_class)
     out: list[BaselineCheck] = []
     for path in sorted(settings.baseline_dir.rglob("*.json")):
         try:

@@ -113,7 +113,7 @@ def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "capture_launch", capture)
-        mp.setattr(pipeline, "this_machine", lambda settings: H100)
+        mp.setattr(pipeline, "this_machine", lambda nsys, machine_class: H100)
         gate("new", ["gpu-resnet-pinned"], "run", "user_train")
         gate("record", ["gpu-resnet-pinned"], "baseline", "update", "user_train", "--record-launches", "3")
         gate("pass", ["gpu-resnet-pinned"], "run", "user_train")

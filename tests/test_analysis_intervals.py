@@ -34,6 +34,20 @@ def test_covered_length_matches_a_bitmap_on_random_intervals() -> None:
         assert int((ge - gs).sum()) == int((~_bitmap(starts, ends, lo, hi)).sum())
 
 
+def test_overlap_length_counts_each_interval_inside_the_union_against_a_bitmap() -> None:
+    """Overlapping intervals each count their own length inside the union (a copy overlapping
+    kernels: diagnosis.facts); the union is the sorted disjoint one :func:`intervals.union` gives."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        s = rng.integers(0, 1000, size=20)
+        e = s + rng.integers(0, 90, size=20)
+        us, ue = intervals.union(*(lambda a: (a, a + rng.integers(0, 60, size=15)))(rng.integers(0, 1000, size=15)))
+        inside = _bitmap(us, ue, 0, 1200)
+        expected = sum(int(inside[a:b].sum()) for a, b in zip(s, e))
+        assert intervals.overlap_length(s, e, us, ue) == expected
+    assert intervals.overlap_length(np.array([0]), np.array([5]), np.array([], dtype=int), np.array([], dtype=int)) == 0
+
+
 def test_union_length_by_group_counts_overlap_once_within_each_group() -> None:
     rng = np.random.default_rng(2)
     groups = rng.integers(0, 7, size=200)

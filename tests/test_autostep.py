@@ -16,7 +16,7 @@ import pytest
 from nsys_run import run_supervised
 from perfgate import autostep
 from perfgate.autostep_events import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
-from perfgate.capture import capture_environment, prepend_path
+from perfgate.capture_command import capture_environment, prepend_path
 from perfgate.post_import import PostImportFinder
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,11 +10,11 @@ from perfgate.baseline import (
     baseline_from_analyses,
     baseline_path,
     load_baseline,
-    provenance,
     summarize_launches,
     write_baseline,
 )
 from perfgate.errors import BaselineError, StaleBaselineError
+from perfgate.provenance import recording
 from perfgate.model import Analysis, MachineInfo, PhaseStats, StepStats, Summary
 
 MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver=None, cuda=None,
@@ -96,7 +96,7 @@ def test_summaries_use_only_launches_that_have_the_metric() -> None:
 
 
 def test_provenance_records_commit_date_version_and_command(repo_root: Path) -> None:
-    info = provenance(repo_root, "pytest --perfgate")
+    info = recording(repo_root, "pytest --perfgate")
     assert info["command"] == "pytest --perfgate"
     assert info["created_utc"].endswith("Z") and info["perfgate_version"]
     assert info["git_commit"] is None or len(info["git_commit"]) == 40

@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 
 from perfgate.autostep import site_dir
-from perfgate.capture import (
+from perfgate.capture import parse_self_report, run_capture
+from perfgate.capture_command import (
+    PROFILE,
     capture_environment,
     nsys_command,
-    parse_self_report,
-    pytorch_trace_mode,
-    PROFILE,
     profile_launch_wanted,
+    pytorch_trace_mode,
     resolve_trace,
-    run_capture,
     workload_command,
 )
 from perfgate.config import Settings, load_settings

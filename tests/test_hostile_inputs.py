@@ -270,7 +270,7 @@ def test_a_baseline_that_cannot_be_written_is_named_and_the_old_one_kept(
     root = _project(tmp_path)
     settings = load_settings(root, env={"PERFGATE_NSYS": nsys_path})
     [spec] = discover_workloads(settings)
-    target = settings.baseline_dir / "tiny" / f"{pipeline.this_machine(settings).machine_class}.json"
+    target = settings.baseline_dir / "tiny" / f"{pipeline.this_machine(settings.nsys, settings.machine_class).machine_class}.json"
     target.parent.mkdir(parents=True)
     target.write_text("the previous baseline")
 
@@ -288,6 +288,7 @@ def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch:
     """When the redaction of the export fails (ENOSPC during VACUUM) the export is withheld; the
     error said ``nsys left no SQLite export``, which nsys had not."""
     import perfgate.capture as capture
+    import perfgate.capture_command as capture_command
     from perfgate.config import load_settings
     from perfgate.model import Capture
     from perfgate.pipeline import capture_launch
@@ -308,7 +309,7 @@ def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(capture, "run_capture", withheld)
     with pytest.raises(TraceError, match=r"launch-0: perfgate withheld trace.sqlite from the artifacts: .*"
                                          r"\(SQLite: database or disk is full\)\. \(see .*trace.sqlite.withheld.txt\)"):
-        capture_launch(spec, settings, launch, 0, capture.TIMING)
+        capture_launch(spec, settings, launch, 0, capture_command.TIMING)
 
 
 # ----------------------------------------------------------------------------- hostile names

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.capture import nsys_command
+from perfgate.capture_command import nsys_command
 from perfgate.config import load_settings
 from perfgate.errors import ConfigError
 from perfgate.pipeline import compare_policy

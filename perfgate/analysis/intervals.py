@@ -74,6 +74,22 @@ def covered(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     return int((e - s).sum())
 
 
+def overlap_length(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> int:
+    """Total length of the intervals [s, e) (overlapping or not) inside the disjoint sorted union
+    [us, ue) (:func:`union`)."""
+    if s.size == 0 or us.size == 0:
+        return 0
+    prefix = np.r_[0, np.cumsum(ue - us)]
+
+    def covered_before(t: np.ndarray) -> np.ndarray:   # union length in (-inf, t]
+        i = np.searchsorted(us, t, side="right")       # segments starting at or before t
+        full = prefix[np.maximum(i - 1, 0)]
+        last = np.where(i > 0, np.minimum(t, ue[np.maximum(i - 1, 0)]) - us[np.maximum(i - 1, 0)], 0)
+        return np.where(i > 0, full + np.maximum(last, 0), 0)
+
+    return int((covered_before(e) - covered_before(s)).sum())
+
+
 def gaps(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """The parts of [lo, hi] that no interval covers (leading and trailing parts included)."""
     return complement(*window_union(starts, ends, lo, hi), lo, hi)

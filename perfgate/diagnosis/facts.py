@@ -90,21 +90,6 @@ SYNC_MEMCPY_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)(?!.*Async)")
 H2D_COPY_KIND = 1
 
 
-def _overlap_ns(s: np.ndarray, e: np.ndarray, us: np.ndarray, ue: np.ndarray) -> int:
-    """Length of the intervals [s, e) inside the disjoint sorted union [us, ue)."""
-    if s.size == 0 or us.size == 0:
-        return 0
-    prefix = np.r_[0, np.cumsum(ue - us)]
-
-    def covered_before(t: np.ndarray) -> np.ndarray:   # union length in (-inf, t]
-        i = np.searchsorted(us, t, side="right")       # segments starting at or before t
-        full = prefix[np.maximum(i - 1, 0)]
-        last = np.where(i > 0, np.minimum(t, ue[np.maximum(i - 1, 0)]) - us[np.maximum(i - 1, 0)], 0)
-        return np.where(i > 0, full + np.maximum(last, 0), 0)
-
-    return int((covered_before(e) - covered_before(s)).sum())
-
-
 def _pids(rows: Columns) -> np.ndarray:
     """Process ids of a table's rows (its ``pid`` column, else decoded from ``global_tid``)."""
     if "pid" in rows:
@@ -135,7 +120,7 @@ def _h2d_overlap(cstart: np.ndarray, cend: np.ndarray, cdev: np.ndarray, cstream
             near.append(rows[hit])
         rows = np.concatenate(near) if near else kernels[:0]
         us, ue = intervals.union(ops.start[rows], ops.end[rows])
-        overlap_ns += _overlap_ns(cstart[mine], cend[mine], us, ue)
+        overlap_ns += intervals.overlap_length(cstart[mine], cend[mine], us, ue)
         del us, ue
         on = mine & np.isin(cstream, np.unique(np.concatenate(streams)) if streams else [])
         on_compute_ns += int((cend[on] - cstart[on]).sum())
@@ -200,7 +185,7 @@ def _idle_by_phase(busy: dict[int, tuple[np.ndarray, np.ndarray]], pids: dict[in
                 continue
             ps, pe = intervals.union(p_start[rows], p_end[rows])
             in_window = int(np.maximum(np.minimum(pe, hi) - np.maximum(ps, lo), 0).sum())
-            ns = in_window - _overlap_ns(ps, pe, us, ue)
+            ns = in_window - intervals.overlap_length(ps, pe, us, ue)
             by_phase[name] = by_phase.get(name, 0.0) + ns
             inside += ns
         by_phase[OUTSIDE_PHASES] = by_phase.get(OUTSIDE_PHASES, 0.0) + max(0, idle - inside)
