@@ -3,7 +3,7 @@ flow tests/test_zoo.py runs on the CPU, each gated as its user would with the ``
 ``baseline update``, an unchanged ``run``, the input-pipeline and the compute pull requests.
 
     source .gpu/env.sh && python3 -m pip install -q --no-deps --no-build-isolation -e . && \\
-        python3 scripts/gpu/zoo.py --out $OUT [--only a,b] [--skip c]
+        python3 scripts/gpu/zoo-gate.py --out $OUT [--only a,b] [--skip c]
 
 Writes ``$OUT/zoo.json`` (every run's verdict, step and reason, after each program) and
 ``$OUT/zoo.md`` (the table of docs/zoo.md), and ``$OUT/zoo-logs.tgz`` (each run's output and
