@@ -125,3 +125,19 @@ def test_a_stale_baseline_is_said_first_and_what_the_software_may_explain_is_nam
                                     "changed; torch 2.11.0 -> 2.12.0")
     assert a.reasons[0].mechanism == "replaced:precision" and 1 in a.software_explains
     assert "it may account for reason" in text
+
+
+def test_a_slower_loader_without_workers_is_not_told_as_the_same_0_workers() -> None:
+    """The zoo's mnist and vae (num_workers=0 on the CPU) read "with the same 0 DataLoader workers"."""
+    from perfgate.diagnosis.account import _with_workers
+    from perfgate.diagnosis.facts import TraceFacts
+    from perfgate.diagnosis.records import Reason
+
+    reason = Reason("data_loading", "data_load", 24.7, "data_load +24.7 ms/step")
+    none = _with_workers(reason, TraceFacts(steps=10, dataloader_workers=0), TraceFacts(steps=10, dataloader_workers=0),
+                         slower=True)
+    assert none.text == ("data_load +24.7 ms/step: the loop waits longer for each batch with no DataLoader workers "
+                         "on both sides (batches made in the training process): a slower dataset or transform?")
+    four = _with_workers(reason, TraceFacts(steps=10, dataloader_workers=4), TraceFacts(steps=10, dataloader_workers=4),
+                         slower=True)
+    assert four.text.endswith("with the same 4 DataLoader workers: a slower dataset or transform?")

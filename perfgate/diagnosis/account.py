@@ -183,10 +183,12 @@ def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | Non
                                     "for each batch", cause="workers")
     if c > b:
         return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}", cause="workers")
+    same = (f"the same {c} DataLoader workers" if c else
+            "no DataLoader workers on both sides (batches made in the training process)")
     if slower:
-        return replace(reason, text=f"{head}: the loop waits longer for each batch with the same {c} DataLoader "
-                                    "workers: a slower dataset or transform?", cause="input pipeline")
-    return replace(reason, text=f"{reason.text}, with the same {c} DataLoader workers", cause="input pipeline")
+        return replace(reason, text=f"{head}: the loop waits longer for each batch with {same}: a slower "
+                                    "dataset or transform?", cause="input pipeline")
+    return replace(reason, text=f"{reason.text}, with {same}", cause="input pipeline")
 
 
 def capped(ms: float, step_delta: float) -> float:
