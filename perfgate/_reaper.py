@@ -49,19 +49,28 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def _children_map() -> dict[int, list[int]]:
-    """ppid -> pids of the live (non-zombie) processes, from /proc/<pid>/stat."""
-    out: dict[int, list[int]] = {}
+def live_processes() -> list[tuple[int, int, str]]:
+    """(pid, ppid, command name) of every live (non-zombie) process, from /proc/<pid>/stat."""
+    out: list[tuple[int, int, str]] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+                head, _, rest = fh.read().rpartition(")")
+        except OSError:
             continue
-        if fields[0] != "Z":
-            out.setdefault(int(fields[1]), []).append(int(entry))
+        fields = rest.split()
+        if len(fields) > 1 and fields[0] != "Z":
+            out.append((int(entry), int(fields[1]), head.partition("(")[2]))
+    return out
+
+
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> pids of the live (non-zombie) processes."""
+    out: dict[int, list[int]] = {}
+    for pid, ppid, _ in live_processes():
+        out.setdefault(ppid, []).append(pid)
     return out
 
 

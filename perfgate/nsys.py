@@ -110,18 +110,11 @@ def clear_stale_session_table(shm: Path = SHARED_MEMORY) -> list[Path]:
 
 
 def _nsys_running() -> bool:
-    """Whether any live process of the machine is nsys (its command name and state, readable for
-    every process; a zombie, ended but not yet reaped, does not count)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
-                    head, _, rest = fh.read().rpartition(")")
-            except OSError:
-                continue
-            if head.partition("(")[2] == "nsys" and rest.split()[:1] != ["Z"]:
-                return True
-    return False
+    """Whether any live process of the machine is nsys (its command name, readable for every
+    process; a zombie, ended but not yet reaped, does not count)."""
+    from perfgate._reaper import live_processes
+
+    return any(name == "nsys" for _, _, name in live_processes())
 
 
 def _is_executable(path: Path) -> bool:
