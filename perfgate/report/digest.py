@@ -24,7 +24,7 @@ __all__ = [
     "Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "describe", "digest", "fmt_change", "fmt_metric_change", "fmt_number",
     "fmt_stats", "fmt_step", "fmt_tolerance", "fmt_value", "fmt_worst_phase", "launch_phases", "one_line",
     "phase_comparisons",
-    "phase_name", "regressed", "worst_phase",
+    "phase_name", "regressed", "steps_from", "worst_phase",
 ]
 
 STEP_METRIC = "step_time_ms"
@@ -143,6 +143,18 @@ def digest(result: WorkloadResult) -> Digest:
         regressed=regressed(result),
         step_metric=step.metric if step else STEP_METRIC,
     )
+
+
+def steps_from(result: WorkloadResult) -> str | None:
+    """Which event ended an iteration in the current launches and why, and the statistic gated:
+    ``perfgate's optimizer hook (...): one iteration per optimizer step (AdamW #1); 96 iterations
+    measured per launch, gated on the median of 12-iteration means``; None without an analysis."""
+    if not result.analyses:
+        return None
+    st = result.analyses[-1].steps
+    marker = st.marker or (f"the workload's '{st.range_name}' ranges" if st.source == "nvtx" else st.source)
+    apart = f", {st.interludes} evaluation/checkpoint periods left out" if st.interludes else ""
+    return f"{marker}; {st.count} iterations measured per launch{apart}, gated on the {st.statistic}"
 
 
 # ----------------------------------------------------------------------------- formatting

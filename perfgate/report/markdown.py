@@ -30,6 +30,7 @@ from perfgate.report.digest import (
     fmt_worst_phase,
     launch_phases,
     phase_comparisons,
+    steps_from,
     phase_name,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
@@ -157,6 +158,9 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     if d.gpu_idle_fraction is not None:
         facts.append(f"GPU idle {d.gpu_idle_fraction * 100:.1f} %")
     lines += ["; ".join(facts), ""]
+    steps = steps_from(result)
+    if steps:
+        lines += [f"steps: {md_text(steps)}", ""]
     if result.error:
         lines += ["```", result.error.strip().replace("```", "'''"), "```", ""]
     if result.message:

@@ -17,6 +17,7 @@ from perfgate.report.digest import (
     fmt_tolerance,
     fmt_value,
     fmt_worst_phase,
+    steps_from,
 )
 from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
@@ -64,11 +65,15 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
 
 
 def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
-    """What a reader of the summary must see besides failures: what a recording recorded (and what
-    the workload's noise lets the gate catch), why an INCONCLUSIVE verdict could not decide and what
+    """What a reader of the summary must see besides failures: which event ended an iteration (and
+    the statistic gated), what a recording recorded (and what the workload's noise lets the gate
+    catch), why an INCONCLUSIVE verdict could not decide and what
     to do, and warnings (e.g. a workload too noisy for its tolerance)."""
     lines: list[str] = []
     for r in results:
+        steps = steps_from(r)
+        if steps:
+            lines.append(f"{r.name}: steps: {steps}")
         if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
             lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.strip()]
         elif not r.failed:
@@ -96,6 +101,9 @@ def failure_message(result: WorkloadResult) -> str:
     elif d.step_current_ms is not None:
         kind = "mean step" if d.step_metric == STEP_MEAN_METRIC else "step time (median of run means)"
         lines.append(f"step time (each launch's {kind}, geometric mean over launches): {fmt_step(d)}")
+    steps = steps_from(result)
+    if steps:
+        lines.append(f"steps: {steps}")
     if result.message:
         lines.append(result.message.strip())
     if result.baseline_path is not None:

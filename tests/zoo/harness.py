@@ -217,7 +217,7 @@ class StepCheck:
     marker: str
     own_ms: float | None             # the program's own per-iteration time (median of what it printed)
     iterations_found: int | None     # iterations perfgate's steps account for in a launch (per process)
-    iterations: int | None           # what the program runs
+    iterations: int | None           # what the program runs (per training process)
 
     @property
     def own_ratio(self) -> float | None:
@@ -233,8 +233,9 @@ def step_check(program: Program, project: Path, recorded: Run) -> StepCheck:
     found = None
     if first.get("source") == "autostep":
         # boundaries: the first only opens a step, the last step has no next start, warm-up, interludes
-        found = (int(first["count"]) // max(program.nproc, 1) + int(first["warmup_skipped"]) + 2
-                 + int(first.get("interludes") or 0) // max(program.nproc, 1))
+        processes = max(int(analyses[0].get("processes") or program.nproc), 1)   # training processes
+        found = (int(first["count"]) // processes + int(first["warmup_skipped"]) + 2
+                 + int(first.get("interludes") or 0) // processes)
     own = own_times_ms(program, project, recorded.result)
     return StepCheck(step, median, str(first.get("marker") or first.get("source")),
                      statistics.median(own) if own else None, found, program.iterations)
