@@ -76,3 +76,27 @@ def test_headline_shows_the_mean_when_the_mean_alone_regressed() -> None:
     same = compare_launches(base, base[:2])
     assert digest(WorkloadResult(workload="w", verdict=same.verdict,
                                  comparisons=list(same.comparisons))).step_metric == "step_time_ms"
+
+
+def test_every_summary_says_which_event_ended_an_iteration() -> None:
+    """The step model's choice is printed with the statistic gated (issue 28): the workload's own
+    ranges, or autostep's marker in its words; after the workload's notes (a stale-baseline warning
+    stays first)."""
+    from dataclasses import replace
+
+    ranged = make_result("ranged", Verdict.PASS, message="warning: the baseline was recorded from other code")
+    hooked = make_result("hooked", Verdict.REGRESSED, forward_ms=8.0)
+    st = hooked.analyses[0].steps
+    marker = ("perfgate's optimizer hook (no step ranges in the workload): one iteration = one pass through the "
+              "optimizers' cycle Adam #1, Adam #2 (it ends at each step of Adam #2)")
+    hooked.analyses[0] = replace(hooked.analyses[0], steps=replace(
+        st, source="autostep", marker=marker, interludes=4, statistic="median of 13-iteration means"))
+    lines = render_summary([ranged, hooked])
+    notes = lines[lines.index(next(x for x in lines if x.startswith("step time:"))) + 1:]
+    assert notes == [
+        "ranged: warning: the baseline was recorded from other code",
+        "ranged: steps: the workload's 'step' ranges; 5 iterations measured per launch, gated on the median",
+        f"hooked: steps: {marker}; 5 iterations measured per launch, 4 evaluation/checkpoint periods left out, "
+        "gated on the median of 13-iteration means",
+    ]
+    assert failure_message(hooked).splitlines()[-2] == notes[-1].removeprefix("hooked: ")

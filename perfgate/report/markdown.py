@@ -158,13 +158,13 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     if d.gpu_idle_fraction is not None:
         facts.append(f"GPU idle {d.gpu_idle_fraction * 100:.1f} %")
     lines += ["; ".join(facts), ""]
-    steps = steps_from(result)
-    if steps:
-        lines += [f"steps: {md_text(steps)}", ""]
     if result.error:
         lines += ["```", result.error.strip().replace("```", "'''"), "```", ""]
     if result.message:
         lines += [md_text(result.message.strip()), ""]
+    steps = steps_from(result)
+    if steps:
+        lines += [f"steps: {md_text(steps)}", ""]
     phase = _phase_table(result)
     if phase:
         lines += [*phase, ""]

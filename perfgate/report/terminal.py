@@ -71,13 +71,13 @@ def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
     to do, and warnings (e.g. a workload too noisy for its tolerance)."""
     lines: list[str] = []
     for r in results:
-        steps = steps_from(r)
-        if steps:
-            lines.append(f"{r.name}: steps: {steps}")
         if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
             lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.strip()]
         elif not r.failed:
             lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.startswith("warning:")]
+        steps = steps_from(r)
+        if steps:
+            lines.append(f"{r.name}: steps: {steps}")
     return lines
 
 
@@ -101,11 +101,11 @@ def failure_message(result: WorkloadResult) -> str:
     elif d.step_current_ms is not None:
         kind = "mean step" if d.step_metric == STEP_MEAN_METRIC else "step time (median of run means)"
         lines.append(f"step time (each launch's {kind}, geometric mean over launches): {fmt_step(d)}")
+    if result.message:
+        lines.append(result.message.strip())
     steps = steps_from(result)
     if steps:
         lines.append(f"steps: {steps}")
-    if result.message:
-        lines.append(result.message.strip())
     if result.baseline_path is not None:
         lines.append(f"baseline: {result.baseline_path}")
     if result.run_dir is not None:

@@ -28,10 +28,13 @@ from zoo import harness  # noqa: E402
 GATE = ("--record-launches", "3", "--max-launches", "6", "--timeout", "600")
 
 
-def gate(program: harness.Program, work: Path, env: dict[str, str]) -> dict[str, object]:
+def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool) -> dict[str, object]:
+    """``live``: the folder where each command's output is written as it runs (kept at a time limit).
+    ``zoo.toml``'s ``iterations`` are the CPU size's: held against perfgate's count on the CPU only."""
     env = {**env, **program.env}
     project = harness.prepare(program, work / program.name / "project")
-    recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env)
+    recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env,
+                                log=live / f"{program.name}-record.log")
     row: dict[str, object] = {"program": program.name, "shapes": list(program.shapes),
                               "record": {"verdict": recorded.verdict, "returncode": recorded.returncode,
                                          "wall_s": round(recorded.wall_s, 1)}}
@@ -41,11 +44,11 @@ def gate(program: harness.Program, work: Path, env: dict[str, str]) -> dict[str,
         row["step"] = {"perfgate_ms": check.step_ms, "median_ms": check.median_ms, "marker": check.marker,
                        "own_ms": check.own_ms,
                        "own_ratio": check.own_ratio, "iterations_found": check.iterations_found,
-                       "iterations": check.iterations,
+                       "iterations": check.iterations if cpu else None,
                        "samples_per_s": recorded.analyses[0]["steps"].get("samples_per_s"),
                        "batch_size": recorded.analyses[0]["steps"].get("batch_size"),
                        "statistic": recorded.analyses[0]["steps"].get("statistic")}
-        rerun = harness.perfgate(project, "run", *GATE, env=env)
+        rerun = harness.perfgate(project, "run", *GATE, env=env, log=live / f"{program.name}-rerun.log")
         logs["rerun"] = rerun
         row["rerun"] = _summary(rerun)
         for kind in ("input_slowdown", "compute_slowdown"):
@@ -55,7 +58,7 @@ def gate(program: harness.Program, work: Path, env: dict[str, str]) -> dict[str,
                 if folder.is_dir():
                     harness.shutil.copytree(folder, changed / "baselines" / folder.name)
             harness.apply(getattr(program, kind), changed)
-            run = harness.perfgate(changed, "run", *GATE, env=env)
+            run = harness.perfgate(changed, "run", *GATE, env=env, log=live / f"{program.name}-{kind}.log")
             logs[kind] = run
             row[kind] = {**_summary(run), "expected_first": list(getattr(program, kind).first)}
     else:
@@ -117,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for program in chosen:
         t = time.monotonic()
+        print(f"zoo: {program.name} at {t - started:.0f} s", flush=True)
         try:
-            row = gate(program, args.work, env)
+            row = gate(program, args.work, env, args.out / "live", args.cpu)
         except Exception as exc:  # noqa: BLE001 - one program's failure must not hide the others
             row = {"program": program.name, "shapes": list(program.shapes),
                    "record": {"verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}"}}

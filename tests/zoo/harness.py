@@ -177,15 +177,26 @@ class Run:
 
 
 def perfgate(project: Path, *args: str, python: str = sys.executable, env: dict[str, str] | None = None,
-             timeout: float = 1800) -> Run:
-    """``python -m perfgate <args> --root <project>``; the result record of the run folder it made."""
+             timeout: float = 1800, log: Path | None = None) -> Run:
+    """``python -m perfgate <args> --root <project>``; the result record of the run folder it made.
+    With ``log``, the output goes to that file as it is printed (kept if the caller is stopped)."""
     runs = project / ".perfgate" / "runs"
     before = set(runs.iterdir()) if runs.is_dir() else set()
     command = [python, "-m", "perfgate", *args, "--root", str(project)]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else dict(os.environ))
-    run = Run(command, done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+    if log is None:
+        done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout,
+                              env=env if env is not None else dict(os.environ))
+        output, returncode = done.stdout + done.stderr, done.returncode
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as fh:
+            fh.write(" ".join(command) + "\n\n")
+            fh.flush()
+            returncode = subprocess.run(command, cwd=project, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
+                                        env=env if env is not None else dict(os.environ)).returncode
+        output = log.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[-1]
+    run = Run(command, returncode, output, time.monotonic() - started)
     made = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
     if made and (made[-1] / "result.json").is_file():
         run.result = json.loads((made[-1] / "result.json").read_text(encoding="utf-8"))
