@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from perfgate.errors import ConfigError
 from perfgate.names import is_safe_name
@@ -279,7 +280,7 @@ def apply_init(plan: InitPlan) -> list[str]:
     return done
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:   # type: ignore[type-arg]
+def add_parser(sub: Any) -> None:
     init = sub.add_parser("init", help="set up this repository for the gate: pyproject table, baselines/, "
                                        "a GitHub workflow, .gitignore")
     init.add_argument("--root", type=Path, default=None, help="the repository (default: the current folder)")
