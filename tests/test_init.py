@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_commands import console_commands
+from readme_commands import README, console_commands
 
 from perfgate.cli import main
 from perfgate.init_repo import find_training_scripts, perfgate_table, training_evidence, without_perfgate_tables
@@ -40,6 +40,7 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 '''
+REPO = README.parent
 HELPER = "import torch\n\n\ndef train_step(loss, optimizer):\n    loss.backward()\n    optimizer.step()\n"
 
 
@@ -90,6 +91,9 @@ def test_init_writes_the_table_baselines_workflow_and_gitignore(tmp_path: Path, 
     assert workflow["jobs"]["gate"]["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
     assert any("DEFAULT_BRANCH" in str(s.get("env", "")) and "git checkout" in s["run"] for s in steps)
     assert any(s.get("run") == "perfgate run --report-dir .perfgate/report" for s in steps)
+    # the example's workflow, which tests/test_workflows.py lints with actionlint, step for step
+    example = yaml.safe_load((REPO / "examples" / "plain-loop" / ".github" / "workflows" / "perfgate.yml").read_text())
+    assert workflow == example
     assert main(["init", "--root", str(root), "--force"]) == 0     # --force: once more, the same result
     assert (root / ".gitignore").read_text().count(".perfgate/") == 1
     assert tomllib.loads((root / "pyproject.toml").read_text()) == data
