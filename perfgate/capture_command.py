@@ -25,7 +25,7 @@ AUTO_PYTORCH_TRACE: str | None = "functions-trace"
 
 #: The two kinds of launch: ``timing`` launches measure step and CPU phase times with tracing that
 #: costs (nearly) nothing; a ``profile`` launch traces CUDA for GPU idle, GPU time per phase,
-#: kernels, copies and the diagnosis. Measured on the H100 (benchmarks/capture_overhead.py, README):
+#: kernels, copies and the diagnosis. Measured on the H100 (benchmarks/capture_overhead.py, docs/measurements/capture-cost.md):
 #: ``nvtx`` changed a launch-bound HF Trainer iteration by +0.4 %, ``cuda,nvtx`` by +5.3 % and
 #: ``cuda,nvtx,osrt`` by +21 %. Nothing perfgate reports needs ``osrt``.
 TIMING, PROFILE = "timing", "profile"

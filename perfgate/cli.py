@@ -83,6 +83,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     listing.add_argument("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
     listing.set_defaults(func=cmd_list)
 
+    from perfgate import init_repo   # perfgate init: the subcommand lives in its module
+    init_repo.add_parser(sub)
+
     wanted = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name in PLUGGABLE:
         if wanted is not None and name != wanted:

@@ -273,7 +273,7 @@ def withhold(path: Path, reason: str = "it contains the value of a secret enviro
         f"perfgate withheld {path.name} from the artifacts: {reason}.\n"
         "nsys records environments (the profiled process's, nsys's own and other processes' of this\n"
         "machine); perfgate redacts the secrets it finds in them and withholds what it cannot clean.\n"
-        "See README.md, section Secrets.\n",
+        "See perfgate's docs/secrets.md.\n",
         encoding="utf-8",
     )
     path.unlink()

@@ -303,7 +303,7 @@ def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch:
         run_dir.mkdir(parents=True)
         (run_dir / "trace.sqlite.withheld.txt").write_text(
             "perfgate withheld trace.sqlite from the artifacts: it could not be checked for secrets "
-            "(SQLite: database or disk is full).\nSee README.md, section Secrets.\n")
+            "(SQLite: database or disk is full).\nSee perfgate's docs/secrets.md.\n")
         return Capture(workload="tiny", run_dir=run_dir, command=(), report_path=None, sqlite_path=None,
                        log_path=run_dir / "workload.log", returncode=0, wall_s=1.0)
     monkeypatch.setattr(capture, "run_capture", withheld)

@@ -1,4 +1,4 @@
-"""One row of the README's user-loop table from scripts/gpu/user-loops.sh's reports:
+"""One row of the user-loop table (docs/measurements/user-loops.md) from scripts/gpu/user-loops.sh's reports:
 loop style | bare iteration (the loop's own) | perfgate step median vs the loop's own per launch |
 verdicts (record, rerun, changed) | first reason of the changed run."""
 from __future__ import annotations
