@@ -10,8 +10,8 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from perfgate import process_tree
-from perfgate.nsys import transient_failure
+from perfgate.system import process_tree
+from perfgate.system.nsys import transient_failure
 
 GRACE_S = 5.0
 ATTEMPTS = 3

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import capture_dir
+from perfgate.capture import private_dir as capture_dir
 from perfgate.errors import CaptureError
 
 HOLD = '''

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import perfgate.capture
-from perfgate.ab import capture_launcher
-from perfgate.calibrate import capture_launch as calibrate_launcher
-from perfgate.config import load_settings
-from perfgate.model import Capture
-from perfgate.workloads import WorkloadSpec
+import perfgate.capture.launch
+from perfgate.commands.ab import capture_launcher
+from perfgate.commands.calibrate import capture_launch as calibrate_launcher
+from perfgate.settings.config import load_settings
+from perfgate.records.model import Capture
+from perfgate.settings.workloads import WorkloadSpec
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "cpu-train-loop" / "trace.sqlite"
 SPEC = WorkloadSpec(name="w", module="w.py", skip_steps=2)     # no batch size configured
@@ -34,7 +34,7 @@ def fake_capture(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
                        sqlite_path=sqlite, log_path=launch_dir / "log.txt", returncode=0, wall_s=3.5,
                        self_report={"batch_size": 8, "world_size": 1})
 
-    monkeypatch.setattr(perfgate.capture, "run_capture", run_capture)
+    monkeypatch.setattr(perfgate.capture.launch, "run_capture", run_capture)
     return dirs
 
 

@@ -11,7 +11,7 @@ import pytest
 from report_results import make_result
 
 from perfgate.report.github import post_statuses, run_url, status_payload
-from perfgate.model import Verdict
+from perfgate.records.model import Verdict
 
 
 class _Recorder(BaseHTTPRequestHandler):

@@ -10,7 +10,7 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.errors import PerfgateError
-from perfgate.history import FORMAT, history_path, read_history
+from perfgate.commands.history import FORMAT, history_path, read_history
 
 
 def _line(verdict: str, steps: list[float]) -> str:

@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import cli, nsys
-from perfgate.baseline import baseline_from_analyses, write_baseline
-from perfgate.capture import run_capture
-from perfgate.config import load_settings
+from perfgate import cli
+from perfgate.system import nsys
+from perfgate.gate.baseline import baseline_from_analyses, write_baseline
+from perfgate.capture.launch import run_capture
+from perfgate.settings.config import load_settings
 from perfgate.errors import CaptureTimeoutError, WorkloadFailedError
-from perfgate.model import MachineInfo, Verdict, WorkloadResult
-from perfgate.nsys_log import failure_cause, nsys_lines
-from perfgate.pipeline import run_workload
+from perfgate.records.model import MachineInfo, Verdict, WorkloadResult
+from perfgate.capture.nsys_log import failure_cause, nsys_lines
+from perfgate.pipeline.workload_run import run_workload
 from perfgate.report.annotations import render_annotations
 from perfgate.report.terminal import failure_message
-from perfgate.workloads import WorkloadSpec
+from perfgate.settings.workloads import WorkloadSpec
 from report_results import make_analysis
 
 MACHINE_CLASS = "test-box"

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.capture import run_capture
-from perfgate.config import load_settings
+from perfgate.capture.launch import run_capture
+from perfgate.settings.config import load_settings
 from perfgate.errors import CaptureTimeoutError
-from perfgate.process_tree import descendants, start, stop
-from perfgate.workloads import WorkloadSpec
+from perfgate.system.supervisor import descendants
+from perfgate.system.process_tree import start, stop
+from perfgate.settings.workloads import WorkloadSpec
 
 HANG = '''
 import os, subprocess, sys, time

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import BaselineLaunch, baseline_document, load_baseline, parse_baseline
+from perfgate.gate.baseline import BaselineLaunch, baseline_document, load_baseline, parse_baseline
 from perfgate.errors import BaselineError, PerfgateError, TraceError
-from perfgate.files import compare_files
-from perfgate.model import Analysis, Verdict
-from perfgate.report import render_markdown, render_summary
+from perfgate.pipeline.inputs import compare_files
+from perfgate.records.model import Analysis, Verdict
+from perfgate.report.markdown import render_markdown
+from perfgate.report.terminal import render_summary
 from perfgate.report.json_report import render_report_json, result_dict, results_from_report
-from perfgate.schema import RECORD_VERSION, VERSION_KEY
+from perfgate.records.version import RECORD_VERSION, VERSION_KEY
 from report_results import make_analysis, make_result
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 
-from perfgate.compare import compare_launches
-from perfgate.model import Direction, MetricComparison, Tolerance, Verdict, WorkloadResult
+from perfgate.gate.compare import compare_launches
+from perfgate.records.model import Direction, MetricComparison, Tolerance, Verdict, WorkloadResult
 from perfgate.report.markdown import render_markdown
 from perfgate.report.terminal import failure_message
-from perfgate.wording import describe, fmt_metric_change, fmt_stats, fmt_tolerance
+from perfgate.gate.wording import describe, fmt_metric_change, fmt_stats, fmt_tolerance
 
 
 def launches(k: int, seed: int, *, step: float, forward: float, idle: float) -> list[dict[str, float]]:

@@ -22,12 +22,12 @@ import numpy as np
 
 from perfgate.analysis.intervals import top_level_mask
 from perfgate.analysis.loop import Boundaries, find_boundaries, interludes
-from perfgate.autostep_events import PREFIX
-from perfgate.columns import Columns, descending_order, factorize, run_starts
+from perfgate.records.autostep_ranges import PREFIX
+from perfgate.trace.columns import Columns, descending_order, factorize, run_starts
 from perfgate.errors import ConfigError, TraceError
 
 if TYPE_CHECKING:
-    from perfgate.model import StepStats
+    from perfgate.records.steps import StepStats
 
 # Names that common instrumentation gives one training iteration (matched case-insensitively
 # against the whole NVTX message, without the domain).

@@ -17,8 +17,8 @@ from perfgate.diagnosis.differences import straggler_reason
 from perfgate.diagnosis.evidence import gap_idle_by_phase_ms, idle_ms_per_step, phase_ms, step_mean_ms
 from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import Attribution, Diagnosis, Finding, KernelDelta, PhaseDelta
-from perfgate.model import Analysis, MetricComparison, Verdict
-from perfgate.provenance import Staleness
+from perfgate.records.model import Analysis, MetricComparison, Verdict
+from perfgate.gate.provenance import Staleness
 
 KERNEL_DELTAS_SHOWN = 10
 

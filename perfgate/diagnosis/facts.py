@@ -16,15 +16,15 @@ from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.loop import loader_workers
 from perfgate.analysis.steps import measured_iterations
-from perfgate.api_calls import SYNC_CALLS, api_name
-from perfgate.columns import Columns, factorize
+from perfgate.trace.api_calls import SYNC_CALLS, api_name
+from perfgate.trace.columns import Columns, factorize
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.kernel_sets import kernel_set_changes
-from perfgate.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
-from perfgate.model import Analysis, KernelStat
+from perfgate.trace.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
+from perfgate.records.model import Analysis, KernelStat
 
 if TYPE_CHECKING:
-    from perfgate.trace import Trace
+    from perfgate.trace.export import Trace
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ def _where(phases: Columns, steps: Columns, pid: np.ndarray, t: np.ndarray) -> l
 
 def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
     """Kernels starting in [lo, hi) whose demangled name has a ``double`` type."""
-    from perfgate import columnar
+    from perfgate.trace import database as columnar
 
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     if table not in trace.tables or "demangledName" not in trace._columns(table) or trace._con is None:
@@ -378,7 +378,7 @@ def _dataloader_workers(trace: Trace, lo: int, hi: int) -> int | None:
     processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES (2024 and
     later: every iterator's, so an iterator made anew each epoch counts its workers each time);
     None without either."""
-    from perfgate import columnar
+    from perfgate.trace import database as columnar
 
     workers = loader_workers(trace.marks, lo, hi)
     if workers is not None:

@@ -16,7 +16,7 @@ from perfgate.analysis import intervals
 from perfgate.diagnosis.mechanisms import GRAPH_NAME, PER_PARAMETER, display_name, family_of
 
 if TYPE_CHECKING:
-    from perfgate.trace import Trace
+    from perfgate.trace.export import Trace
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 Label = tuple[str | None, str]            # (family without its place, name shown)
@@ -24,7 +24,7 @@ Label = tuple[str | None, str]            # (family without its place, name show
 
 def _labels_of_short_names(trace: Trace, lo: int, hi: int) -> dict[int, list[tuple[int, Label]]]:
     """Short name id -> [(demangled id, label)] of the kernels starting in [lo, hi]."""
-    from perfgate import columnar
+    from perfgate.trace import database as columnar
 
     rows = columnar.fetch(trace._con, (
         f"SELECT shortName AS s, coalesce(demangledName, -1) AS d FROM {columnar.CATALOG}.{KERNEL_TABLE} "
@@ -63,7 +63,7 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
         codes = lut[np.clip(short.astype(np.int64) + 1, 0, lut.size - 1)]
     ambiguous = [s for s in by_short if s not in one]
     if ambiguous:
-        from perfgate import columnar
+        from perfgate.trace import database as columnar
 
         rows = columnar.fetch(trace._con, (
             f"SELECT globalPid AS g, correlationId AS c, start AS t, coalesce(demangledName, -1) AS d FROM "

@@ -26,18 +26,12 @@ from typing import Any
 
 from perfgate import __version__
 from perfgate.errors import PerfgateError
-from perfgate.model import (
-    Analysis,
-    Direction,
-    MachineInfo,
-    MetricComparison,
-    Tolerance,
-    Verdict,
-    WorkloadResult,
+from perfgate.records.model import (
+    Analysis, Direction, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
-from perfgate.names import RULE, is_safe_name
+from perfgate.records.safe_names import RULE, is_safe_name
 from perfgate.report.resources import resources_dict
-from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version
+from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
 
 #: The report is a list of result records: its version is theirs (perfgate.schema).
 SCHEMA_VERSION = RECORD_VERSION

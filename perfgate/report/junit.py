@@ -14,8 +14,9 @@ from dataclasses import asdict
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from perfgate.model import Verdict, WorkloadResult
-from perfgate.report.digest import digest, fmt_metric_change, one_line
+from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.report.digest import digest, one_line
+from perfgate.gate.wording import fmt_metric_change
 from perfgate.report.terminal import failure_message
 
 SUITE_NAME = "perfgate"

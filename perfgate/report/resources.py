@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.model import Analysis, MetricComparison, WorkloadResult
-from perfgate.report.digest import fmt_change, fmt_number
-from perfgate.resources import MEMORY_SOURCES, SHORT_SOURCES
+from perfgate.records.model import Analysis, MetricComparison, WorkloadResult
+from perfgate.gate.wording import fmt_change, fmt_number
+from perfgate.analysis.resources import MEMORY_SOURCES, SHORT_SOURCES
 
 ENERGY_METRIC = "energy.per_sample_j"
 #: Why energy was measured but not per sample (perfgate.energy: no batch size).
