@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfgate.settings.options import add_command_options, settings_from_args
 from perfgate.errors import ConfigError, PerfgateError, StaleBaselineError
+from perfgate.settings.options import add_command_options, settings_from_args
 from perfgate.settings.workloads import helper_notes, selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
@@ -104,7 +104,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``run``, ``baseline update``, ``ab`` and ``calibrate``: perfgate.config's,
+    """Options shared by ``run``, ``baseline update``, ``ab`` and ``calibrate``: perfgate.settings.config's,
     built from the same declaration as the pytest options."""
     add_command_options(parser)
 
@@ -118,7 +118,7 @@ def add_analysis_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; exit codes 0 pass, 1 regression, 2 error, 130 Ctrl-C, 143 SIGTERM (SIGHUP:
-    129). Every process a command started has ended when this returns (perfgate.process_tree).
+    129). Every process a command started has ended when this returns (perfgate.system.process_tree).
     Without ``argv`` (the ``perfgate`` program itself) the process then ends at once
     (:func:`exit_now`) rather than returning."""
     if argv is None:
@@ -144,7 +144,7 @@ def exit_now(code: int) -> None:
 
     if threading.active_count() > 1:
         return
-    atexit._run_exitfuncs()   # perfgate.process_tree's stop_all among them
+    atexit._run_exitfuncs()   # perfgate.system.process_tree's stop_all among them
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -272,7 +272,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from perfgate.trace import read_ahead
 
     read_ahead.start(args.trace)               # its GPU tables read while numpy and the analysis import
-    from perfgate.pipeline.inputs import analyze_file  # not perfgate.pipeline: nothing of the gate's runs
+    from perfgate.pipeline.inputs import analyze_file  # not perfgate.pipeline.workload_run: nothing of the gate's runs
 
     analysis = analyze_file(args.trace, analysis_options_from(args))
     if args.format == "json":
@@ -293,9 +293,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from perfgate.gate.compare import ComparePolicy
     from perfgate.gate.wording import describe
-    from perfgate.gate.metric_specs import parse_tolerance
+    from perfgate.gate.metric_specs import alpha_problem, parse_tolerance
     from perfgate.settings.config import parse_tolerance_option
-    from perfgate.gate.metric_specs import alpha_problem
     from perfgate.pipeline.inputs import compare_and_explain
 
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):

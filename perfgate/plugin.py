@@ -1,7 +1,7 @@
 """pytest plugin: ``pytest --perfgate`` adds one item per workload (``perfgate::<name>``).
 
-Inert without ``--perfgate``: options are registered (built from perfgate.config.SETTINGS, as the
-``perfgate`` command's are), nothing is collected or imported beyond this module and perfgate.config. The work happens in perfgate.pipeline; reports come from perfgate.report.
+Inert without ``--perfgate``: options are registered (built from perfgate.settings.config.SETTINGS, as the
+``perfgate`` command's are), nothing is collected or imported beyond this module and perfgate.settings.config. The work happens in perfgate.pipeline.workload_run; reports come from perfgate.report.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _raise_on_terminate(config: pytest.Config) -> None:
-    """SIGTERM/SIGHUP raise perfgate.process_tree.Terminated (a KeyboardInterrupt): the running
+    """SIGTERM/SIGHUP raise perfgate.system.process_tree.Terminated (a KeyboardInterrupt): the running
     capture ends its process tree and cleans its artifacts, pytest reports the interruption, and
     pytest_unconfigure then ends the process by that signal (exit status 128 + N)."""
     import signal

@@ -3,7 +3,7 @@ tests of every path and renderer without a GPU (tests/test_absent_figures.py,
 tests/test_report_properties.py).
 
 They are the committed H100 captures of resnet_cifar (tests/fixtures/traces/gpu-resnet-*), analysed
-the way ``pipeline.captured_launch`` analyses a launch, without the workload's self-report (no
+the way ``pipeline.launch_capture_and_analysis`` analyses a launch, without the workload's self-report (no
 batch size, no torch allocator figures):
 
 - a *timing* launch is what an ``nvtx``-only trace of the same run gives: no GPU work, no GPU idle,
@@ -55,7 +55,7 @@ def as_timing(a: Analysis) -> Analysis:
 
 def launch(case: str, kind: str, k: int = 0, *, energy: bool = True) -> Analysis:
     """Launch ``k`` of ``kind`` ("timing" or "profile") of the capture ``case``, analysed, checked,
-    with its resources and diagnosis, as ``pipeline.captured_launch`` makes it (no self-report)."""
+    with its resources and diagnosis, as ``pipeline.launch_capture_and_analysis`` makes it (no self-report)."""
     from perfgate.pipeline.inputs import diagnosed
     from perfgate.pipeline.workload_run import _checked
     from perfgate.analysis.resources import attach_resources

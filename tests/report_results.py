@@ -2,7 +2,7 @@
 
 ``real_results`` captures a tiny NVTX-instrumented torch script with the real nsys (three baseline
 launches, two launches with an injected sleep in ``forward``), analyses the traces with
-``perfgate.analysis.analyze_trace`` and compares them with ``perfgate.compare.compare_launches``:
+``perfgate.analysis.analyze_trace`` and compares them with ``perfgate.gate.compare.compare_launches``:
 results the way the pipeline makes them. They are made once per test session.
 
 ``make_result`` builds a small result by hand, only for the renderers' size-limit and escaping

@@ -1,4 +1,4 @@
-"""perfgate.ab: interleaving, the sequential decision, and a real A/B of two git commits under nsys."""
+"""perfgate.commands.ab: interleaving, the sequential decision, and a real A/B of two git commits under nsys."""
 from __future__ import annotations
 
 import json

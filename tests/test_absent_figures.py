@@ -28,8 +28,8 @@ import pytest
 
 from absent_figures import H100, TRACED_PEAK_BYTES, launch
 from perfgate import cli
-from perfgate.capture.nsys_log import CONCURRENT
 from perfgate.analysis.resources import NO_NVML
+from perfgate.capture.nsys_log import CONCURRENT
 
 ABSENT = ("samples_per_s", "energy.per_sample_j", "gpu_memory.peak_allocated_mib", "gpu_memory.peak_reserved_mib")
 
@@ -112,7 +112,7 @@ def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         runs[name] = {"code": code, "out": out, "err": err, "taken": list(taken), "report": report}
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pipeline, "capture_launch", capture)
+        mp.setattr(pipeline, "launch_analysis", capture)
         mp.setattr(pipeline, "this_machine", lambda nsys, machine_class: H100)
         gate("new", ["gpu-resnet-pinned"], "run", "user_train")
         gate("record", ["gpu-resnet-pinned"], "baseline", "update", "user_train", "--record-launches", "3")

@@ -1,5 +1,5 @@
 """Autostep: NVTX ranges from hooks perfgate installs in a profiled process through its
-environment (``PERFGATE_AUTOSTEP=1``, ``perfgate/_autostep_site`` first on ``PYTHONPATH``).
+environment (``PERFGATE_AUTOSTEP=1``, ``perfgate/capture/autostep/site`` first on ``PYTHONPATH``).
 
 The training scripts below have no NVTX of their own. Without nsys, ``PERFGATE_AUTOSTEP_DEBUG``
 makes every push/pop also land in a file; with the real nsys the ranges are read back from the
@@ -15,9 +15,9 @@ import pytest
 
 from nsys_run import run_supervised
 from perfgate.capture.autostep import install as autostep
-from perfgate.records.autostep_ranges import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
-from perfgate.capture.command import capture_environment, prepend_path
 from perfgate.capture.autostep.post_import import PostImportFinder
+from perfgate.capture.command import capture_environment, prepend_path
+from perfgate.records.autostep_ranges import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.errors import BaselineError, StaleBaselineError
 from perfgate.gate.baseline import (
     baseline_from_analyses, baseline_path, load_baseline, summarize_launches, write_baseline,
 )
-from perfgate.errors import BaselineError, StaleBaselineError
 from perfgate.gate.provenance import recording
 from perfgate.records.model import Analysis, MachineInfo, PhaseStats
 from perfgate.records.steps import StepStats, Summary

@@ -1,4 +1,4 @@
-"""perfgate.calibrate: the pure evaluation of A/A and injected pools, and the pool runner's schedule."""
+"""perfgate.commands.calibrate: the pure evaluation of A/A and injected pools, and the pool runner's schedule."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from perfgate.commands.calibration_file import AA
-from perfgate.gate.statistics import coefficient_of_variation, disjoint_splits, upper_bound_95
 from perfgate.commands.calibrate import evaluate_pools, run_pools
+from perfgate.commands.calibration_file import AA
 from perfgate.gate.compare import ComparePolicy
+from perfgate.gate.statistics import coefficient_of_variation, disjoint_splits, upper_bound_95
 
 
 def _pool(rng: np.random.Generator, n: int, *, cv: float, slowdown: float = 0.0) -> list[dict[str, float]]:

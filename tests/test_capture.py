@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from perfgate.capture.autostep.install import site_dir
-from perfgate.capture.launch import parse_self_report, run_capture
 from perfgate.capture.command import (
     PROFILE, capture_environment, nsys_command, profile_launch_wanted, pytorch_trace_mode, resolve_trace,
     workload_command,
 )
-from perfgate.settings.config import Settings, load_settings
+from perfgate.capture.launch import parse_self_report, run_capture
 from perfgate.errors import CaptureTimeoutError, ConfigError, NsysNotFoundError, WorkloadFailedError
-from perfgate.system.nsys import supports_option
+from perfgate.settings.config import Settings, load_settings
 from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system.nsys import supports_option
 
 TINY = '''
 import json, os, subprocess, sys, time

@@ -1,8 +1,8 @@
 """An nsys that hangs before it starts the workload (issue 30: seen with 4 gates at once under
 nsys 2022.4: ``nsys profile`` and its agent both waiting on a futex, nothing logged, the workload
 never started, until the launch's 300 s timeout failed the gate). perfgate stops an nsys that has
-started no program START_S after it began and takes the capture again (perfgate.capture._wait,
-perfgate.nsys.started_workload)."""
+started no program START_S after it began and takes the capture again (perfgate.capture.launch._wait,
+perfgate.system.nsys.started_workload)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.capture import launch as capture
-from perfgate.system import process_tree
 from perfgate.errors import CaptureError
+from perfgate.system import process_tree
 from perfgate.system.nsys import started_workload
 from test_capture import SPEC, tiny_project
 

@@ -13,7 +13,7 @@ TRACES = ROOT / "tests" / "fixtures" / "traces"
 NO_DUCKDB = ("import runpy, sys; sys.modules['duckdb'] = None; sys.argv = ['perfgate'] + sys.argv[1:]; "
              "runpy.run_module('perfgate', run_name='__main__')")
 # DuckDB whatever the export's size (small exports are otherwise read through sqlite3 too)
-WITH_DUCKDB = ("import runpy, sys; import perfgate.columnar as c; c.SQLITE3_BELOW_BYTES = 0; "
+WITH_DUCKDB = ("import runpy, sys; import perfgate.trace.database as c; c.SQLITE3_BELOW_BYTES = 0; "
                "sys.argv = ['perfgate'] + sys.argv[1:]; runpy.run_module('perfgate', run_name='__main__')")
 
 

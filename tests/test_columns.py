@@ -1,4 +1,4 @@
-"""perfgate.columns (the analysis's tables without pandas) against pandas as the oracle, the sqlite3
+"""perfgate.trace.columns (the analysis's tables without pandas) against pandas as the oracle, the sqlite3
 integer reader against the row reader, and ``perfgate analyze`` importing no pandas."""
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfgate.trace import database as columnar
 from perfgate.analysis.gpu_work import peak_memory
 from perfgate.analysis.steps import _most_frequent
+from perfgate.errors import TraceError
+from perfgate.trace import database as columnar
 from perfgate.trace.columns import (
     Columns, descending_order, factorize, first_seen, grouped_cummax, previous_max, run_starts,
 )
-from perfgate.errors import TraceError
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "tests" / "fixtures" / "traces"

@@ -1,4 +1,4 @@
-"""perfgate.compare: tolerance grammar, metric specs and the verdicts of compare_launches."""
+"""perfgate.gate.compare: tolerance grammar, metric specs and the verdicts of compare_launches."""
 from __future__ import annotations
 
 import copy
@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from perfgate.gate.metric_specs import OFF, format_tolerance, parse_tolerance, spec_for
-from perfgate.settings.pyproject import parse_tolerances
-from perfgate.gate.compare import ComparePolicy, compare_launches, needs_more_launches
 from perfgate.errors import ConfigError
-from perfgate.records.model import Direction, Tolerance, Verdict
+from perfgate.gate.compare import ComparePolicy, compare_launches, needs_more_launches
+from perfgate.gate.metric_specs import OFF, format_tolerance, parse_tolerance, spec_for
 from perfgate.gate.statistics import shift_test
+from perfgate.records.model import Direction, Tolerance, Verdict
+from perfgate.settings.pyproject import parse_tolerances
 
 # --------------------------------------------------------------------------- tolerance grammar
 

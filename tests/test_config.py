@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from perfgate import cli, plugin
+from perfgate.errors import ConfigError
+from perfgate.pipeline.workload_run import compare_policy
+from perfgate.records.model import Tolerance
 from perfgate.settings.config import SETTINGS, Settings, load_settings, parse_tolerance_option
 from perfgate.settings.options import add_setting_options, settings_from_args
-from perfgate.errors import ConfigError
-from perfgate.records.model import Tolerance
-from perfgate.pipeline.workload_run import compare_policy
 from perfgate.settings.workloads import discover_workloads, select_workloads
 
 

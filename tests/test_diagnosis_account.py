@@ -14,8 +14,8 @@ import pytest
 from perfgate.analysis import AnalysisOptions
 from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.render import render_attribution_text
-from perfgate.pipeline.inputs import analyze_file, compare_and_explain
 from perfgate.gate.provenance import Staleness
+from perfgate.pipeline.inputs import analyze_file, compare_and_explain
 from perfgate.trace.export import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from perfgate.gate.baseline import BaselineLaunch
-from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.attribution import explain_regression
-from perfgate.diagnosis.render import render_attribution_text
 from perfgate.diagnosis.facts import TraceFacts
+from perfgate.diagnosis.one_run import diagnose
+from perfgate.diagnosis.render import render_attribution_text
+from perfgate.gate.baseline import BaselineLaunch
 from perfgate.records.model import (
     Analysis, Direction, GpuIdle, GpuWork, IdleGap, KernelStat, MetricComparison, PhaseStats, Tolerance,
     Verdict,

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from perfgate.diagnosis.one_run import diagnose
-from perfgate.diagnosis.render import render_diagnosis_text
 from perfgate.diagnosis import rules
 from perfgate.diagnosis.facts import TraceFacts
+from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import (
     CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
 )
+from perfgate.diagnosis.render import render_diagnosis_text
 from perfgate.records.model import Analysis, GpuIdle, GpuWork, IdleGap, KernelStat, PhaseStats
 from perfgate.records.steps import StepStats, Summary
 

@@ -1,5 +1,5 @@
-"""Energy and power from NVML samples (perfgate.energy, pure), the monitor's NVML reader behind its
-interface (perfgate.gpu_monitor), attaching them to a real trace's analysis (perfgate.resources),
+"""Energy and power from NVML samples (perfgate.analysis.energy, pure), the monitor's NVML reader behind its
+interface (perfgate.capture.gpu_monitor), attaching them to a real trace's analysis (perfgate.analysis.resources),
 and the clock that places a trace's window on the samples' wall clock, under the real nsys.
 
 The sample sequences are recorded by hand with known integrals: a constant 300 W, a linear ramp
@@ -16,8 +16,8 @@ import pytest
 
 from nsys_run import run_supervised
 from perfgate.analysis.energy import active_gpus, counter_energy_j, interpolate, power_energy_j, window_energy
-from perfgate.capture.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
 from perfgate.analysis.resources import NO_CLOCK, NO_NVML, NOT_COVERED, allocator_memory, attach_resources
+from perfgate.capture.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
 
 T0 = 1_800_000_000_000_000_000          # a wall-clock time (Unix ns)
 MS = 1_000_000

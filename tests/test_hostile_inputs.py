@@ -291,7 +291,7 @@ def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch:
     import perfgate.capture.command as capture_command
     from perfgate.settings.config import load_settings
     from perfgate.records.model import Capture
-    from perfgate.pipeline.workload_run import capture_launch
+    from perfgate.pipeline.workload_run import launch_analysis
     from perfgate.settings.workloads import discover_workloads
 
     root = _project(tmp_path)
@@ -309,7 +309,7 @@ def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(capture, "run_capture", withheld)
     with pytest.raises(TraceError, match=r"launch-0: perfgate withheld trace.sqlite from the artifacts: .*"
                                          r"\(SQLite: database or disk is full\)\. \(see .*trace.sqlite.withheld.txt\)"):
-        capture_launch(spec, settings, launch, 0, capture_command.TIMING)
+        launch_analysis(spec, settings, launch, 0, capture_command.TIMING)
 
 
 # ----------------------------------------------------------------------------- hostile names
@@ -405,9 +405,9 @@ def test_a_token_in_the_workloads_arguments_reaches_no_artifact(
 INTERRUPTED_CLEANING = """
 import os, signal, sys, threading
 from pathlib import Path
-import perfgate.capture as capture
-from perfgate.config import load_settings
-from perfgate.workloads import discover_workloads
+import perfgate.capture.launch as capture
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import discover_workloads
 
 root, launch, nsys = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 settings = load_settings(root, env={"PERFGATE_NSYS": nsys})

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.errors import TraceError
 from perfgate.gate.baseline import load_baseline
 from perfgate.gate.compare import ComparePolicy
-from perfgate.settings.config import load_settings
-from perfgate.errors import TraceError
-from perfgate.records.model import Verdict
 from perfgate.pipeline.inputs import compare_files, metrics_from_document
 from perfgate.pipeline.workload_run import compare_policy, judge, run_workload
+from perfgate.records.model import Verdict
+from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads, select_workloads
 
 SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from perfgate.capture.launch import run_capture
-from perfgate.settings.config import load_settings
 from perfgate.errors import CaptureTimeoutError
-from perfgate.system.supervisor import descendants
-from perfgate.system.process_tree import start, stop
+from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system.process_tree import start, stop
+from perfgate.system.supervisor import descendants
 
 HANG = '''
 import os, subprocess, sys, time

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
 from perfgate.gate.compare import compare_launches
-from perfgate.records.model import MachineInfo, Verdict
 from perfgate.pipeline.inputs import explained_launches, analyze_file, gate_metrics
+from perfgate.records.model import MachineInfo, Verdict
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 

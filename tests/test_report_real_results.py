@@ -1,6 +1,6 @@
 """Every report rendered from real results: real nsys captures of a tiny torch.cuda.nvtx script
 (three plain launches, two with a 20 ms sleep injected into ``forward``), analysed by
-perfgate.analysis and compared by perfgate.compare (see tests/report_results.py)."""
+perfgate.analysis and compared by perfgate.gate.compare (see tests/report_results.py)."""
 from __future__ import annotations
 
 import io
@@ -15,15 +15,15 @@ import pytest
 from report_results import INJECTED_FORWARD_MS, STEPS, SKIP_STEPS, real_results
 
 from perfgate.records.model import Verdict, WorkloadResult
-from perfgate.report.terminal import failure_message, render_summary
+from perfgate.records.version import RECORD_VERSION
+from perfgate.report import write_all
 from perfgate.report.annotations import render_annotations
 from perfgate.report.benchmark_json import render_benchmark_json
+from perfgate.report.json_report import render_report_json
+from perfgate.report.json_report import results_from_report
 from perfgate.report.junit import render_junit
 from perfgate.report.markdown import render_markdown
-from perfgate.report.json_report import render_report_json
-from perfgate.report import write_all
-from perfgate.report.json_report import results_from_report
-from perfgate.records.version import RECORD_VERSION
+from perfgate.report.terminal import failure_message, render_summary
 
 
 @pytest.fixture(scope="session")

@@ -10,16 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.gate.compare import compare_launches
+from perfgate.analysis.resources import attach_resources
 from perfgate.capture.gpu_monitor import Sample
+from perfgate.gate.compare import compare_launches
 from perfgate.records.model import Verdict, WorkloadResult
 from perfgate.report.charts import render_charts
-from perfgate.report.markdown import render_markdown
 from perfgate.report.json_report import render_report_json
-from perfgate.report.terminal import render_summary
 from perfgate.report.json_report import results_from_report
+from perfgate.report.markdown import render_markdown
 from perfgate.report.resources import energy_summary, memory_summary
-from perfgate.analysis.resources import attach_resources
+from perfgate.report.terminal import render_summary
 
 GIB = 2**30
 

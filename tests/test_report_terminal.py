@@ -5,8 +5,8 @@ import math
 
 from report_results import make_result
 
-from perfgate.records.model import Tolerance, Verdict
 from perfgate.gate.wording import fmt_tolerance
+from perfgate.records.model import Tolerance, Verdict
 from perfgate.report.terminal import failure_message, render_summary
 
 

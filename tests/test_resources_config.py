@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from perfgate.capture.command import nsys_command
-from perfgate.settings.config import load_settings
 from perfgate.errors import ConfigError
 from perfgate.pipeline.workload_run import compare_policy
+from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import WorkloadSpec, discover_workloads, select_workloads
 
 

@@ -1,4 +1,4 @@
-"""Adaptive launches (perfgate.sequential): the budget and its per-look level, the noise and the
+"""Adaptive launches (perfgate.gate.sequential_looks): the budget and its per-look level, the noise and the
 slowdown it lets the gate catch (checked against simulated gate runs of the real compare_launches),
 and the loop that adds launches only while the verdict is unclear."""
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 from scipy import stats as sps
 import pytest
 
-from perfgate.gate.compare import ComparePolicy, compare_launches
 from perfgate.errors import ConfigError
-from perfgate.records.model import Tolerance, Verdict
+from perfgate.gate.compare import ComparePolicy, compare_launches
 from perfgate.gate.sequential_looks import (
     LaunchBudget, detectable_change, launch_noise, noise_report, run_looks,
 )
+from perfgate.records.model import Tolerance, Verdict
 
 POLICY = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.03)}, alpha=0.01)
 

@@ -1,4 +1,4 @@
-"""perfgate.stats: launch-level Student t-test, Holm, the three-way decision and stability checks."""
+"""perfgate.gate.statistics: launch-level Student t-test, Holm, the three-way decision and stability checks."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from perfgate.records.model import Verdict
 from perfgate.gate.statistics import decide, geometric_mean, holm, shift_test, stability, summarize
+from perfgate.records.model import Verdict
 
 
 # --------------------------------------------------------------------------- summaries

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.settings.config import load_settings
-from perfgate.records.model import Verdict
 from perfgate.pipeline.workload_run import run_workload
+from perfgate.records.model import Verdict
+from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads, select_workloads
 from machine_load import LoadMeter, drift
 

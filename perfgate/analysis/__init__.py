@@ -12,12 +12,12 @@ import numpy as np
 from perfgate.analysis.comm import comm_stats
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
+from perfgate.analysis.loop import batch_sizes
+from perfgate.analysis.periods import iteration_periods, step_stats
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
 from perfgate.analysis.ranks import rank_stats
-from perfgate.analysis.loop import batch_sizes
-from perfgate.analysis.periods import iteration_periods, step_stats
 from perfgate.analysis.steps import SOURCE_NVTX, StepSelection, select_steps
 from perfgate.errors import ConfigError
 from perfgate.records.model import Analysis

@@ -1,4 +1,4 @@
-"""Energy and power of a launch's measured steps, from the NVML samples perfgate.gpu_monitor took
+"""Energy and power of a launch's measured steps, from the NVML samples perfgate.capture.gpu_monitor took
 while the launch ran (pure functions: recorded sample sequences in, numbers out).
 
 The measured window is the trace's (first measured step's start to the last one's period end),
@@ -29,7 +29,7 @@ __all__ = ["EnergyReport", "active_gpus", "counter_energy_j", "interpolate", "po
            "window_energy"]
 
 
-class _Sample(Protocol):   # perfgate.gpu_monitor.Sample
+class _Sample(Protocol):   # perfgate.capture.gpu_monitor.Sample
     t_s: float
     gpu: int
     sm_mhz: int

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from perfgate.analysis.intervals import group_sums
+from perfgate.records.model import GpuWork, KernelStat
 from perfgate.trace.api_calls import SYNC_CALLS, ApiCalls, api_name
 from perfgate.trace.columns import Columns, descending_order, run_starts
 from perfgate.trace.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
-from perfgate.records.model import GpuWork, KernelStat
 
 __all__ = ["gpu_work", "in_window", "peak_memory"]
 

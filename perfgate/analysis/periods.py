@@ -21,8 +21,8 @@ import numpy as np
 
 from perfgate.analysis.intervals import BLOCK, group_sums
 from perfgate.analysis.loop import samples_per_iteration
-from perfgate.trace.columns import Columns, grouped_cummax, run_starts
 from perfgate.records.steps import StepStats, Summary
+from perfgate.trace.columns import Columns, grouped_cummax, run_starts
 
 if TYPE_CHECKING:
     from perfgate.analysis.steps import StepSelection

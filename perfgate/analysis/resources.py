@@ -12,7 +12,7 @@ Each memory metric names its source:
   other libraries) of one process on one GPU over the whole run, read by Analysis.metrics() from
   ``GpuWork.peak_memory_bytes``.
 
-Energy and power come from perfgate.energy over the NVML samples perfgate.gpu_monitor took during
+Energy and power come from perfgate.analysis.energy over the NVML samples perfgate.capture.gpu_monitor took during
 the launch: ``energy.per_sample_j``, ``energy.per_step_j``, ``energy.power_mean_w``,
 ``energy.power_peak_w``. Without NVML or a GPU these metrics are absent (never zero), and
 ``Analysis.extra["energy"]`` says why.

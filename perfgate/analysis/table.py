@@ -1,9 +1,9 @@
 """``perfgate analyze --format table``: an Analysis as aligned plain text."""
 from __future__ import annotations
 
+from perfgate.analysis.kernel_names import shortened
 from perfgate.records.model import Analysis
 from perfgate.records.steps import StepStats
-from perfgate.analysis.kernel_names import shortened
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

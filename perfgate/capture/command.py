@@ -1,7 +1,7 @@
 """The command line and environment of a capture (pure): the nsys ``--trace`` set of each kind of
 launch, ``nsys profile ... <workload>`` with its options, and the profiled process's environment
 (secrets scrubbed; with ``autostep`` on, ``PERFGATE_AUTOSTEP=1`` and autostep's ``sitecustomize``
-folder first on ``PYTHONPATH``: perfgate.autostep). perfgate.capture runs it."""
+folder first on ``PYTHONPATH``: perfgate.capture.autostep.install). perfgate.capture.launch runs it."""
 from __future__ import annotations
 
 import os
@@ -9,10 +9,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from perfgate.capture.autostep.install import ENV_VAR as AUTOSTEP_ENV_VAR
-from perfgate.capture.autostep.install import site_dir as autostep_site_dir
-from perfgate.settings.config import Settings
+from perfgate.capture.autostep.install import ENV_VAR as AUTOSTEP_ENV_VAR, site_dir as autostep_site_dir
 from perfgate.errors import ConfigError
+from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 
 # What ``pytorch_trace = "auto"`` passes as nsys --pytorch where nsys has it. Its ranges (names seen
@@ -44,7 +43,7 @@ def resolve_trace(trace: str, gpu_count: int, kind: str = TIMING) -> str:
 def profile_launch_wanted(settings: Settings, gpu_count: int) -> bool:
     """Whether a gate run may take a CUDA-traced profile launch besides its timing launches: with a
     GPU, ``trace = "auto"`` and ``profile`` auto or always (auto takes it when recording and when the
-    timing launches did not PASS: perfgate.pipeline). A trace set given by the user is used for every
+    timing launches did not PASS: perfgate.pipeline.workload_run). A trace set given by the user is used for every
     launch instead (they all measure the same way, as before)."""
     return gpu_count > 0 and settings.trace == "auto" and settings.profile in ("auto", "always")
 
@@ -75,7 +74,7 @@ def nsys_command(
     """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``;
     ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``;
     ``cuda_memory_usage`` adds ``--cuda-memory-usage=true`` when ``trace`` has ``cuda`` (the
-    trace's peak GPU memory: perfgate.resources); ``wait_primary`` adds ``--wait=primary`` (nsys
+    trace's peak GPU memory: perfgate.analysis.resources); ``wait_primary`` adds ``--wait=primary`` (nsys
     ends with the workload's own process, not with the last process it left behind: a daemon,
     persistent DataLoader workers; the supervisor ends those); ``session`` names nsys's session
     (``--session-new``)."""

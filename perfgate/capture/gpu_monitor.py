@@ -3,7 +3,7 @@ while a launch runs.
 
 A launch whose GPU slowed down for thermal or hardware reasons measured the machine, not the code:
 the gate marks it (``Analysis.extra["gpu_clocks"]["throttled"]``) and says so in the result. The
-same samples give the launch's energy over its measured steps (perfgate.energy). NVML comes from
+same samples give the launch's energy over its measured steps (perfgate.analysis.energy). NVML comes from
 ``nvidia-ml-py`` (module ``pynvml``) behind :class:`NvmlReader`; without it, or without a GPU,
 monitoring is a no-op.
 """
@@ -150,7 +150,7 @@ def summarize(samples: list[Sample]) -> MonitorReport | None:
 
 class GpuMonitor:
     """``with GpuMonitor() as m: ...`` samples every GPU each ``interval_s``; ``m.report()`` (clocks)
-    and ``m.samples`` (everything, for perfgate.energy) after. ``reader``: an NvmlReader (default
+    and ``m.samples`` (everything, for perfgate.analysis.energy) after. ``reader``: an NvmlReader (default
     pynvml, or ``nvml``: an object with pynvml's API)."""
 
     def __init__(self, interval_s: float = 0.1, nvml: Any | None = None,

@@ -1,13 +1,13 @@
 """Run one launch of a workload under ``nsys profile`` and keep its artifacts.
 
-perfgate.capture_command builds the command line and environment (pure); ``run_capture`` runs it under perfgate's
-supervisor (perfgate.process_tree: the whole process tree ends with the launch) with a timeout, in
-a private folder (perfgate.capture_dir), and leaves in the launch directory, once cleaned of
-secrets (perfgate.redaction): ``trace.nsys-rep``, ``trace.sqlite``, ``command.txt`` (the command
+perfgate.capture.command builds the command line and environment (pure); ``run_capture`` runs it under perfgate's
+supervisor (perfgate.system.process_tree: the whole process tree ends with the launch) with a timeout, in
+a private folder (perfgate.capture.private_dir), and leaves in the launch directory, once cleaned of
+secrets (perfgate.capture.redaction.launch_folder): ``trace.nsys-rep``, ``trace.sqlite``, ``command.txt`` (the command
 line) and ``workload.log`` (stdout and stderr of nsys and the workload). nsys and the profiled
 process get a scrubbed environment, and the private folder as ``TMPDIR``.
 With ``autostep`` on (the default) that environment also carries ``PERFGATE_AUTOSTEP=1`` and
-autostep's ``sitecustomize`` folder first on ``PYTHONPATH`` (perfgate.autostep: NVTX ranges
+autostep's ``sitecustomize`` folder first on ``PYTHONPATH`` (perfgate.capture.autostep.install: NVTX ranges
 for DataLoader, backward and optimizer step in code that has none).
 """
 from __future__ import annotations
@@ -27,19 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate.capture import private_dir as capture_dir
-from perfgate.system import process_tree
+from perfgate.capture import private_dir
 from perfgate.capture.command import (
     TIMING, capture_environment, nsys_command, pytorch_trace_mode, resolve_trace,
 )
-from perfgate.capture.private_dir import Kept
-from perfgate.settings.config import Settings
-from perfgate.errors import CaptureError, CaptureTimeoutError, ImporterError, WorkloadFailedError
 from perfgate.capture.nsys_log import failure_cause
-from perfgate.records.model import Capture
+from perfgate.capture.private_dir import Kept
 from perfgate.capture.redaction.launch_folder import clean_artifacts
 from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
+from perfgate.errors import CaptureError, CaptureTimeoutError, ImporterError, WorkloadFailedError
+from perfgate.records.model import Capture
+from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system import process_tree
 
 SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT "
 REPORT_STEM = "trace"
@@ -93,7 +93,7 @@ class _Attempt:
     wall_s: float
     text: str                  # the (cleaned) log
     kept: Kept
-    tmp_note: str = ""         # capture_dir.room_note: the temporary folder was (nearly) full
+    tmp_note: str = ""         # private_dir.room_note: the temporary folder was (nearly) full
     hung: str | None = None    # nsys started no workload: what happened, in words
 
 
@@ -110,10 +110,10 @@ def run_capture(
     """Run ``spec`` once under nsys as a launch of ``kind`` (its trace set: :func:`resolve_trace`);
     artifacts go to ``launch_dir`` (created).
 
-    nsys writes into a private folder (perfgate.capture_dir) under perfgate's supervisor
-    (perfgate.process_tree.PrivateRun): on success, failure, timeout, Ctrl-C or SIGTERM nsys is
+    nsys writes into a private folder (perfgate.capture.private_dir) under perfgate's supervisor
+    (perfgate.system.process_tree.PrivateRun): on success, failure, timeout, Ctrl-C or SIGTERM nsys is
     asked to finish (SIGINT: it writes the report of what ran), the whole process tree ends, the
-    output is cleaned of secrets (perfgate.redaction) and only then moved into ``launch_dir``;
+    output is cleaned of secrets (perfgate.capture.redaction.launch_folder) and only then moved into ``launch_dir``;
     the supervisor removes the private folder, also when perfgate is killed. An nsys that failed
     for a reason nsys.transient_failure recognises (another nsys session's), or that had started
     no workload START_S after it began, is run again after a wait (RETRY_WAITS_S; nsys's stale
@@ -162,11 +162,11 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     from perfgate.system.nsys import supports_option
 
     known = secret_values(os.environ)
-    folder = capture_dir.make()
+    folder = private_dir.make()
     private, out = folder.path, folder.path / "out"
     run: process_tree.PrivateRun | None = None
     returncode: int | None = None
-    session = f"perfgate-{private.name.removeprefix(capture_dir.PREFIX)}"
+    session = f"perfgate-{private.name.removeprefix(private_dir.PREFIX)}"
     cmd = nsys_command(
         nsys, spec, out / REPORT_STEM, trace=trace, capture_range=settings.capture_range, pytorch=pytorch,
         extra_args=extra_args, cuda_memory_usage=settings.cuda_memory_usage,
@@ -188,9 +188,9 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
             try:
                 if run is not None and returncode is None:
                     run.stop()      # nsys finishes its report of what ran; the tree ends
-                room = capture_dir.room_note(private)
+                room = private_dir.room_note(private)
                 clean_artifacts(out, known, nsys)
-                kept = capture_dir.keep(out, launch_dir)
+                kept = private_dir.keep(out, launch_dir)
             finally:
                 if run is not None:
                     run.release()

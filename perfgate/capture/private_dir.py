@@ -1,7 +1,7 @@
 """A capture's private folder: where nsys writes, where its output is cleaned of secrets, and
 from where only cleaned files reach the artifacts.
 
-nsys records environments (perfgate.secrets says whose), and it writes more than its report: its
+nsys records environments (perfgate.capture.redaction.secrets says whose), and it writes more than its report: its
 raw capture (``nsys-report-XXXX.qdstrm``, mode 0664), the profiled process's output, a log that
 holds nsys's own environment (``nvidia/nsight_systems/telemetry-0/*.qdlog``) and, when it cannot
 write its ``-o`` file, a report of its own name; all under ``$TMPDIR`` (checked with nsys 2022.4),
@@ -10,7 +10,7 @@ and none of it removed when nsys is killed. (Outside ``$TMPDIR`` nsys 2022.4 wri
 both removed as it goes, and its session table and semaphores in ``/dev/shm``; ``nsys export``
 writes its output only. Seen with strace.) So each capture gets a folder of its own
 (:func:`make`, mode 0700, in the system's temporary folder, never the artifacts folder), which
-the supervisor removes whatever happens (perfgate.process_tree.PrivateRun); one whose perfgate
+the supervisor removes whatever happens (perfgate.system.process_tree.PrivateRun); one whose perfgate
 and supervisor were both killed at once is removed by the next capture (:func:`sweep`):
 
 - ``tmp/``: ``TMPDIR`` of nsys and the profiled workload (nsys's session files, raw capture,
@@ -20,7 +20,7 @@ and supervisor were both killed at once is removed by the next capture (:func:`s
   with 4 gates at once: 4 of 24 captures had to be taken again (``ProcessWaiterImpl``), against 2
   of 24 and 3 of 16 with the lock private, so it stays private.
 - ``out/``: the report, its SQLite export, ``workload.log`` and ``command.txt``; cleaned in
-  place (perfgate.redaction), then moved into the launch folder by :func:`keep`, most needed
+  place (perfgate.capture.redaction.launch_folder), then moved into the launch folder by :func:`keep`, most needed
   first, so that a full disk keeps what fitted and names what did not.
 """
 from __future__ import annotations

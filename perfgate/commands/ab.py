@@ -3,7 +3,7 @@ interleaved (base, head, head, base, base, head, ...), and decide with the launc
 
 ``run_ab`` holds the schedule and the sequential decision and takes the launcher as a function
 (``launch(side, k) -> metrics``), so it is testable without nsys; ``capture_launcher`` is the real
-launcher (the gate's perfgate.pipeline.capture_launch, in a git worktree) and
+launcher (the gate's perfgate.pipeline.workload_run.launch_analysis, in a git worktree) and
 ``git_worktree`` checks a ref out into a temporary worktree. ``add_parser`` registers ``perfgate ab``.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.gate.compare import ComparePolicy, Outcome, compare_launches, needs_more_launches
-from perfgate.gate.wording import describe
 from perfgate.errors import ConfigError, PerfgateError
-from perfgate.records.model import Verdict
+from perfgate.gate.compare import ComparePolicy, Outcome, compare_launches, needs_more_launches
 from perfgate.gate.sequential_looks import look_level
+from perfgate.gate.wording import describe
+from perfgate.records.model import Verdict
 
 if TYPE_CHECKING:
     from perfgate.settings.config import Settings
@@ -91,7 +91,7 @@ def run_ab(
     """Run ``launches`` interleaved rounds (one base and one head launch each), compare, and while the
     outcome is INCONCLUSIVE (``needs_more_launches``) add ``add_launches`` rounds (default: as many as
     at first) up to ``max_launches`` per side (default: ``launches``, i.e. no extra rounds). With more
-    than one possible look, each tests at Pocock's level for them (perfgate.sequential.look_level),
+    than one possible look, each tests at Pocock's level for them (perfgate.gate.sequential_looks.look_level),
     so the whole run raises a false alarm with chance ``policy.alpha``, not once per look."""
     if launches < 1:
         raise ConfigError(f"option --launches: must be >= 1 (got {launches})")
@@ -157,9 +157,9 @@ def capture_launcher(spec: WorkloadSpec, settings: Settings, trees: Mapping[str,
 
     def launch(side: str, k: int) -> Mapping[str, float]:
         from perfgate.capture.command import TIMING
-        from perfgate.pipeline.workload_run import capture_launch
+        from perfgate.pipeline.workload_run import launch_analysis
 
-        return capture_launch(spec, settings, run_dir / f"{side}-{k}", k, TIMING, cwd=trees[side],
+        return launch_analysis(spec, settings, run_dir / f"{side}-{k}", k, TIMING, cwd=trees[side],
                               extra_args=extra_args).metrics()
 
     return launch

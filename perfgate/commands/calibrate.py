@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfgate.commands.calibration_file import AA, read_calibration
+from perfgate.errors import ConfigError, PerfgateError
 from perfgate.gate.compare import ComparePolicy, compare_launches
 from perfgate.gate.sequential_looks import LaunchBudget
-from perfgate.errors import ConfigError, PerfgateError
-from perfgate.records.model import Verdict
 from perfgate.gate.statistics import coefficient_of_variation, disjoint_splits, upper_bound_95
+from perfgate.records.model import Verdict
 
 if TYPE_CHECKING:
     from perfgate.settings.config import Settings
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 CV_METRICS = ("step_time_ms", "step_time_mean_ms")
 
 
-# the pure helpers (coefficient_of_variation, upper_bound_95, disjoint_splits) live in perfgate.stats
+# the pure helpers (coefficient_of_variation, upper_bound_95, disjoint_splits) live in perfgate.gate.statistics
 
 
 @dataclass(frozen=True)
@@ -189,15 +189,15 @@ def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], ph
     return pools, labels, walls
 
 
-def capture_launch(spec: WorkloadSpec, settings: Settings, run_dir: Path, base_args: Sequence[str] = ()) -> Launch:
-    """The real launcher: the gate's perfgate.pipeline.capture_launch; artifacts in ``run_dir/<label>/``."""
+def calibration_launcher(spec: WorkloadSpec, settings: Settings, run_dir: Path, base_args: Sequence[str] = ()) -> Launch:
+    """The real launcher: the gate's perfgate.pipeline.workload_run.launch_capture_and_analysis; artifacts in ``run_dir/<label>/``."""
 
     def launch(label: str, extra_args: Sequence[str]) -> tuple[Mapping[str, float], float]:
         from perfgate.capture.command import TIMING
-        from perfgate.pipeline.workload_run import captured_launch
+        from perfgate.pipeline.workload_run import launch_capture_and_analysis
 
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
-        capture, analysis = captured_launch(spec, settings, run_dir / safe, 0, TIMING,
+        capture, analysis = launch_capture_and_analysis(spec, settings, run_dir / safe, 0, TIMING,
                                             extra_args=(*base_args, *extra_args))
         return analysis.metrics(), capture.wall_s
 
@@ -220,7 +220,7 @@ def _csv_numbers(text: str, what: str, kind: Callable[[str], float] = float) -> 
 @dataclass(frozen=True)
 class SequentialTable:
     """Accuracy of the gate as it runs: a baseline of ``record_launches`` A/A launches, then current
-    launches drawn one at a time (perfgate.sequential.run_looks) within ``budget``."""
+    launches drawn one at a time (perfgate.gate.sequential_looks.run_looks) within ``budget``."""
 
     record_launches: int
     budget: LaunchBudget
@@ -348,7 +348,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             run_dir = new_run_dir(settings.artifacts_dir, f"calibrate-{spec.full_name}")
             out = args.out or run_dir
             pools, injected, walls = run_pools(
-                capture_launch(spec, settings, run_dir, shlex.split(args.workload_args)), launches=n, inject_pcts=pcts, phase=phase,
+                calibration_launcher(spec, settings, run_dir, shlex.split(args.workload_args)), launches=n, inject_pcts=pcts, phase=phase,
                 knob="--slow-gpu-ms" if args.inject_on == "gpu" else "--slow-ms",
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     except PerfgateError as exc:

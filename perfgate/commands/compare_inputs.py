@@ -87,7 +87,7 @@ def _document_identity(doc: Any) -> tuple[str | None, str | None]:
 
 
 def _trace_machine_class(sqlite: Path) -> str | None:
-    """The machine class of the machine a trace was taken on (perfgate.machine's naming)."""
+    """The machine class of the machine a trace was taken on (perfgate.system.machine's naming)."""
     from perfgate.system.machine import machine_class_for
 
     with contextlib.closing(sqlite3.connect(f"file:{sqlite}?mode=ro", uri=True)) as conn:

@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perfgate.diagnosis.evidence import H2D_PHASE
 from perfgate.diagnosis.checks import (
     blocking_copy, copy_not_overlapped, cpu_launch_bound, dataloader_blocking, long_gpu_gaps,
     low_gpu_utilization, no_mixed_precision, not_compiled, pageable_copies, synchronizing_api_calls,
     synchronous_copies, warmup_in_window,
 )
-from perfgate.diagnosis.evidence import COMPUTE_PHASES, data_phase, idle_ms_per_step, phase_ms
+from perfgate.diagnosis.evidence import COMPUTE_PHASES, H2D_PHASE, data_phase, idle_ms_per_step, phase_ms
 from perfgate.diagnosis.facts import TraceFacts
 from perfgate.diagnosis.records import Finding
 from perfgate.records.model import Analysis

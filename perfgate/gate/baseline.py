@@ -4,7 +4,7 @@ One file per workload (variants: ``baselines/<workload>/<variant>/<machine_class
 machine class, written only on request, atomically, as diff-friendly JSON (indent 2, sorted
 keys, trailing newline). It holds the machine, provenance, each launch's metrics and step
 durations, and per-metric summaries across launches. A recording holds its folder's lock
-(perfgate.baseline_lock): a second recording of the same baseline at once stops at its start.
+(perfgate.gate.baseline_lock): a second recording of the same baseline at once stops at its start.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ FORMAT = "perfgate-baseline"
 #: 2: step time is the iteration period (start of a step range to the next one's start); version 1
 #: measured the step range's duration, which a period must never be compared with.
 VERSION = 2
-#: Every launch of a baseline must have it: the gate's verdict rests on it (perfgate.compare).
+#: Every launch of a baseline must have it: the gate's verdict rests on it (perfgate.gate.compare).
 PRIMARY_METRIC = "step_time_ms"
 
 
@@ -48,7 +48,7 @@ STEP_SUMMARY_KEYS = ("median_ms", "mean_ms", "p10_ms", "p90_ms", "stdev_ms", "mi
 @dataclass(frozen=True)
 class BaselineLaunch:
     """One recorded launch. Its record (``to_dict``, read back by ``from_dict``) is an analysis
-    record (perfgate.schema, docs/schema.md) reduced to what a later comparison reads: the metrics,
+    record (perfgate.records.version, docs/schema.md) reduced to what a later comparison reads: the metrics,
     the measured step durations (``step_durations_ms``), ``steps`` without summary or durations,
     the phases, GPU work and idle, the diagnosis, per-rank statistics and the launch kind."""
 
@@ -173,7 +173,7 @@ class Baseline:
 
 def baseline_path(baseline_dir: Path, workload: str, machine_class: str, variant: str | None = None) -> Path:
     """Where the baseline of ``workload`` (and ``variant``) for ``machine_class`` lives: always inside
-    ``baseline_dir`` (ConfigError for a name that is not one safe path component, perfgate.names)."""
+    ``baseline_dir`` (ConfigError for a name that is not one safe path component, perfgate.records.safe_names)."""
     check_name(workload, "workload")
     check_name(machine_class, "machine class (machine_class / PERFGATE_MACHINE_CLASS)")
     if variant:
@@ -250,7 +250,7 @@ def baseline_document(baseline: Baseline) -> dict[str, Any]:
         "launches": [launch.to_dict() for launch in baseline.launches],
         "summary": baseline.summaries(),
         # the launch-to-launch noise of step time (sd of log values), which sizes the gate's test
-        # (perfgate.sequential; recomputed from the launches when read)
+        # (perfgate.gate.sequential_looks; recomputed from the launches when read)
         "noise": {"metric": NOISE_METRIC, "launch_log_sd": launch_noise(baseline.launch_metrics)},
     }
 

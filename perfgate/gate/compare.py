@@ -1,6 +1,6 @@
 """The gate's verdict: ``compare_launches`` turns per-launch metric mappings of a baseline and a
 current side into per-metric comparisons and one overall verdict, under a ComparePolicy. What the
-metrics mean and the tolerance grammar are perfgate.metrics (re-exported here).
+metrics mean and the tolerance grammar are perfgate.gate.metric_specs (re-exported here).
 
 Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
 tolerance (relative AND absolute floor) AND the launch-level one-sided Student t-test on logs is
@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfgate.gate import statistics as stats
 from perfgate.errors import ConfigError
+from perfgate.gate import statistics
 from perfgate.gate.metric_specs import LOWER, METRIC_SPECS, OFF, alpha_problem, spec_for
-from perfgate.records.model import MetricComparison, Tolerance, Verdict, fails
 from perfgate.gate.wording import describe, fmt_metric_change, fmt_value
+from perfgate.records.model import MetricComparison, Tolerance, Verdict, fails
 
 __all__ = ["ComparePolicy", "Outcome", "compare_launches", "needs_more_launches"]
 
@@ -33,7 +33,7 @@ class ComparePolicy:
     ``tolerances``: metric name or fnmatch pattern -> Tolerance, overriding the spec defaults (an exact
     name beats a pattern; among patterns the longest wins). ``tolerance_overrides``: tables that beat
     ``tolerances``, highest first: a metric takes its tolerance from the first table with an entry
-    for it (perfgate.config's precedence: option > workload table > global table). ``alpha``: one-sided false-alarm budget per
+    for it (perfgate.settings.config's precedence: option > workload table > global table). ``alpha``: one-sided false-alarm budget per
     primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
     ``gate_secondary``: False makes every non-primary metric report-only. ``gating``: metric name or
     pattern -> True/False overriding a spec's gating flag (e.g. {"sync_calls_per_step": True}).
@@ -154,7 +154,7 @@ class _Row:
     metric: str
     base: list[float]
     cur: list[float]
-    test: stats.ShiftTest | None
+    test: statistics.ShiftTest | None
     log_scale: bool
 
 
@@ -193,7 +193,7 @@ def compare_launches(
                 note="missing in the current launches" if b else "not in the baseline"))
             continue
         log_scale = spec.log_scale and min(b + c) > 0
-        rows.append(_Row(metric, b, c, stats.shift_test(b, c, log_scale=log_scale, alpha=policy.alpha), log_scale))
+        rows.append(_Row(metric, b, c, statistics.shift_test(b, c, log_scale=log_scale, alpha=policy.alpha), log_scale))
 
     # Holm across each gating non-primary family, separately for the two directions: the
     # secondary family (behind step time) and the metrics that gate alone (memory, energy, ...).
@@ -203,7 +203,7 @@ def compare_launches(
     for family in ([r for r in gated if not policy.alone(r.metric)], [r for r in gated if policy.alone(r.metric)]):
         worse = [_p_worse(r) for r in family]
         better = [_p_better(r) for r in family]
-        for r, pw, pb in zip(family, stats.holm(worse), stats.holm(better)):
+        for r, pw, pb in zip(family, statistics.holm(worse), statistics.holm(better)):
             p_adj[r.metric], sizes[r.metric] = (pw, pb), len(family)
 
     compared = _gatekeep([_compare_row(r, policy, p_adj.get(r.metric), sizes.get(r.metric, 0)) for r in rows], policy)
@@ -249,7 +249,7 @@ def _order_rows(rows: list[MetricComparison]) -> list[MetricComparison]:
 
 def _center(values: list[float], log_scale: bool) -> float:
     if log_scale and min(values) > 0:
-        return stats.geometric_mean(values)
+        return statistics.geometric_mean(values)
     return sum(values) / len(values)
 
 
@@ -287,7 +287,7 @@ def _compare_row(r: _Row, policy: ComparePolicy, adjusted: tuple[float, float] |
             p_worse, p_better = adjusted
             which = "metrics gating alone" if policy.alone(r.metric) else "secondary metrics"
             notes.append(f"p Holm-adjusted over {family_size} {which}")
-    decision = stats.decide(
+    decision = statistics.decide(
         worse_change=worse_change, worse_delta=sign * delta,
         rel_tolerance=tol.rel, abs_tolerance=tol.abs,
         p_worse=p_worse, p_better=p_better, alpha=policy.alpha,

@@ -1,7 +1,7 @@
 """The gate's vocabulary: what each metric means to it (unit, direction, default tolerance, whether
 it gates), the tolerance grammar (``"5%"``, ``"10% + 0.5"``, ``"+0.02"``, ``"off"``) and the range
-of the false-alarm budget ``alpha``. No numpy: perfgate.config parses tolerances and checks
-``alpha`` with it before anything runs; perfgate.compare decides verdicts with it.
+of the false-alarm budget ``alpha``. No numpy: perfgate.settings.config parses tolerances and checks
+``alpha`` with it before anything runs; perfgate.gate.compare decides verdicts with it.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
                description="synchronize calls per step (diagnostic: a new sync shows here)"),
     MetricSpec("cuda_api_ms_per_step", "ms", LOWER, Tolerance(rel=0.10, abs=0.5), gating=False,
                description="CUDA API time per step (diagnostic)"),
-    # issue 18: memory and energy gate on their own (perfgate/resources.py says where each comes from)
+    # issue 18: memory and energy gate on their own (perfgate/analysis/resources.py says where each comes from)
     MetricSpec("gpu_memory.*_mib", "MiB", LOWER, Tolerance(rel=0.10, abs=64.0), gating=True, alone=True,
                description="peak GPU memory of a launch: allocated/reserved (the workload's torch allocator) or traced (nsys)"),
     MetricSpec("energy.per_sample_j", "J", LOWER, Tolerance(rel=0.05), gating=True, alone=True,

@@ -11,7 +11,7 @@ The noise of a workload is the launch-to-launch spread of its step time (the sta
 the log of each launch's value, about its coefficient of variation); with the baseline's launch count
 and the budget it gives the smallest slowdown the gate catches 9 times in 10
 (:func:`detectable_change`). Pure functions and one loop over a launch callable (:func:`run_looks`),
-shared by the gate (perfgate.pipeline) and its calibration (perfgate.calibrate).
+shared by the gate (perfgate.pipeline.workload_run) and its calibration (perfgate.commands.calibrate).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ _LEVEL_VALUES = 2_000_000          # simulated launch values held at once (16 MB
 def look_level(alpha: float, looks: tuple[tuple[int, int], ...]) -> float:
     """The one nominal level at which each of ``looks`` (baseline, current launch counts, in the
     order they are taken) tests, so that with no change the chance that any of them rejects is
-    ``alpha``: Pocock's constant boundary for the looks' Student t-statistics (perfgate.stats.shift_test).
+    ``alpha``: Pocock's constant boundary for the looks' Student t-statistics (perfgate.gate.statistics.shift_test).
 
     With no change every launch is a draw from one distribution, and the t-statistics of the looks
     do not depend on its scale, so their joint law is that of standard normal draws: the level is
@@ -127,7 +127,7 @@ def launch_noise(launches: Sequence[Mapping[str, float]], metric: str = NOISE_ME
 
 
 def _df(n_baseline: int, n_current: int) -> float:
-    """Degrees of freedom of the launch-level test (perfgate.stats.shift_test)."""
+    """Degrees of freedom of the launch-level test (perfgate.gate.statistics.shift_test)."""
     return float(n_baseline + n_current - 2)
 
 
@@ -234,7 +234,7 @@ class Look:
 
 def stop_reason(outcome: Outcome, launches: int, elapsed_s: float, budget: LaunchBudget) -> str | None:
     """Why the run stops after this look, or None to take another launch (while
-    perfgate.compare.needs_more_launches: a gating metric INCONCLUSIVE, nothing failed)."""
+    perfgate.gate.compare.needs_more_launches: a gating metric INCONCLUSIVE, nothing failed)."""
     from perfgate.gate.compare import needs_more_launches
 
     if not needs_more_launches(outcome):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _sps
 
-from perfgate.records.steps import Summary
 from perfgate.records.model import Verdict
+from perfgate.records.steps import Summary
 
 __all__ = [
     "coefficient_of_variation",

@@ -1,6 +1,6 @@
 """The metric names a tolerance may name (``[tool.perfgate.tolerance]``, a workload's
 ``tolerance`` table, ``--perfgate-tolerance`` / ``--tolerance``): the gate's metrics
-(perfgate.metrics.METRIC_SPECS), ``phase.<phase>.cpu_ms`` / ``phase.<phase>.gpu_ms`` for any
+(perfgate.gate.metric_specs.METRIC_SPECS), ``phase.<phase>.cpu_ms`` / ``phase.<phase>.gpu_ms`` for any
 phase, and fnmatch patterns matching at least one of them. Anything else is a typo that would
 otherwise change nothing, silently."""
 from __future__ import annotations

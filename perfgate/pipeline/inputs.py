@@ -11,12 +11,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT
-from perfgate.gate.baseline import checked_metrics, parse_baseline, profile_metrics
 from perfgate.errors import BaselineError, PerfgateError, TraceError
+from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline, profile_metrics
 from perfgate.records.model import Analysis, Verdict
-from perfgate.system.process_tree import swallowed_interrupt
 from perfgate.records.version import check_record_version
+from perfgate.system.process_tree import swallowed_interrupt
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions

@@ -1,24 +1,24 @@
 """Whether a baseline measured the code and software here (``perfgate baseline check``, and the
 gate's first line when it did not): the provenance a run of a workload would record
-(perfgate.provenance), compared with each baseline file's."""
+(perfgate.gate.provenance), compared with each baseline file's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.gate.baseline import Baseline, load_baseline
-from perfgate.settings.config import Settings
 from perfgate.errors import BaselineError
-from perfgate.system.machine import this_machine
-from perfgate.records.model import MachineInfo
+from perfgate.gate.baseline import Baseline, load_baseline
 from perfgate.gate.provenance import Provenance, Staleness, current, differences
+from perfgate.records.model import MachineInfo
+from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec, discover_workloads
+from perfgate.system.machine import this_machine
 
 
 def run_provenance(spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
                    cwd: Path | None = None) -> Provenance:
     """What a run of ``spec`` measures: its command line, its source files' fingerprint, the record
-    version and this machine's software (perfgate.provenance)."""
+    version and this machine's software (perfgate.gate.provenance)."""
     return current(cwd or settings.root, spec.module, spec.args, machine, launcher=spec.launcher, nproc=spec.nproc)
 
 

@@ -18,23 +18,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfgate.analysis.resources import attach_resources
+from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
+from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
+from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.gate.baseline import (
     baseline_from_analyses, baseline_path, check_identity, load_baseline, write_baseline,
 )
 from perfgate.gate.baseline_lock import recording_lock
-from perfgate.settings.config import Settings
-from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
-from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
-from perfgate.system.machine import this_machine
-from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
-from perfgate.system.process_tree import swallowed_interrupt
-from perfgate.gate.provenance import command_line, recording
-from perfgate.gate.provenance import Staleness
-from perfgate.analysis.resources import attach_resources
-from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
-from perfgate.settings.workloads import WorkloadSpec
-# files outside a gate run, and the diagnosis steps the gate shares (importable from here too)
+from perfgate.gate.provenance import Staleness, command_line, recording
 from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
+from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
+from perfgate.settings.config import Settings
+from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system.machine import this_machine
+from perfgate.system.process_tree import swallowed_interrupt
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
@@ -91,7 +89,7 @@ def run_workload(
     """Measure ``spec`` under nsys and judge it against its baseline (or record one).
 
     Timing launches (``nvtx`` only: they measure what the bare run does) are taken one at a time while
-    the verdict is not clear, within ``settings.budget`` (perfgate.sequential); then, on a machine with
+    the verdict is not clear, within ``settings.budget`` (perfgate.gate.sequential_looks); then, on a machine with
     a GPU, one CUDA-traced profile launch gives GPU idle, GPU time per phase, kernels and the
     diagnosis. ``progress`` receives a line per launch and per look. Never raises for a problem of
     this workload: it comes back as verdict ERROR with ``error``."""
@@ -208,7 +206,7 @@ class _Launcher:
     def timing_launch(self, k: int) -> Analysis:
         from perfgate.capture.command import TIMING
 
-        analysis = capture_launch(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
+        analysis = launch_analysis(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
                                   cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
         self.timing.append(analysis)
         medians = [a.steps.time_ms for a in self.timing]
@@ -225,7 +223,7 @@ class _Launcher:
 
         if not self.wants_profile:
             return
-        self.profile = capture_launch(self.spec, self.settings, self.run_dir / "profile", 0, PROFILE,
+        self.profile = launch_analysis(self.spec, self.settings, self.run_dir / "profile", 0, PROFILE,
                                       cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
         idle = self.profile.gpu_idle
         self.say(f"{self.spec.full_name}: profile launch (CUDA traced): "
@@ -235,7 +233,7 @@ class _Launcher:
 
 def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
              settings: Settings) -> tuple[list[Any], str]:
-    """Timing launches one at a time, a look after each (perfgate.sequential.run_looks), then the
+    """Timing launches one at a time, a look after each (perfgate.gate.sequential_looks.run_looks), then the
     profile launch when ``settings.profile`` asks for it (PROFILED_VERDICTS under auto). Returns the
     looks and why the launches stopped."""
     from perfgate.gate.sequential_looks import Look, run_looks
@@ -253,19 +251,20 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
     return looks, reason
 
 
-def capture_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                   cwd: Path | None = None, extra_args: Sequence[str] = (), progress: Progress | None = None) -> Analysis:
-    """One launch of ``kind`` (perfgate.capture.TIMING or PROFILE) into ``launch_dir``, analyzed,
+def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
+                    cwd: Path | None = None, extra_args: Sequence[str] = (), progress: Progress | None = None) -> Analysis:
+    """One launch of ``kind`` (perfgate.capture.command.TIMING or PROFILE) into ``launch_dir``, analyzed,
     checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
     one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.
     ``progress`` hears of a capture taken again after a transient nsys failure."""
-    return captured_launch(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args, progress=progress)[1]
+    return launch_capture_and_analysis(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args,
+                                       progress=progress)[1]
 
 
-def captured_launch(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                    cwd: Path | None = None, extra_args: Sequence[str] = (),
-                    progress: Progress | None = None) -> tuple[Capture, Analysis]:
-    """``capture_launch``, with the Capture it analyzed (its wall time, its artifacts)."""
+def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
+                                cwd: Path | None = None, extra_args: Sequence[str] = (),
+                                progress: Progress | None = None) -> tuple[Capture, Analysis]:
+    """``launch_analysis``, with the Capture it analyzed (its wall time, its artifacts)."""
     from perfgate.analysis import analyze
     from perfgate.capture.launch import run_capture
     from perfgate.trace.export import load_trace

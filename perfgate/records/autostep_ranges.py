@@ -1,4 +1,4 @@
-"""What perfgate's autostep hooks emit in a profiled process (perfgate/autostep.py): the NVTX range
+"""What perfgate's autostep hooks emit in a profiled process (perfgate/capture/autostep/install.py): the NVTX range
 and mark names, which the analysis reads back (analysis/loop.py, steps.py), and the one line on
 stderr a problem becomes. Standard library only: imported at interpreter start with autostep on.
 """

@@ -3,10 +3,10 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.schema, perfgate.rank_records and perfgate.step_records). Records are frozen dataclasses; every field that
+Records layer (imports only perfgate.records.version, perfgate.records.ranks and perfgate.records.steps). Records are frozen dataclasses; every field that
 carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
-``from_dict()`` beside it reads it back (versioned: perfgate.schema, docs/schema.md).
+``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.records.ranks import CommStats, RankStats
-from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
 from perfgate.records.steps import StepStats
+from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
 
 # the multi-process and the step records, here with the others
 __all__ = []
@@ -167,7 +167,7 @@ class Analysis:
                 out["comm_overlap_fraction"] = self.comm.overlap_fraction
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
-        # memory from the workload's allocator, energy and power from NVML (perfgate.resources)
+        # memory from the workload's allocator, energy and power from NVML (perfgate.analysis.resources)
         out.update(self.extra.get("resource_metrics") or {})
         return out
 
@@ -197,7 +197,7 @@ class Analysis:
     def from_dict(cls, d: Mapping[str, Any], where: str = "analysis record") -> Analysis:
         """The Analysis of an analysis record (``to_dict``; a baseline's launch record is one whose
         ``steps`` holds no summary: StepStats.from_dict). Keys it does not know go to ``extra``;
-        PerfgateError naming ``where`` for a record of a newer version (perfgate.schema)."""
+        PerfgateError naming ``where`` for a record of a newer version (perfgate.records.version)."""
         check_record_version(d, where)
         metrics = d.get("metrics") or {}
         own = {f.name for f in fields(cls)} - {"extra"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}

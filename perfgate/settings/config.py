@@ -27,9 +27,9 @@ from typing import Any
 
 from perfgate.errors import ConfigError
 from perfgate.gate.metric_specs import alpha_problem
+from perfgate.gate.sequential_looks import LaunchBudget
 from perfgate.records.model import Tolerance
 from perfgate.records.safe_names import MAX_LENGTH, RULE, is_safe_name
-from perfgate.gate.sequential_looks import LaunchBudget
 from perfgate.settings.pyproject import (
     WorkloadConfig, coerce, find_pyproject, parse_tolerances, parse_workload, read_table,
 )
@@ -53,7 +53,7 @@ def _at_least(low: float, what: str) -> Callable[[Any], str | None]:
 
 
 #: The most launches any count may ask for: every look of the gate tests at a level that falls with
-#: the number of looks (perfgate.sequential.look_level; alpha / looks beyond 40), so a count with a
+#: the number of looks (perfgate.gate.sequential_looks.look_level; alpha / looks beyond 40), so a count with a
 #: few zeros too many would make it unable to decide and let it launch for ever.
 MAX_LAUNCHES = 1000
 
@@ -116,7 +116,7 @@ class Setting:
     def value(self, raw: Any, where: str, *, typed: bool = False) -> Any:
         """``raw`` (from an option, the environment or the table) converted and checked;
         ConfigError naming ``where``. ``typed``: a pyproject value, which must already be of its
-        TOML type (perfgate.pyproject.coerce)."""
+        TOML type (perfgate.settings.pyproject.coerce)."""
         value = coerce(raw, self.kind, where, typed=typed)
         problem = self.check(value) if self.check is not None and value is not None else None
         if problem:
@@ -150,7 +150,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("launches", "int", None, "a fixed design: exactly N timing launches per workload, recording "
             "included (the default of min_launches, max_launches and record_launches)",
             "launches", "N", _launch_count),
-    Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.sequential)",
+    Setting("min_launches", "int", 1, "timing launches before the first look (perfgate.gate.sequential_looks)",
             "min-launches", "N", _launch_count),
     Setting("max_launches", "int", 10, "most timing launches per workload: one more per look while the verdict "
             "is unclear", "max-launches", "N", _launch_count),
@@ -177,7 +177,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("pytorch_trace", "str", "off", "nsys --pytorch: off, auto or a mode list like functions-trace",
             check=_pytorch_trace),
     Setting("cuda_memory_usage", "bool", True, "nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)"),
-    Setting("history_dir", "path", None, "opt in: one JSON line per run and workload (perfgate.history)"),
+    Setting("history_dir", "path", None, "opt in: one JSON line per run and workload (perfgate.commands.history)"),
 )
 SETTING = {s.key: s for s in SETTINGS}
 #: Keys a table may still use for a setting that was renamed: old -> new.
@@ -201,7 +201,7 @@ class Settings:
     capture_range: str                    # none | cudaProfilerApi | nvtx:<range name>
     timeout_s: float
     launches: int | None                  # a fixed design of N launches: min = max = record = N
-    min_launches: int                     # timing launches before the first look (perfgate.sequential)
+    min_launches: int                     # timing launches before the first look (perfgate.gate.sequential_looks)
     max_launches: int                     # timing launches at most, one more per look while INCONCLUSIVE
     record_launches: int                  # timing launches recorded into a new baseline
     budget_s: float                       # no new launch after this many seconds (0: no limit)
@@ -211,10 +211,10 @@ class Settings:
     strict: bool
     alpha: float
     machine_class: str | None             # overrides the detected machine class
-    autostep: bool                        # NVTX ranges from hooks in the profiled process (perfgate.autostep)
+    autostep: bool                        # NVTX ranges from hooks in the profiled process (perfgate.capture.autostep.install)
     pytorch_trace: str                    # nsys --pytorch: off | auto | a mode list like functions-trace
     cuda_memory_usage: bool               # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
-    history_dir: Path | None              # opt in: one JSON line per run and workload (perfgate.history)
+    history_dir: Path | None              # opt in: one JSON line per run and workload (perfgate.commands.history)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)         # [tool.perfgate.tolerance]
     option_tolerances: dict[str, Tolerance] = field(default_factory=dict)  # --perfgate-tolerance / --tolerance
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
@@ -225,7 +225,7 @@ class Settings:
 
     @property
     def budget(self) -> LaunchBudget:
-        """The launches a gate run may take (perfgate.sequential)."""
+        """The launches a gate run may take (perfgate.gate.sequential_looks)."""
         return LaunchBudget(self.min_launches, self.max_launches, self.budget_s)
 
     @property

@@ -1,8 +1,8 @@
 """The settings on the command line: the pytest options (``--perfgate-<name>``) and the
-``perfgate`` command's options (``--<name>``), both built from perfgate.config.SETTINGS, the one
+``perfgate`` command's options (``--<name>``), both built from perfgate.settings.config.SETTINGS, the one
 declaration of every setting (the way pytest-benchmark shares option builders between its plugin
 and its CLI). A bad value is a usage error naming the option; an absent one is None, so that the
-environment, pyproject and the default apply in that order (perfgate.config.load_settings).
+environment, pyproject and the default apply in that order (perfgate.settings.config.load_settings).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Reading pyproject.toml for perfgate: where it is, its ``[tool.perfgate]`` table, the
 per-workload tables ``[tool.perfgate.workloads.<name>]`` (WorkloadConfig), tolerance tables, and
 how a value from pyproject, the environment or an option becomes a number, a flag or a string
-(``coerce``). perfgate.config resolves the settings from them.
+(``coerce``). perfgate.settings.config resolves the settings from them.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ConfigError
-from perfgate.gate.tolerance_names import check_metric_name
 from perfgate.gate.metric_specs import parse_tolerance
+from perfgate.gate.tolerance_names import check_metric_name
 from perfgate.records.model import Tolerance
 from perfgate.records.safe_names import check_name
 

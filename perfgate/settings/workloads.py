@@ -16,11 +16,11 @@ import ast
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from perfgate.settings.config import Settings
-from perfgate.settings.pyproject import WorkloadConfig
 from perfgate.errors import ConfigError
 from perfgate.records.model import Tolerance
 from perfgate.records.safe_names import check_name
+from perfgate.settings.config import Settings
+from perfgate.settings.pyproject import WorkloadConfig
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class WorkloadSpec:
 def workload_files(workloads_dir: Path, declared: frozenset[str] | set[str] = frozenset()) -> dict[str, Path]:
     """``<name> -> <dir>/<name>.py`` for every module not starting with ``_`` that is not a helper
     (``is_helper``; one that ``declared`` names is kept); ConfigError naming the file when its name
-    is not a safe name (perfgate.names: it becomes a path component)."""
+    is not a safe name (perfgate.records.safe_names: it becomes a path component)."""
     if not workloads_dir.is_dir():
         return {}
     files = {p.stem: p for p in sorted(workloads_dir.glob("*.py")) if not p.name.startswith("_")}

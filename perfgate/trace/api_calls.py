@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.trace.read_ahead import CATALOG
-from perfgate.trace.database import stream, stream_integers
 from perfgate.trace.columns import factorize, grouped_cummax
+from perfgate.trace.database import stream, stream_integers
 from perfgate.trace.gpu_ops import PID_BITS, PID_MASK, GpuOps
-from perfgate.trace.read_ahead import RUNTIME_TABLE, call_columns
+from perfgate.trace.read_ahead import CATALOG, RUNTIME_TABLE, call_columns
 
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
                         "cuCtxSynchronize"})

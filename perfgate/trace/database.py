@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.trace import read_ahead
 from perfgate.errors import TraceError
+from perfgate.trace import read_ahead
 from perfgate.trace.read_ahead import CATALOG, ROWS_PER_CHUNK, SQLITE3_BELOW_BYTES
 
 

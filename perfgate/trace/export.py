@@ -2,7 +2,7 @@
 2022.4 (schema 3.0) through 2026.x (schema 3.25+) all read the same way.
 
 Small tables (meta data, enums, StringIds) and the schema probe go through sqlite3; the event
-tables through DuckDB's SQLite scanner (``perfgate.columnar``), each needed column read once:
+tables through DuckDB's SQLite scanner (``perfgate.trace.database``), each needed column read once:
 NVTX ranges when the trace is loaded, GPU ops and the CUDA API calls on first use
 (``Trace.gpu``). Files are opened read-only (``file:...?mode=ro`` / ``READ_ONLY``). Column names
 in the tables are snake_case; timestamps are integer ns relative to session start.
@@ -17,14 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.trace import database as columnar
-from perfgate.trace.read_ahead import RUNTIME_TABLE
+from perfgate.errors import TraceError
+from perfgate.trace import database
 from perfgate.trace.api_calls import SYNC_CALLS, ApiCalls, api_name, scan_runtime
 from perfgate.trace.columns import Columns, factorize, run_starts
-from perfgate.errors import TraceError
-from perfgate.trace.read_ahead import GPU_OP_TABLES
 from perfgate.trace.gpu_ops import PID_MASK, GpuOps, empty_ops, read_gpu_ops
-from perfgate.trace.read_ahead import rowid_bounds
+from perfgate.trace.read_ahead import GPU_OP_TABLES, RUNTIME_TABLE, rowid_bounds
 
 # NVTX event types by their ENUM_NSYS_EVENT_TYPE name, with the ids every known version uses.
 NVTX_EVENT_TYPES: dict[str, int] = {
@@ -141,9 +139,9 @@ class Trace:
         if RUNTIME_TABLE not in self.tables or self._con is None:
             return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
         name = "nameId" if "nameId" in self._columns(RUNTIME_TABLE) else "-1"
-        d = columnar.fetch(self._con, f'SELECT start, "end", globalTid AS global_tid, '
+        d = database.fetch(self._con, f'SELECT start, "end", globalTid AS global_tid, '
                            f"coalesce(correlationId, -1) AS correlation_id, coalesce({name}, -1) AS name_id "
-                           f"FROM {columnar.CATALOG}.{RUNTIME_TABLE}")
+                           f"FROM {database.CATALOG}.{RUNTIME_TABLE}")
         d["global_pid"] = d["global_tid"] & PID_MASK
         return pd.DataFrame({c: d[c].astype(np.int64) for c in cols})
 
@@ -175,7 +173,7 @@ def load_trace(path: str | Path) -> Trace:
         raise TraceError(f"{path}: unreadable SQLite export (truncated or corrupt?): {exc}") from exc
     finally:
         conn.close()
-    con = columnar.connect(path)
+    con = database.connect(path)
     nvtx, marks = _guarded(path, lambda: _nvtx(con, probe))
     if nvtx.empty:
         raise TraceError(
@@ -256,8 +254,8 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> tuple[Columns, Columns]:
     mark = types["NvtxMark"]
     wanted = ",".join(str(t) for t in (*pushpop, *startend, create, mark))
     opt = {c: (c if c in cols else "NULL") for c in ("textId", "endGlobalTid", "domainId")}
-    table = f"{columnar.CATALOG}.NVTX_EVENTS"
-    raw = columnar.fetch(con, f"""
+    table = f"{database.CATALOG}.NVTX_EVENTS"
+    raw = database.fetch(con, f"""
         SELECT rowid AS row_id, start, coalesce("end", -1) AS "end", "end" IS NULL AS unterminated,
                eventType AS event_type, text, coalesce({opt['textId']}, -1) AS text_id, globalTid AS global_tid,
                coalesce({opt['endGlobalTid']}, {NO_ID}) AS end_global_tid,
@@ -280,7 +278,7 @@ def _nvtx(con: Any, probe: dict[str, Any]) -> tuple[Columns, Columns]:
     unterminated = ranges["unterminated"]
     end = ranges["end"].astype(np.int64)
     if unterminated.any():   # the largest NVTX timestamp: read only where a range needs it
-        end[unterminated] = columnar.fetch(con, f'SELECT greatest(max(start), max("end")) AS m FROM {table}')["m"][0]
+        end[unterminated] = database.fetch(con, f'SELECT greatest(max(start), max("end")) AS m FROM {table}')["m"][0]
     text = _shared(message[is_range])
     global_tid = ranges["global_tid"].astype(np.int64)
     domain_id = np.where(ranges["domain_null"], NO_ID, ranges["domain_id"]).astype(np.int64)
@@ -373,6 +371,6 @@ def _memory_events(trace: Trace) -> Columns | None:
         return None
     gpid = "globalPid" if "globalPid" in cols else "0"
     dev = "deviceId" if "deviceId" in cols else "0"
-    return Columns(columnar.fetch(trace._con, (
+    return Columns(database.fetch(trace._con, (
         f"SELECT start, {gpid} AS global_pid, {dev} AS device_id, bytes, memoryOperationType AS op "
-        f"FROM {columnar.CATALOG}.{MEMORY_USAGE_TABLE} ORDER BY rowid")))
+        f"FROM {database.CATALOG}.{MEMORY_USAGE_TABLE} ORDER BY rowid")))

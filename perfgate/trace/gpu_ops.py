@@ -1,6 +1,6 @@
 """GPU operations of an export as aligned numpy columns (``GpuOps``): kernels, memcpys, memsets and
 CUDA-graph launches, read once in chunks into preallocated arrays, then joined to the CUDA API
-calls that launched them (``perfgate.api_calls.scan_runtime`` fills the ``api_*`` columns)."""
+calls that launched them (``perfgate.trace.api_calls.scan_runtime`` fills the ``api_*`` columns)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,5 +1,5 @@
-"""The hooks :func:`perfgate.autostep.install` puts into torch, one patcher per torch module
-(``TARGETS``), and the per-thread state they share. perfgate/autostep.py says what each emits.
+"""The hooks :func:`perfgate.capture.autostep.install.install` puts into torch, one patcher per torch module
+(``TARGETS``), and the per-thread state they share. perfgate/capture/autostep/install.py says what each emits.
 
 Standard library only at import time (it is imported at interpreter start in every profiled
 process); torch's modules arrive as arguments of the patchers.

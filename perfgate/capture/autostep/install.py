@@ -2,7 +2,7 @@
 
 perfgate runs a workload with ``PERFGATE_AUTOSTEP=1`` and ``perfgate/capture/autostep/site`` first on
 ``PYTHONPATH``; that folder's ``sitecustomize.py`` calls :func:`install` at interpreter start
-(the hooks: perfgate/autostep_hooks.py; the names they emit: perfgate/autostep_events.py).
+(the hooks: perfgate/capture/autostep/hooks.py; the names they emit: perfgate/records/autostep_ranges.py).
 ``install`` imports no torch: it puts a finder on ``sys.meta_path`` that patches torch modules right
 after they execute (so a process that never imports torch pays nothing):
 
@@ -63,8 +63,8 @@ import os
 import sys
 
 from perfgate.capture.autostep import hooks as autostep_hooks, interludes as autostep_interludes
-from perfgate.records.autostep_ranges import WRAPPED, note
 from perfgate.capture.autostep.post_import import PostImportFinder
+from perfgate.records.autostep_ranges import WRAPPED, note
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ _fork_hook_registered = False
 
 def install(environ: dict[str, str] | None = None) -> bool:
     """Hook torch (now for the modules already imported, at their first import for the others;
-    perfgate.autostep_hooks). Idempotent; imports no torch. Reads ``PERFGATE_AUTOSTEP_DEBUG`` from
+    perfgate.capture.autostep.hooks). Idempotent; imports no torch. Reads ``PERFGATE_AUTOSTEP_DEBUG`` from
     ``environ`` (default ``os.environ``). Returns True when installed (errors become one note on
     stderr and False)."""
     global _installation, _fork_hook_registered

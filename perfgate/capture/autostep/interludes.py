@@ -1,4 +1,4 @@
-"""The hooks that tell training from what interrupts it (perfgate/autostep.py): an evaluation
+"""The hooks that tell training from what interrupts it (perfgate/capture/autostep/install.py): an evaluation
 (``Module.train``) and a checkpoint (``torch.save``); the analysis leaves the periods that hold
 one out of the measured steps as interludes (analysis/steps.py). Standard library only at import.
 """

@@ -1,5 +1,5 @@
 """Post-import hooks: run a function on a module right after it executes at its first import,
-without importing it (perfgate.autostep patches torch's modules this way, so that a process
+without importing it (perfgate.capture.autostep.install patches torch's modules this way, so that a process
 that never imports torch pays nothing).
 
 Standard library only, and cheap to import: it runs in every Python process autostep is on in.

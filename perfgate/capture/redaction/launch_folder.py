@@ -1,18 +1,18 @@
 """Cleaning a launch's artifacts of secrets while keeping its trace usable.
 
-nsys writes environments into the report and its SQLite export (perfgate.secrets says whose), so
+nsys writes environments into the report and its SQLite export (perfgate.capture.redaction.secrets says whose), so
 after every launch, successful or not, :func:`clean_artifacts` goes through the launch folder:
 
-- ``.sqlite``: redacted in place and vacuumed, then byte-scanned (perfgate.sqlite_redaction);
+- ``.sqlite``: redacted in place and vacuumed, then byte-scanned (perfgate.capture.redaction.sqlite_export);
   withheld if a secret is still found.
 - ``.nsys-rep``: masked in place and kept only when nsys re-exports it clean and the strings the
   trace is read by are unchanged; otherwise withheld, and the cleaned ``.sqlite`` stays
-  (perfgate.rep_masking).
+  (perfgate.capture.redaction.nsys_rep).
 - text files (``workload.log``, ``command.txt``, JSON, ...): redacted in place.
 - anything else (a ``.qdstrm`` the importer left) cannot be checked: withheld when it holds a
   known secret's bytes, or when it is a raw capture (``.qdstrm``).
 
-Withholding replaces a file by ``<name>.withheld.txt`` saying why (perfgate.secrets.withhold).
+Withholding replaces a file by ``<name>.withheld.txt`` saying why (perfgate.capture.redaction.secrets.withhold).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.capture.redaction.nsys_rep import clean_report, export_sqlite, found_in_report
+from perfgate.capture.redaction.nsys_rep import clean_report, reexport_sqlite, found_in_report
 from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, file_contains, redact_text
-from perfgate.capture.redaction.sqlite_export import clean_sqlite, needles, withhold
+from perfgate.capture.redaction.sqlite_export import clean_sqlite, needles, withhold_quietly
 
 TEXT_SUFFIXES = frozenset({".txt", ".log", ".json", ".csv", ".md", ".xml", ".out", ".err"})
 UNCHECKABLE_SUFFIXES = frozenset({".qdstrm"})
@@ -56,7 +56,7 @@ def clean_text_file(path: Path, known: Sequence[str]) -> bool:
 
 def clean_artifacts(folder: Path, known: Sequence[str], nsys: Path | None = None) -> Cleaning:
     """Clean every file under ``folder`` (see the module docstring). ``known``: secret values of
-    perfgate's own environment (perfgate.secrets.secret_values); ``nsys``: the nsys that exports
+    perfgate's own environment (perfgate.capture.redaction.secrets.secret_values); ``nsys``: the nsys that exports
     a report to check it, and a report without a sibling export."""
     done = Cleaning()
     if not folder.is_dir():
@@ -65,8 +65,8 @@ def clean_artifacts(folder: Path, known: Sequence[str], nsys: Path | None = None
                    and not p.name.endswith(WITHHELD_SUFFIX))
     for report in [p for p in files if p.suffix == ".nsys-rep"]:
         export = report.with_suffix(".sqlite")
-        if not export.is_file() and (nsys is None or not export_sqlite(report, export, nsys)):
-            done.withheld.append(withhold(report, "it could not be exported to check it for secrets"))
+        if not export.is_file() and (nsys is None or not reexport_sqlite(report, export, nsys)):
+            done.withheld.append(withhold_quietly(report, "it could not be exported to check it for secrets"))
             continue
         if export not in files:
             files.append(export)
@@ -97,9 +97,9 @@ def _clean_file(path: Path, known: Sequence[str], nsys: Path | None) -> Cleaning
         if clean_text_file(path, known):
             done.redacted.append(path)
     elif path.suffix in UNCHECKABLE_SUFFIXES:
-        done.withheld.append(withhold(path, "a raw capture cannot be checked for secrets"))
+        done.withheld.append(withhold_quietly(path, "a raw capture cannot be checked for secrets"))
     elif file_contains(path, needles((), known)):
-        done.withheld.append(withhold(path, "it contains the value of a secret environment variable"))
+        done.withheld.append(withhold_quietly(path, "it contains the value of a secret environment variable"))
     return done
 
 

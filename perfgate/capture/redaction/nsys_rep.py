@@ -1,4 +1,4 @@
-"""Masking secrets in an ``.nsys-rep`` in place, and proving it worked (perfgate.redaction says when).
+"""Masking secrets in an ``.nsys-rep`` in place, and proving it worked (perfgate.capture.redaction.launch_folder says when).
 
 The report is compressed, but nsys 2022.4 keeps these strings as literal bytes (LZ4-style literal
 runs and back-references), so each secret is overwritten by ``*`` of the same length: whole where
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from perfgate.capture.redaction.secrets import MIN_SECRET_LENGTH, REDACTED, Found, find_secrets
-from perfgate.capture.redaction.sqlite_export import scan_sqlite, text_columns, withhold
+from perfgate.capture.redaction.sqlite_export import scan_sqlite, text_columns, withhold_quietly
 
 EXPORT_TIMEOUT_S = 600
 STRING_REFERENCES = frozenset({"textId", "nameId", "shortName", "demangledName", "mangledName", "domainId"})
@@ -203,7 +203,7 @@ def _reveals(path: Path, pattern: re.Pattern[bytes] | None, chunk_bytes: int = 1
     return False
 
 
-def export_sqlite(report: Path, out: Path, nsys: Path) -> bool:
+def reexport_sqlite(report: Path, out: Path, nsys: Path) -> bool:
     """Whether nsys exported ``report`` to ``out`` (False on any failure: a report to withhold)."""
     try:
         proc = subprocess.run(
@@ -218,20 +218,20 @@ def clean_report(report: Path, found: Sequence[Found], known: Sequence[str], nsy
     """Mask the secrets in the ``.nsys-rep`` in place when its re-export proves it clean; else
     withhold it. ``found``: what its SQLite export held. Returns the withheld note or None."""
     if nsys is None:
-        return withhold(report, "no nsys was at hand to check it for secrets")
+        return withhold_quietly(report, "no nsys was at hand to check it for secrets")
     with tempfile.TemporaryDirectory(prefix="perfgate-redact-", dir=report.parent) as tmp:
         masked = Path(tmp) / report.name
         masked.write_bytes(mask_bytes(report.read_bytes(), found, known))
         export = Path(tmp) / "check.sqlite"
-        if not export_sqlite(masked, export, nsys):
-            return withhold(report, "its secrets could not be masked (nsys could not read the masked report)")
+        if not reexport_sqlite(masked, export, nsys):
+            return withhold_quietly(report, "its secrets could not be masked (nsys could not read the masked report)")
         learned = sorted({f.secret for f in found if len(f.secret) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
         pieces = _pieces(f.secret for f in _essential([*found, *(Found(v, v) for v in known)]))
         if _leaks(scan_sqlite(export, [*known, *learned])) or _reveals(export, pieces) or _reveals(masked, pieces):
-            return withhold(report, "a secret remained in it after masking (its export still held one)")
+            return withhold_quietly(report, "a secret remained in it after masking (its export still held one)")
         changed = _collateral(report.with_suffix(".sqlite"), export) if report.with_suffix(".sqlite").is_file() else []
         if changed:
-            return withhold(report, f"masking its secrets would also have changed {len(changed)} other "
+            return withhold_quietly(report, f"masking its secrets would also have changed {len(changed)} other "
                                     f"string(s) of the trace (e.g. {changed[0][:60]!r})")
         shutil.copystat(report, masked)
         masked.replace(report)

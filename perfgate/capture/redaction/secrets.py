@@ -3,7 +3,7 @@
 nsys records environments in its report and SQLite export: nsys's own, and those of other
 processes of the machine (perfgate's, which launched nsys, its ancestors, even unrelated ones:
 checked with nsys 2022.4), so a secret in the CI job's environment reaches the
-trace although perfgate launches nsys with :func:`scrubbed_environment`. perfgate.redaction uses
+trace although perfgate launches nsys with :func:`scrubbed_environment`. perfgate.capture.redaction.launch_folder uses
 :func:`find_secrets` and :func:`redact_text` (which also parse environment blocks) to clean
 the artifacts.
 

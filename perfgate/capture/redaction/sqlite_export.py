@@ -1,6 +1,6 @@
-"""Redacting secrets in an nsys SQLite export in place (perfgate.redaction says when).
+"""Redacting secrets in an nsys SQLite export in place (perfgate.capture.redaction.launch_folder says when).
 
-Every text value of every table goes through perfgate.secrets.find_secrets (known secret values,
+Every text value of every table goes through perfgate.capture.redaction.secrets.find_secrets (known secret values,
 secret-named environment entries, credential shapes) and is rewritten with ``[REDACTED]``; values
 found by their variable's name are searched for everywhere in a second pass; ``VACUUM`` then
 rewrites the file so that no free page keeps the old bytes, and a byte scan confirms it.
@@ -13,15 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.capture.redaction.secrets import (
-    MIN_SECRET_LENGTH, Found, file_contains, find_secrets, is_harmless, is_searchable,
-    public_environment_values, redact_text,
+    Found, MIN_SECRET_LENGTH, file_contains, find_secrets, is_harmless, is_searchable,
+    public_environment_values, redact_text, withhold,
 )
-from perfgate.capture.redaction.secrets import withhold as _withhold
 
 
-def withhold(path: Path, reason: str) -> Path:
-    """perfgate.secrets.withhold without a Python warning: the pipeline reports withheld files."""
-    return _withhold(path, reason, warn=False)
+def withhold_quietly(path: Path, reason: str) -> Path:
+    """perfgate.capture.redaction.secrets.withhold without a Python warning: the pipeline reports withheld files."""
+    return withhold(path, reason, warn=False)
 
 
 @dataclass
@@ -67,7 +66,7 @@ def _sqlite_pass(conn: sqlite3.Connection, known: Sequence[str], write: bool) ->
 def scan_sqlite(path: Path, known: Sequence[str] = (), *, write: bool = False) -> list[Found]:
     """The secrets in the SQLite file ``path`` (with ``write``: redacted in place, in two passes so
     that a value found by its variable's name is also redacted where it appears without it, then
-    ``VACUUM``), without the harmless ones (perfgate.secrets.is_harmless: a path, a value a
+    ``VACUUM``), without the harmless ones (perfgate.capture.redaction.secrets.is_harmless: a path, a value a
     non-secret variable holds too), which are redacted all the same. Raises sqlite3.Error for a
     file that is not SQLite."""
     uri = f"file:{path}" if write else f"file:{path}?mode=ro"
@@ -105,9 +104,9 @@ def clean_sqlite(path: Path, known: Sequence[str]) -> tuple[list[Found], Path | 
     try:
         found = scan_sqlite(path, known, write=True)
     except sqlite3.Error as exc:
-        return [], withhold(path, f"it could not be checked for secrets (SQLite: {exc})")
+        return [], withhold_quietly(path, f"it could not be checked for secrets (SQLite: {exc})")
     for suffix in ("-journal", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     if file_contains(path, needles(found, known)):
-        return found, withhold(path, "a secret remained in it after redaction")
+        return found, withhold_quietly(path, "a secret remained in it after redaction")
     return found, None

@@ -1,7 +1,7 @@
 """perfgate autostep's ``sitecustomize``: Python imports it at start-up when this folder is on
 ``PYTHONPATH`` (perfgate puts it there for the processes it profiles).
 
-With ``PERFGATE_AUTOSTEP=1`` (or true/yes/on) it calls ``perfgate.autostep.install()``; with any
+With ``PERFGATE_AUTOSTEP=1`` (or true/yes/on) it calls ``perfgate.capture.autostep.install.install()``; with any
 other value, or none, it installs nothing. Either way it then runs the ``sitecustomize`` that
 Python would have found later on ``sys.path`` (e.g. Debian's ``/usr/lib/python3.X/sitecustomize.py``
 or the user's own), which becomes ``sys.modules["sitecustomize"]``. It runs once per process
