@@ -1,7 +1,9 @@
 """pytest plugin: ``pytest --perfgate`` adds one item per workload (``perfgate::<name>``).
 
-Inert without ``--perfgate``: options are registered (built from perfgate.settings.config.SETTINGS, as the
-``perfgate`` command's are), nothing is collected or imported beyond this module and perfgate.settings.config. The work happens in perfgate.pipeline.workload_run; reports come from perfgate.report.
+Inert without ``--perfgate``: options are registered (built from perfgate.settings.config.SETTINGS,
+as the ``perfgate`` command's are), nothing is collected or imported beyond this module and
+perfgate.settings.config. The work happens in perfgate.pipeline.workload_run; reports come from
+perfgate.report.
 """
 from __future__ import annotations
 

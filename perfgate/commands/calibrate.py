@@ -189,8 +189,10 @@ def run_pools(launch: Launch, *, launches: int, inject_pcts: Sequence[float], ph
     return pools, labels, walls
 
 
-def calibration_launcher(spec: WorkloadSpec, settings: Settings, run_dir: Path, base_args: Sequence[str] = ()) -> Launch:
-    """The real launcher: the gate's perfgate.pipeline.workload_run.launch_capture_and_analysis; artifacts in ``run_dir/<label>/``."""
+def calibration_launcher(spec: WorkloadSpec, settings: Settings, run_dir: Path,
+                         base_args: Sequence[str] = ()) -> Launch:
+    """The real launcher: the gate's perfgate.pipeline.workload_run.launch_capture_and_analysis;
+    artifacts in ``run_dir/<label>/``."""
 
     def launch(label: str, extra_args: Sequence[str]) -> tuple[Mapping[str, float], float]:
         from perfgate.capture.command import TIMING
@@ -348,7 +350,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             run_dir = new_run_dir(settings.artifacts_dir, f"calibrate-{spec.full_name}")
             out = args.out or run_dir
             pools, injected, walls = run_pools(
-                calibration_launcher(spec, settings, run_dir, shlex.split(args.workload_args)), launches=n, inject_pcts=pcts, phase=phase,
+                calibration_launcher(spec, settings, run_dir, shlex.split(args.workload_args)), launches=n,
+                inject_pcts=pcts, phase=phase,
                 knob="--slow-gpu-ms" if args.inject_on == "gpu" else "--slow-ms",
                 log=lambda s: print(s, file=sys.stderr, flush=True))
     except PerfgateError as exc:

@@ -33,8 +33,8 @@ class ComparePolicy:
     ``tolerances``: metric name or fnmatch pattern -> Tolerance, overriding the spec defaults (an exact
     name beats a pattern; among patterns the longest wins). ``tolerance_overrides``: tables that beat
     ``tolerances``, highest first: a metric takes its tolerance from the first table with an entry
-    for it (perfgate.settings.config's precedence: option > workload table > global table). ``alpha``: one-sided false-alarm budget per
-    primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
+    for it (perfgate.settings.config's precedence: option > workload table > global table).
+    ``alpha``: one-sided false-alarm budget per primary metric and for the secondary family (Holm). ``strict_new``: a missing baseline fails.
     ``gate_secondary``: False makes every non-primary metric report-only. ``gating``: metric name or
     pattern -> True/False overriding a spec's gating flag (e.g. {"sync_calls_per_step": True}).
     ``gate_alone``: metric names or patterns that gate on their own for this workload, as memory and

@@ -252,7 +252,8 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
 
 
 def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
-                    cwd: Path | None = None, extra_args: Sequence[str] = (), progress: Progress | None = None) -> Analysis:
+                    cwd: Path | None = None, extra_args: Sequence[str] = (),
+                    progress: Progress | None = None) -> Analysis:
     """One launch of ``kind`` (perfgate.capture.command.TIMING or PROFILE) into ``launch_dir``, analyzed,
     checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
     one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.

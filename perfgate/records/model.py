@@ -3,8 +3,9 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.records.version, perfgate.records.ranks and perfgate.records.steps). Records are frozen dataclasses; every field that
-carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
+Records layer (imports only perfgate.records.version, perfgate.records.ranks and
+perfgate.records.steps). Records are frozen dataclasses; every field that carries a quantity has
+its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
 """

@@ -211,7 +211,7 @@ class Settings:
     strict: bool
     alpha: float
     machine_class: str | None             # overrides the detected machine class
-    autostep: bool                        # NVTX ranges from hooks in the profiled process (perfgate.capture.autostep.install)
+    autostep: bool                        # NVTX ranges from hooks in the profiled process (capture/autostep/)
     pytorch_trace: str                    # nsys --pytorch: off | auto | a mode list like functions-trace
     cuda_memory_usage: bool               # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
     history_dir: Path | None              # opt in: one JSON line per run and workload (perfgate.commands.history)

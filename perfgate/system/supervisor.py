@@ -15,10 +15,11 @@ to stop. Standalone on purpose: the standard library only, started with ``python
 
 With ``--private DIR`` the supervisor owns DIR (a capture's private folder, where nsys writes its
 raw capture) and removes it, whatever happens, once the command's tree has ended and perfgate is
-done with it; it holds a shared ``flock`` on DIR meanwhile, as perfgate does (a folder nobody
-holds is a left-over that the next capture removes: perfgate.capture.private_dir.sweep). ``--lifeline FD`` is its end of a socket pair with perfgate: it writes ``exit N``
-there when the tree has ended, and perfgate closes its end when it has taken what it keeps out of
-DIR; the kernel closes it when perfgate dies, SIGKILL included. End of file before ``exit N`` was
+done with it; it holds a shared ``flock`` on DIR meanwhile, as perfgate does (a folder nobody holds
+is a left-over that the next capture removes: perfgate.capture.private_dir.sweep). ``--lifeline
+FD`` is its end of a socket pair with perfgate: it writes ``exit N`` there when the tree has ended,
+and perfgate closes its end when it has taken what it keeps out of DIR; the kernel closes it when
+perfgate dies, SIGKILL included. End of file before ``exit N`` was
 written means perfgate is gone: the tree is ended at once and DIR removed. ``--finalize
 SIG:SECONDS``: asked to stop while perfgate lives, send SIG to the command alone first and give it
 SECONDS to finish (nsys answers SIGINT by stopping the workload and writing its report).

@@ -1,4 +1,5 @@
-"""Masking secrets in an ``.nsys-rep`` in place, and proving it worked (perfgate.capture.redaction.launch_folder says when).
+"""Masking secrets in an ``.nsys-rep`` in place, and proving it worked
+(perfgate.capture.redaction.launch_folder says when).
 
 The report is compressed, but nsys 2022.4 keeps these strings as literal bytes (LZ4-style literal
 runs and back-references), so each secret is overwritten by ``*`` of the same length: whole where
