@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.nsys import resolve_report_name
+from perfgate.system.nsys import resolve_report_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fixture_files import unpack  # noqa: E402  (the committed exports are stored as .sqlite.xz)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from perfgate import autostep
+from perfgate.capture.autostep import install as autostep
 
 CALLS_PER_ROUND = 100
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_analyze import H100, build_scaled_export  # noqa: E402
 
-from perfgate.nsys import find_nsys, resolve_report_name  # noqa: E402
+from perfgate.system.nsys import find_nsys, resolve_report_name  # noqa: E402
 
 CAPTURES = ("toy-h100", "gpu-transformer", "gpu-ddp-2proc", "reverse-ladder-full")
 # perfgate's command with duckdb hidden: its sqlite3 reader, as on a machine without duckdb

@@ -1,6 +1,6 @@
 """What the capture costs and whether it changes what it measures: each workload run bare and under
 ``nsys profile`` with each trace set, one after the other, with perfgate's own capture path
-(``perfgate.capture.run_capture``: the gate's command line, environment and autostep).
+(``perfgate.capture.launch.run_capture``: the gate's command line, environment and autostep).
 
     python3 benchmarks/capture_overhead.py                       # transformer_lm resnet_cifar hf_trainer lightning_loop
     python3 benchmarks/capture_overhead.py plain_loop --modes bare nvtx cuda,nvtx --repeats 2
@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfgate.capture import parse_self_report, run_capture  # noqa: E402
-from perfgate.capture_command import workload_command  # noqa: E402
-from perfgate.config import load_settings  # noqa: E402
-from perfgate.machine import machine_info  # noqa: E402
-from perfgate.workloads import discover_workloads, select_workloads  # noqa: E402
+from perfgate.capture.command import workload_command  # noqa: E402
+from perfgate.capture.launch import parse_self_report, run_capture  # noqa: E402
+from perfgate.settings.config import load_settings  # noqa: E402
+from perfgate.settings.workloads import discover_workloads, select_workloads  # noqa: E402
+from perfgate.system.machine import machine_info  # noqa: E402
 
 DEFAULT_WORKLOADS = ("transformer_lm", "resnet_cifar", "hf_trainer", "lightning_loop")
 DEFAULT_MODES = ("bare", "nvtx", "cuda,nvtx", "cuda,nvtx,osrt")
@@ -53,8 +53,8 @@ def bare_run(spec, root: Path, log: Path) -> dict:
 
 def traced_run(spec, settings, trace: str, launch_dir: Path) -> dict:
     from perfgate.analysis import analyze
-    from perfgate.pipeline import analysis_options
-    from perfgate.trace import load_trace
+    from perfgate.pipeline.workload_run import analysis_options
+    from perfgate.trace.export import load_trace
 
     capture = run_capture(spec, dataclasses.replace(settings, trace=trace), launch_dir)
     report = capture.self_report or {}

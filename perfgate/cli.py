@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfgate.options import add_command_options, settings_from_args
 from perfgate.errors import ConfigError, PerfgateError, StaleBaselineError
-from perfgate.workloads import helper_notes, selected_specs
+from perfgate.settings.options import add_command_options, settings_from_args
+from perfgate.settings.workloads import helper_notes, selected_specs
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a program its pipe's reader left
-PLUGGABLE = ("ab", "calibrate", "report", "history")
+PLUGGABLE = {"ab": "perfgate.commands.ab", "calibrate": "perfgate.commands.calibrate", "report": "perfgate.report",
+             "history": "perfgate.commands.history", "init": "perfgate.commands.init_repo"}   # command -> its module
 # Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
 # ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
 PLUGGABLE_HELP = {
@@ -30,6 +31,7 @@ PLUGGABLE_HELP = {
     "calibrate": "measure false-alarm and detection rates of the gate on this machine",
     "report": "re-render a perfgate-report.json: summary, job summary, annotations, commit statuses",
     "history": "the step-time trend of a workload's gated runs (history_dir)",
+    "init": "set up this repository for the gate: pyproject table, baselines/, a GitHub workflow, .gitignore",
 }
 
 
@@ -83,19 +85,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     listing.add_argument("--root", type=Path, default=None, help="project folder (default: nearest pyproject.toml)")
     listing.set_defaults(func=cmd_list)
 
-    from perfgate import init_repo   # perfgate init: the subcommand lives in its module
-    init_repo.add_parser(sub)
-
     wanted = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name in PLUGGABLE:
         if wanted is not None and name != wanted:
             sub.add_parser(name, help=PLUGGABLE_HELP[name], add_help=False)
             continue
         try:
-            module = importlib.import_module(f"perfgate.{name}")
+            module = importlib.import_module(PLUGGABLE[name])
         except ImportError as exc:   # a missing dependency: said, never a command that vanishes
             if wanted == name:
-                raise ConfigError(f"perfgate {name} cannot run: importing perfgate.{name} failed ({exc}); "
+                raise ConfigError(f"perfgate {name} cannot run: importing {PLUGGABLE[name]} failed ({exc}); "
                                   "install perfgate's dependencies (pip install -e .)") from exc
             sub.add_parser(name, help=f"{PLUGGABLE_HELP[name]} (unavailable: {exc})", add_help=False)
             continue
@@ -106,7 +105,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``run``, ``baseline update``, ``ab`` and ``calibrate``: perfgate.config's,
+    """Options shared by ``run``, ``baseline update``, ``ab`` and ``calibrate``: perfgate.settings.config's,
     built from the same declaration as the pytest options."""
     add_command_options(parser)
 
@@ -120,7 +119,7 @@ def add_analysis_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; exit codes 0 pass, 1 regression, 2 error, 130 Ctrl-C, 143 SIGTERM (SIGHUP:
-    129). Every process a command started has ended when this returns (perfgate.process_tree).
+    129). Every process a command started has ended when this returns (perfgate.system.process_tree).
     Without ``argv`` (the ``perfgate`` program itself) the process then ends at once
     (:func:`exit_now`) rather than returning."""
     if argv is None:
@@ -146,7 +145,7 @@ def exit_now(code: int) -> None:
 
     if threading.active_count() > 1:
         return
-    atexit._run_exitfuncs()   # perfgate.process_tree's stop_all among them
+    atexit._run_exitfuncs()   # perfgate.system.process_tree's stop_all among them
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -156,7 +155,7 @@ def exit_now(code: int) -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from perfgate.process_tree import EXIT_INTERRUPTED, Terminated, stop_all, terminate_raises
+    from perfgate.system.process_tree import EXIT_INTERRUPTED, Terminated, stop_all, terminate_raises
 
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -192,7 +191,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:  # a bug: exit 2, never 1 (a regression), one line rather than a traceback
         import traceback
 
-        from perfgate.process_tree import swallowed_interrupt
+        from perfgate.system.process_tree import swallowed_interrupt
 
         stop_all()
         interrupt = swallowed_interrupt(exc)
@@ -218,7 +217,7 @@ def _silence_stdout() -> None:
 def _error(message: str) -> None:
     """Print ``perfgate: error: <message>`` with any secret of this environment redacted."""
     from perfgate.report.escape import terminal_text
-    from perfgate.secrets import redact_text, secret_values
+    from perfgate.capture.redaction.secrets import redact_text, secret_values
 
     print(f"perfgate: error: {terminal_text(redact_text(message, secret_values(os.environ)))}", file=sys.stderr)
 
@@ -227,8 +226,8 @@ def _error(message: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
-    from perfgate import history
-    from perfgate.pipeline import run_workload
+    from perfgate.commands import history
+    from perfgate.pipeline.workload_run import run_workload
 
     settings = settings_from_args(args)
     specs = selected_specs(settings)
@@ -261,7 +260,7 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
 
 def cmd_baseline_check(args: argparse.Namespace) -> int:
     """Each baseline file: current, stale (what differs) or unreadable; exit 1 if one is stale."""
-    from perfgate.staleness import check_baselines, check_lines
+    from perfgate.pipeline.staleness import check_baselines, check_lines
 
     settings = settings_from_args(args)
     lines, status = check_lines(check_baselines(settings))
@@ -271,10 +270,10 @@ def cmd_baseline_check(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from perfgate import read_ahead
+    from perfgate.trace import read_ahead
 
     read_ahead.start(args.trace)               # its GPU tables read while numpy and the analysis import
-    from perfgate.files import analyze_file   # not perfgate.pipeline: nothing of the gate's runs
+    from perfgate.pipeline.inputs import analyze_file  # not perfgate.pipeline.workload_run: nothing of the gate's runs
 
     analysis = analyze_file(args.trace, analysis_options_from(args))
     if args.format == "json":
@@ -282,30 +281,31 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         print(json.dumps(json_ready(analysis.to_dict()), indent=2, sort_keys=True, default=str))
     else:
-        from perfgate.analysis import render_table
+        from perfgate.analysis.table import render_table
 
         _say(render_table(analysis))
         if "diagnosis" in analysis.extra:
-            from perfgate.diagnosis import render_diagnosis_text
+            from perfgate.diagnosis.render import render_diagnosis_text
 
             _say("\n" + render_diagnosis_text(analysis.extra["diagnosis"]))
     return EXIT_PASS
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from perfgate.compare import ComparePolicy, describe, parse_tolerance
-    from perfgate.config import parse_tolerance_option
-    from perfgate.metrics import alpha_problem
-    from perfgate.pipeline import compare_and_explain
+    from perfgate.gate.compare import ComparePolicy
+    from perfgate.gate.wording import describe
+    from perfgate.gate.metric_specs import alpha_problem, parse_tolerance
+    from perfgate.settings.config import parse_tolerance_option
+    from perfgate.pipeline.inputs import compare_and_explain
 
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
         if not path.exists():
             raise ConfigError(f"{what} {path}: no such file")
     if not args.force:
-        from perfgate.compare_inputs import check_comparable
+        from perfgate.commands.compare_inputs import check_comparable
 
         check_comparable(args.baseline, args.current)
-    from perfgate.metric_names import check_metric_name
+    from perfgate.gate.tolerance_names import check_metric_name
 
     tolerances = {}
     for text in args.tolerance:
@@ -327,7 +327,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         _say(outcome.summary)
         if attribution is not None:
-            from perfgate.diagnosis import render_attribution_text
+            from perfgate.diagnosis.render import render_attribution_text
 
             _say(render_attribution_text(attribution))
         for c in outcome.comparisons:
@@ -336,8 +336,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from perfgate.machine import machine_info
-    from perfgate.workloads import discover_workloads
+    from perfgate.system.machine import machine_info
+    from perfgate.settings.workloads import discover_workloads
 
     settings = settings_from_args(args)
     specs = discover_workloads(settings, machine_info(None, settings.machine_class).gpu_count)

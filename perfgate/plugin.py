@@ -1,7 +1,9 @@
 """pytest plugin: ``pytest --perfgate`` adds one item per workload (``perfgate::<name>``).
 
-Inert without ``--perfgate``: options are registered (built from perfgate.config.SETTINGS, as the
-``perfgate`` command's are), nothing is collected or imported beyond this module and perfgate.config. The work happens in perfgate.pipeline; reports come from perfgate.report.
+Inert without ``--perfgate``: options are registered (built from perfgate.settings.config.SETTINGS,
+as the ``perfgate`` command's are), nothing is collected or imported beyond this module and
+perfgate.settings.config. The work happens in perfgate.pipeline.workload_run; reports come from
+perfgate.report.
 """
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ import pytest
 from perfgate.errors import PerfgateError
 
 if TYPE_CHECKING:
-    from perfgate.config import Settings
-    from perfgate.model import WorkloadResult
-    from perfgate.workloads import WorkloadSpec
+    from perfgate.settings.config import Settings
+    from perfgate.records.model import WorkloadResult
+    from perfgate.settings.workloads import WorkloadSpec
 
 SETTINGS_KEY = pytest.StashKey["Settings"]()
 RESULTS_KEY = pytest.StashKey["list[WorkloadResult]"]()
@@ -28,8 +30,8 @@ NOT_ACTIVE = "perfgate: performance gate runs only with --perfgate"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from perfgate.config import PYTEST_PREFIX
-    from perfgate.options import add_setting_options
+    from perfgate.settings.config import PYTEST_PREFIX
+    from perfgate.settings.options import add_setting_options
 
     group = parser.getgroup("perfgate", "perfgate: performance regression gate under Nsight Systems")
     add = group.addoption
@@ -48,8 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "through the `perfgate` fixture; skipped without --perfgate")
     if not config.getoption("perfgate"):
         return
-    from perfgate.config import PYTEST_PREFIX
-    from perfgate.options import settings_from_options
+    from perfgate.settings.config import PYTEST_PREFIX
+    from perfgate.settings.options import settings_from_options
 
     try:
         settings = settings_from_options(config.getoption, PYTEST_PREFIX, start=config.invocation_params.dir,
@@ -62,13 +64,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _raise_on_terminate(config: pytest.Config) -> None:
-    """SIGTERM/SIGHUP raise perfgate.process_tree.Terminated (a KeyboardInterrupt): the running
+    """SIGTERM/SIGHUP raise perfgate.system.process_tree.Terminated (a KeyboardInterrupt): the running
     capture ends its process tree and cleans its artifacts, pytest reports the interruption, and
     pytest_unconfigure then ends the process by that signal (exit status 128 + N)."""
     import signal
     import threading
 
-    from perfgate.process_tree import Terminated
+    from perfgate.system.process_tree import Terminated
 
     if threading.current_thread() is not threading.main_thread():
         return
@@ -87,7 +89,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         signal.signal(signum, previous)
     signum = config.stash.get(TERMINATED_KEY, None)
     if signum is not None:
-        from perfgate.process_tree import reraise
+        from perfgate.system.process_tree import reraise
 
         reraise(signum)
 
@@ -102,7 +104,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         specs = _specs(settings, settings.selected)
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    from perfgate.workloads import helper_notes
+    from perfgate.settings.workloads import helper_notes
 
     config.stash[NOTES_KEY] = helper_notes(settings)
     added = [PerfgateItem.from_parent(session, name=spec.full_name, nodeid=f"perfgate::{spec.full_name}", spec=spec)
@@ -226,8 +228,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def _specs(settings: Settings, names: Sequence[str]) -> list[WorkloadSpec]:
-    from perfgate.machine import machine_info
-    from perfgate.workloads import discover_workloads, select_workloads
+    from perfgate.system.machine import machine_info
+    from perfgate.settings.workloads import discover_workloads, select_workloads
 
     gpus = machine_info(None, settings.machine_class).gpu_count
     return select_workloads(discover_workloads(settings, gpus), list(names))
@@ -259,14 +261,14 @@ def _progress(config: pytest.Config) -> Any:
 
 def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
-    from perfgate.pipeline import run_workload
+    from perfgate.pipeline.workload_run import run_workload
     from perfgate.report.terminal import failure_message
 
     settings = config.stash[SETTINGS_KEY]
     update = config.getoption("perfgate_update_baselines")
     result = run_workload(spec, settings, update_baseline=update, progress=_progress(config))
     config.stash[RESULTS_KEY].append(result)
-    from perfgate import history
+    from perfgate.commands import history
 
     try:
         history.record(result, settings, update_baseline=update)   # with history_dir set

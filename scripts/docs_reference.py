@@ -1,5 +1,5 @@
 """The docs site's generated reference pages: ``docs/reference/configuration.md`` from
-perfgate.config.SETTINGS (and perfgate.pyproject.WORKLOAD_KEYS) and ``docs/reference/cli.md`` from
+perfgate.settings.config.SETTINGS (and perfgate.settings.pyproject.WORKLOAD_KEYS) and ``docs/reference/cli.md`` from
 the ``perfgate`` command's parsers (perfgate.cli.build_parser). Run it after changing a setting or
 an option; tests/test_docs_site.py fails while a committed page differs from what this writes.
 
@@ -44,11 +44,11 @@ def _default(kind: str, value: object) -> str:
 
 def configuration_markdown() -> str:
     """Every ``[tool.perfgate]`` key, its type, default, environment variable and options."""
-    from perfgate.config import RENAMED, SETTINGS, TOLERANCE_OPTION
-    from perfgate.pyproject import LAUNCHERS, WORKLOAD_KEYS
+    from perfgate.settings.config import RENAMED, SETTINGS, TOLERANCE_OPTION
+    from perfgate.settings.pyproject import LAUNCHERS, WORKLOAD_KEYS
 
     out = [GENERATED, "", "# Configuration reference", "",
-           "Every setting perfgate reads, from `perfgate.config.SETTINGS`, its one declaration. "
+           "Every setting perfgate reads, from `perfgate.settings.config.SETTINGS`, its one declaration. "
            "Precedence: command-line option > environment variable > `[tool.perfgate]` in "
            "`pyproject.toml` > default. What each setting does in more words: "
            "[Configuration](../configuration.md).", "",
@@ -73,7 +73,7 @@ def configuration_markdown() -> str:
             f"`\"0\"` or `\"off\"`; on the command line `--{TOLERANCE_OPTION} METRIC=SPEC` "
             f"(`--perfgate-{TOLERANCE_OPTION}` under pytest), repeatable.", "",
             "## `[tool.perfgate.workloads.<name>]`", "",
-            "Keys of a workload table (`perfgate.pyproject.WORKLOAD_KEYS`): "
+            "Keys of a workload table (`perfgate.settings.pyproject.WORKLOAD_KEYS`): "
             + ", ".join(f"`{k}`" for k in sorted(WORKLOAD_KEYS))
             + f". `launcher` is one of " + ", ".join(f"`{x}`" for x in LAUNCHERS) + ".", ""]
     return "\n".join(out)

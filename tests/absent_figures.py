@@ -3,7 +3,7 @@ tests of every path and renderer without a GPU (tests/test_absent_figures.py,
 tests/test_report_properties.py).
 
 They are the committed H100 captures of resnet_cifar (tests/fixtures/traces/gpu-resnet-*), analysed
-the way ``pipeline.captured_launch`` analyses a launch, without the workload's self-report (no
+the way ``pipeline.launch_capture_and_analysis`` analyses a launch, without the workload's self-report (no
 batch size, no torch allocator figures):
 
 - a *timing* launch is what an ``nvtx``-only trace of the same run gives: no GPU work, no GPU idle,
@@ -20,8 +20,8 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate.gpu_monitor import Sample
-from perfgate.model import Analysis, MachineInfo
+from perfgate.capture.gpu_monitor import Sample
+from perfgate.records.model import Analysis, MachineInfo
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 TRACED_PEAK_BYTES = 3 * 2**30
@@ -33,7 +33,7 @@ H100 = MachineInfo(machine_class="nvidia-h100-80gb-hbm3-x1", gpu_model="NVIDIA H
 @functools.lru_cache(maxsize=None)
 def _analysed(case: str) -> tuple[Analysis, int | None, object]:
     from perfgate.analysis import AnalysisOptions, analyze
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     trace = load_trace(TRACES / case / "trace.sqlite")
     return analyze(trace, AnalysisOptions(skip_steps=0)), trace.session_start_utc_ns, trace
@@ -55,14 +55,14 @@ def as_timing(a: Analysis) -> Analysis:
 
 def launch(case: str, kind: str, k: int = 0, *, energy: bool = True) -> Analysis:
     """Launch ``k`` of ``kind`` ("timing" or "profile") of the capture ``case``, analysed, checked,
-    with its resources and diagnosis, as ``pipeline.captured_launch`` makes it (no self-report)."""
-    from perfgate.files import _diagnosed
-    from perfgate.pipeline import _checked
-    from perfgate.resources import attach_resources
+    with its resources and diagnosis, as ``pipeline.launch_capture_and_analysis`` makes it (no self-report)."""
+    from perfgate.pipeline.inputs import diagnosed
+    from perfgate.pipeline.workload_run import _checked
+    from perfgate.analysis.resources import attach_resources
 
     full, start, trace = _analysed(case)
     assert start is not None and full.gpu is not None
     a = as_timing(full) if kind == "timing" else replace(full, gpu=replace(full.gpu, peak_memory_bytes=TRACED_PEAK_BYTES))
     a = _checked(replace(a, extra={**a.extra, "launch": k, "capture": kind}), k, None)
     a = attach_resources(a, nvml_samples(a, start) if energy else [], start)
-    return _diagnosed(a, trace)  # type: ignore[arg-type]
+    return diagnosed(a, trace)  # type: ignore[arg-type]

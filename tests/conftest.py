@@ -78,7 +78,7 @@ def _short_capture_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Captures taken again in this process wait 0.1 s instead of capture.RETRY_WAITS_S (20 and 40 s
     and jitter): tests of retries check what is retried and said; the waits themselves are checked
     in tests/test_capture_start.py. perfgate run as a subprocess keeps its real waits."""
-    from perfgate import capture
+    from perfgate.capture import launch as capture
 
     monkeypatch.setattr(capture, "RETRY_WAITS_S", (0.1, 0.1))
     monkeypatch.setattr(capture, "RETRY_JITTER_S", 0.0)

@@ -1,8 +1,8 @@
 """Running nsys directly from a test, as perfgate runs it: under perfgate's supervisor
-(perfgate.process_tree), so that every process the command starts ends with it, nsys's
+(perfgate.system.process_tree), so that every process the command starts ends with it, nsys's
 ``--start-agent`` daemon above all. A test's control capture that failed beside other nsys
 sessions (subprocess.run, nsys run directly) left its agent running for over 100 minutes.
-Like perfgate's capture, a run whose nsys failed for a transient reason (perfgate.nsys.
+Like perfgate's capture, a run whose nsys failed for a transient reason (perfgate.system.nsys.
 transient_failure: another nsys session's doing) is run again, up to ATTEMPTS times."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from perfgate import process_tree
-from perfgate.nsys import transient_failure
+from perfgate.system import process_tree
+from perfgate.system.nsys import transient_failure
 
 GRACE_S = 5.0
 ATTEMPTS = 3

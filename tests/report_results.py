@@ -2,7 +2,7 @@
 
 ``real_results`` captures a tiny NVTX-instrumented torch script with the real nsys (three baseline
 launches, two launches with an injected sleep in ``forward``), analyses the traces with
-``perfgate.analysis.analyze_trace`` and compares them with ``perfgate.compare.compare_launches``:
+``perfgate.analysis.analyze_trace`` and compares them with ``perfgate.gate.compare.compare_launches``:
 results the way the pipeline makes them. They are made once per test session.
 
 ``make_result`` builds a small result by hand, only for the renderers' size-limit and escaping
@@ -15,18 +15,10 @@ import sys
 from pathlib import Path
 
 from nsys_run import run_supervised
-from perfgate.model import (
-    Analysis,
-    Direction,
-    MachineInfo,
-    MetricComparison,
-    PhaseStats,
-    StepStats,
-    Summary,
-    Tolerance,
-    Verdict,
-    WorkloadResult,
+from perfgate.records.model import (
+    Analysis, Direction, MachineInfo, MetricComparison, PhaseStats, Tolerance, Verdict, WorkloadResult,
 )
+from perfgate.records.steps import StepStats, Summary
 
 SKIP_STEPS = 2
 STEPS = 14
@@ -81,7 +73,7 @@ def real_results(nsys: str, root: Path) -> list[WorkloadResult]:
     if "results" in _CACHE:
         return _CACHE["results"]
     from perfgate.analysis import AnalysisOptions, analyze_trace
-    from perfgate.compare import compare_launches
+    from perfgate.gate.compare import compare_launches
 
     traces = capture_all(nsys, root)
     options = AnalysisOptions(skip_steps=SKIP_STEPS, batch_size=BATCH_SIZE)

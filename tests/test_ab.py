@@ -1,4 +1,4 @@
-"""perfgate.ab: interleaving, the sequential decision, and a real A/B of two git commits under nsys."""
+"""perfgate.commands.ab: interleaving, the sequential decision, and a real A/B of two git commits under nsys."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfgate.ab import BASE, HEAD, launch_order, run_ab
+from perfgate.commands.ab import BASE, HEAD, launch_order, run_ab
 from perfgate.errors import ConfigError
-from perfgate.model import Verdict
+from perfgate.records.model import Verdict
 
 
 def test_rounds_alternate_which_side_runs_first() -> None:

@@ -28,8 +28,8 @@ import pytest
 
 from absent_figures import H100, TRACED_PEAK_BYTES, launch
 from perfgate import cli
-from perfgate.nsys_log import CONCURRENT
-from perfgate.resources import NO_NVML
+from perfgate.analysis.resources import NO_NVML
+from perfgate.capture.nsys_log import CONCURRENT
 
 ABSENT = ("samples_per_s", "energy.per_sample_j", "gpu_memory.peak_allocated_mib", "gpu_memory.peak_reserved_mib")
 
@@ -87,7 +87,7 @@ def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The gate's commands on a user's project, the capture replaced by the H100 captures:
     NEW, a recording of 3 launches, an unchanged rerun (PASS, no profile launch), a slower input
     pipeline (REGRESSED: the pageable-memory capture), and a noisy workload (INCONCLUSIVE)."""
-    from perfgate import pipeline
+    from perfgate.pipeline import workload_run as pipeline
 
     root = tmp_path_factory.mktemp("gpu-project")
     (root / "pyproject.toml").write_text(GPU_PYPROJECT)
@@ -112,7 +112,7 @@ def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         runs[name] = {"code": code, "out": out, "err": err, "taken": list(taken), "report": report}
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pipeline, "capture_launch", capture)
+        mp.setattr(pipeline, "launch_analysis", capture)
         mp.setattr(pipeline, "this_machine", lambda nsys, machine_class: H100)
         gate("new", ["gpu-resnet-pinned"], "run", "user_train")
         gate("record", ["gpu-resnet-pinned"], "baseline", "update", "user_train", "--record-launches", "3")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.analysis import AnalysisOptions, analyze_trace, render_table
+from perfgate.analysis import AnalysisOptions, analyze_trace
+from perfgate.analysis.table import render_table
 from perfgate.errors import ConfigError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"

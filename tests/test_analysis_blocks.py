@@ -10,10 +10,10 @@ import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze, intervals, periods, phases, steps
 from perfgate.analysis.idle import _top_gaps, busy_intervals
-from perfgate.api_calls import _add_counts
-from perfgate.columns import Columns
 from perfgate.diagnosis.kernel_sets import _dense_codes, _distinct
-from perfgate.trace import load_trace
+from perfgate.trace.api_calls import _add_counts
+from perfgate.trace.columns import Columns
+from perfgate.trace.export import load_trace
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.analysis.gpu_work import api_name
+from perfgate.trace.api_calls import api_name
 
 H100 = Path(__file__).parent / "fixtures" / "traces" / "toy-h100" / "trace.sqlite"
 

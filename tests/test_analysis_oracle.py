@@ -11,7 +11,7 @@ import pytest
 
 from perfgate.analysis.projection import project_ranges, projection_summary
 from perfgate.analysis.ranges import range_stats
-from perfgate.trace import load_trace
+from perfgate.trace.export import load_trace
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 CASES = sorted(p for p in TRACES.iterdir() if (p / "trace.sqlite").is_file())

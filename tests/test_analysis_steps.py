@@ -19,7 +19,7 @@ TRACES = Path(__file__).parent / "fixtures" / "traces"
 
 
 def _durations(path: Path, name_like: str) -> pd.DataFrame:
-    """Step ranges read straight from the export with SQL (independent of perfgate.trace)."""
+    """Step ranges read straight from the export with SQL (independent of perfgate.trace.export)."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         return pd.read_sql_query(
             "SELECT globalTid >> 24 & 16777215 AS pid, start, \"end\" - start AS dur FROM NVTX_EVENTS "

@@ -29,7 +29,7 @@ RESTRICTED = {"pytest": {"plugin"}, "_pytest": set()}
 @dataclass(frozen=True)
 class Edge:
     source: str            # importing module, e.g. "perfgate.cli"
-    target: str            # imported perfgate module, e.g. "perfgate.pipeline"
+    target: str            # imported perfgate module, e.g. "perfgate.pipeline.workload_run"
     line: int
     runtime: bool          # False under ``if TYPE_CHECKING:``
 
@@ -203,11 +203,14 @@ def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dic
 
 
 def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
-    """errors, rank_records and step_records import nothing of perfgate; schema (the record version)
-    only errors; model only schema, rank_records and step_records."""
-    allowed = {"perfgate.errors": set(), "perfgate.rank_records": set(), "perfgate.step_records": set(),
-               "perfgate.schema": {"perfgate.errors"},
-               "perfgate.model": {"perfgate.schema", "perfgate.rank_records", "perfgate.step_records"}}
+    """errors, records.ranks and records.steps import nothing of perfgate; records.version (the
+    record version) only errors; records.model only the version, ranks and steps."""
+    allowed = {"perfgate.errors": set(), "perfgate.records.ranks": {"perfgate.records"},
+               "perfgate.records.steps": {"perfgate.records"},
+               "perfgate.records.version": {"perfgate.records", "perfgate.errors"},
+               "perfgate.records.model": {"perfgate.records", "perfgate.records.version", "perfgate.records.ranks",
+                                          "perfgate.records.steps"}}
+    assert set(allowed) <= set(module_names(PACKAGE))
     assert [e for e in graph[0] if e.source in allowed and e.target not in allowed[e.source]] == []
 
 
@@ -262,11 +265,14 @@ def test_an_import_of_a_higher_layer_is_a_violation() -> None:
 
 
 def test_adding_a_forbidden_import_to_perfgate_fails(graph: tuple[list[Edge], dict], ranks: dict[str, int]) -> None:
-    """What the layering test would say if model.py imported the pipeline."""
-    added, _ = imports_of("perfgate.model", "def f():\n    from perfgate.pipeline import run_workload\n",
+    """What the layering test would say if records/model.py imported the pipeline."""
+    added, _ = imports_of("perfgate.records.model",
+                          "def f():\n    from perfgate.pipeline.workload_run import run_workload\n",
                           module_names(PACKAGE))
     assert violations([*graph[0], *added], ranks) == [
-        "perfgate.model:2 imports perfgate.pipeline (model may not import pipeline: a higher layer)"]
+        "perfgate.records.model:2 imports perfgate.pipeline (records may not import pipeline: a higher layer)",
+        "perfgate.records.model:2 imports perfgate.pipeline.workload_run "
+        "(records may not import pipeline: a higher layer)"]
     assert find_cycle([*graph[0], *added]) is not None
 
 
@@ -279,3 +285,151 @@ def test_no_module_is_over_400_lines() -> None:
     long = {str(p.relative_to(REPO)): n for p in sorted(PACKAGE.rglob("*.py"))
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert long == {}
+
+
+# --------------------------------------------------------------------------- one house, one home per name
+
+#: The modules that stand at the top of perfgate/: the package, ``python -m perfgate``, the entry
+#: points pyproject.toml names (the ``perfgate`` command, the pytest plugin), what workloads import
+#: (``perfgate.nvtx``) and the errors every stage raises. Everything else lives in a stage's folder.
+TOP_LEVEL = {"perfgate", "perfgate.__main__", "perfgate.cli", "perfgate.plugin", "perfgate.nvtx", "perfgate.errors"}
+
+
+def test_the_top_level_holds_the_entry_points_and_the_stages_as_folders(ranks: dict[str, int]) -> None:
+    modules = module_names(PACKAGE)
+    loose = sorted(m for m, path in modules.items() if path.parent == PACKAGE and m not in TOP_LEVEL)
+    assert loose == [], f"modules outside a folder of perfgate/: {loose}"
+    block = ARCHITECTURE.read_text(encoding="utf-8").split("## Layers", 1)[1]
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert {f for f in folders if f"{f}/" not in block} == set(), "a folder the ## Layers block names without '/'"
+
+
+def _bindings(tree: ast.Module) -> set[str]:
+    """The names a module's own top-level statements define (functions, classes, assignments)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node in tree.body:
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                out |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return out
+
+
+def reexports(module: str, source: str, known: Iterable[str]) -> list[str]:
+    """Names a module passes on rather than uses: a name of ``__all__`` it does not define, a
+    perfgate name it imports and never uses, a module ``__getattr__`` (names loaded from elsewhere)."""
+    tree = ast.parse(source)
+    known = set(known)
+    out = []
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            exported = [c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)]
+            all_nodes = set(map(id, ast.walk(node)))
+            break
+    else:
+        all_nodes = set()
+    defined = _bindings(tree)
+    out += [f"{module}: __all__ names {name}, defined elsewhere" for name in exported if name not in defined]
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in all_nodes}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perfgate") and not node.level:
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if local not in used and f"{node.module}.{alias.name}" not in known:
+                    out.append(f"{module}:{node.lineno} imports {local} and never uses it")
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and node in tree.body:
+            out.append(f"{module}:{node.lineno} loads names from elsewhere (__getattr__)")
+    return out
+
+
+def test_no_module_passes_on_a_name_from_elsewhere() -> None:
+    """One home per name: a name is imported from the module that defines it, never from one that
+    imported it too (no re-exports, no lazy ``__getattr__`` fronts)."""
+    modules = module_names(PACKAGE)
+    found = [line for name, path in modules.items()
+             for line in reexports(name, path.read_text(encoding="utf-8"), modules)]
+    assert found == []
+
+
+def test_a_reexport_is_found() -> None:
+    source = ("from perfgate.gate.wording import describe, fmt_value\n__all__ = ['fmt_value', 'one_line']\n"
+              "def one_line():\n    return fmt_value(1)\n")
+    assert reexports("perfgate.report.digest", source, KNOWN) == [
+        "perfgate.report.digest: __all__ names fmt_value, defined elsewhere",
+        "perfgate.report.digest:1 imports describe and never uses it"]
+    lazy = "def __getattr__(name):\n    return name\n"
+    assert reexports("perfgate.report", lazy, KNOWN) == ["perfgate.report:1 loads names from elsewhere (__getattr__)"]
+
+
+def private_imports(module: str, source: str, known: Iterable[str]) -> list[str]:
+    """Imports of another module's private names (``from perfgate.x import _helper``), or of a
+    private module (``perfgate.system._x``) from outside its own folder."""
+    known = set(known)
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perfgate") and not node.level:
+            targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else None for a in node.names]
+            for alias, submodule in zip(node.names, targets):
+                if submodule is None and alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"{module}:{node.lineno} imports {node.module}.{alias.name}")
+            names = [t for t in targets if t] + [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("perfgate")]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            for k, part in enumerate(parts):
+                folder = ".".join(parts[:k])
+                if part.startswith("_") and not part.startswith("__") and not module.startswith(folder + "."):
+                    out.append(f"{module}:{node.lineno} imports the private module {name}")
+    return out
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    modules = module_names(PACKAGE)
+    found = [line for name, path in modules.items()
+             for line in private_imports(name, path.read_text(encoding="utf-8"), modules)]
+    assert found == []
+
+
+def test_a_private_import_is_found() -> None:
+    known = [*KNOWN, "perfgate.integrations._ranges"]
+    assert private_imports("perfgate.cli", "from perfgate.compare import _checked, fine\n", known) == [
+        "perfgate.cli:1 imports perfgate.compare._checked"]
+    assert private_imports("perfgate.cli", "from perfgate.integrations._ranges import r\n", known) == [
+        "perfgate.cli:1 imports the private module perfgate.integrations._ranges"]
+    assert private_imports("perfgate.integrations.hf", "from perfgate.integrations._ranges import r\n", known) == []
+
+
+#: Public names that more than one module defines, each meaning its own module's thing: the
+#: command modules' ``add_parser`` protocol, a program's ``main``, one callback per framework, and
+#: names read with their module (``process_tree.start``, ``read_ahead.start``). Any other name has
+#: one home (``parse_tolerances`` had two, one of them checking less).
+SHARED_NAMES = {"add_parser", "main", "PerfgateCallback", "start", "summarize", "differences", "phase_name",
+                "record", "workload_command", "overlap_length"}
+
+
+def same_names(sources: Mapping[str, str]) -> dict[str, list[str]]:
+    """Public top-level function and class names defined by more than one module."""
+    homes: dict[str, list[str]] = {}
+    for module, source in sources.items():
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(module)
+    return {name: found for name, found in homes.items() if len(found) > 1}
+
+
+def test_one_function_of_one_name() -> None:
+    sources = {name: path.read_text(encoding="utf-8") for name, path in module_names(PACKAGE).items()}
+    twice = same_names(sources)
+    assert {name: found for name, found in twice.items() if name not in SHARED_NAMES} == {}
+    assert set(SHARED_NAMES) <= set(twice), "SHARED_NAMES lists a name that now has one home"
+
+
+def test_two_functions_of_one_name_are_found() -> None:
+    sources = {"perfgate.gate.metric_specs": "def parse_tolerances(v):\n    return v\n",
+               "perfgate.settings.pyproject": "def parse_tolerances(t, where):\n    return t\n"}
+    assert same_names(sources) == {"parse_tolerances": ["perfgate.gate.metric_specs", "perfgate.settings.pyproject"]}

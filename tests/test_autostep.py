@@ -1,5 +1,5 @@
 """Autostep: NVTX ranges from hooks perfgate installs in a profiled process through its
-environment (``PERFGATE_AUTOSTEP=1``, ``perfgate/_autostep_site`` first on ``PYTHONPATH``).
+environment (``PERFGATE_AUTOSTEP=1``, ``perfgate/capture/autostep/site`` first on ``PYTHONPATH``).
 
 The training scripts below have no NVTX of their own. Without nsys, ``PERFGATE_AUTOSTEP_DEBUG``
 makes every push/pop also land in a file; with the real nsys the ranges are read back from the
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from nsys_run import run_supervised
-from perfgate import autostep
-from perfgate.autostep_events import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
-from perfgate.capture_command import capture_environment, prepend_path
-from perfgate.post_import import PostImportFinder
+from perfgate.capture.autostep import install as autostep
+from perfgate.capture.autostep.post_import import PostImportFinder
+from perfgate.capture.command import capture_environment, prepend_path
+from perfgate.records.autostep_ranges import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ for x, y in loader:
     steps += 1
     if steps == max_steps:
         break
-print("pid", os.getpid(), "steps", steps, "autostep", "perfgate.autostep" in sys.modules)
+print("pid", os.getpid(), "steps", steps, "autostep", "perfgate.capture.autostep.install" in sys.modules)
 '''
 
 # Re-entrancy: a DataLoader whose dataset iterates another DataLoader (nested __next__), a
@@ -300,7 +300,7 @@ def test_torch_without_nvtx_gets_no_hooks_and_one_note(tmp_path: Path) -> None:
 
 
 def test_install_does_not_import_torch(tmp_path: Path) -> None:
-    proc = run_python("import sys; print('torch' in sys.modules, 'perfgate.autostep' in sys.modules)", tmp_path,
+    proc = run_python("import sys; print('torch' in sys.modules, 'perfgate.capture.autostep.install' in sys.modules)", tmp_path,
                       child_env())
     assert (proc.returncode, proc.stdout) == (0, "False True\n"), proc.stderr
 
@@ -342,7 +342,7 @@ def test_install_in_process_hooks_a_loaded_torch_and_uninstall_restores_it(torch
 
 
 def test_nsys_records_one_range_of_each_kind_per_step(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     (tmp_path / "train.py").write_text(TRAIN)
     cmd = [nsys_path, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--export=sqlite",

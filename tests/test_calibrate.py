@@ -1,4 +1,4 @@
-"""perfgate.calibrate: the pure evaluation of A/A and injected pools, and the pool runner's schedule."""
+"""perfgate.commands.calibrate: the pure evaluation of A/A and injected pools, and the pool runner's schedule."""
 from __future__ import annotations
 
 import json
@@ -8,15 +8,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from perfgate.calibrate import (
-    AA,
-    coefficient_of_variation,
-    disjoint_splits,
-    evaluate_pools,
-    run_pools,
-    upper_bound_95,
-)
-from perfgate.compare import ComparePolicy
+from perfgate.commands.calibrate import evaluate_pools, run_pools
+from perfgate.commands.calibration_file import AA
+from perfgate.gate.compare import ComparePolicy
+from perfgate.gate.statistics import coefficient_of_variation, disjoint_splits, upper_bound_95
 
 
 def _pool(rng: np.random.Generator, n: int, *, cv: float, slowdown: float = 0.0) -> list[dict[str, float]]:
@@ -129,9 +124,9 @@ def test_evaluate_sequential_runs_the_adaptive_gate_over_the_pools() -> None:
     time; too small an A/A pool for a baseline plus the budget is refused."""
     import numpy as np
 
-    from perfgate.calibrate import evaluate_sequential
+    from perfgate.commands.calibrate import evaluate_sequential
     from perfgate.errors import ConfigError
-    from perfgate.sequential import LaunchBudget
+    from perfgate.gate.sequential_looks import LaunchBudget
 
     rng = np.random.default_rng(11)
 

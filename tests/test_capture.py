@@ -11,21 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.autostep import site_dir
-from perfgate.capture import parse_self_report, run_capture
-from perfgate.capture_command import (
-    PROFILE,
-    capture_environment,
-    nsys_command,
-    profile_launch_wanted,
-    pytorch_trace_mode,
-    resolve_trace,
+from perfgate.capture.autostep.install import site_dir
+from perfgate.capture.command import (
+    PROFILE, capture_environment, nsys_command, profile_launch_wanted, pytorch_trace_mode, resolve_trace,
     workload_command,
 )
-from perfgate.config import Settings, load_settings
+from perfgate.capture.launch import parse_self_report, run_capture
 from perfgate.errors import CaptureTimeoutError, ConfigError, NsysNotFoundError, WorkloadFailedError
-from perfgate.nsys import supports_option
-from perfgate.workloads import WorkloadSpec
+from perfgate.settings.config import Settings, load_settings
+from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system.nsys import supports_option
 
 TINY = '''
 import json, os, subprocess, sys, time
@@ -46,7 +41,7 @@ for _ in range(6):
         nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()
     nvtx.range_pop()
 print("PERFGATE_SELF_REPORT " + json.dumps({"workload": "tiny", "steps": 6, "batch_size": 4,
-      "env_secret": os.environ.get("MY_API_TOKEN"), "autostep": "perfgate.autostep" in sys.modules}))
+      "env_secret": os.environ.get("MY_API_TOKEN"), "autostep": "perfgate.capture.autostep.install" in sys.modules}))
 '''
 
 
@@ -220,7 +215,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_log_tail_makes_workflow_commands_and_terminal_controls_inert() -> None:
-    from perfgate.capture import log_tail
+    from perfgate.capture.launch import log_tail
 
     text = "ok\n::error title=x::fake failure\n  ::add-mask::abc\n\x1b[31mred\x1b[0m\x07\n"
     assert log_tail(text).splitlines() == ["ok", "(log) ::error title=x::fake failure", "(log)   ::add-mask::abc", "red"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import capture_dir
+from perfgate.capture import private_dir as capture_dir
 from perfgate.errors import CaptureError
 
 HOLD = '''
@@ -31,7 +31,7 @@ time.sleep(600)
 KEEP_UNDER_LIMIT = '''
 import json, resource, sys
 from pathlib import Path
-from perfgate.capture_dir import keep
+from perfgate.capture.private_dir import keep
 limit = int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 kept = keep(Path(sys.argv[1]), Path(sys.argv[2]))

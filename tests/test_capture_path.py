@@ -1,5 +1,5 @@
 """``perfgate ab`` and ``perfgate calibrate`` capture and analyze a launch the way the gate does
-(perfgate.pipeline.capture_launch: checks, resources, diagnosis, the batch size the workload
+(perfgate.pipeline.workload_run.launch_analysis: checks, resources, diagnosis, the batch size the workload
 reports). Their own run_capture + analyze_trace had no samples/s without a configured batch size."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import perfgate.capture
-from perfgate.ab import capture_launcher
-from perfgate.calibrate import capture_launch as calibrate_launcher
-from perfgate.config import load_settings
-from perfgate.model import Capture
-from perfgate.workloads import WorkloadSpec
+from perfgate.commands.ab import capture_launcher
+from perfgate.commands.calibrate import calibration_launcher
+from perfgate.records.model import Capture
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import WorkloadSpec
+import perfgate.capture.launch
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "cpu-train-loop" / "trace.sqlite"
 SPEC = WorkloadSpec(name="w", module="w.py", skip_steps=2)     # no batch size configured
@@ -34,7 +34,7 @@ def fake_capture(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
                        sqlite_path=sqlite, log_path=launch_dir / "log.txt", returncode=0, wall_s=3.5,
                        self_report={"batch_size": 8, "world_size": 1})
 
-    monkeypatch.setattr(perfgate.capture, "run_capture", run_capture)
+    monkeypatch.setattr(perfgate.capture.launch, "run_capture", run_capture)
     return dirs
 
 
@@ -49,6 +49,6 @@ def test_an_ab_launch_is_the_gates_launch(tmp_path: Path, fake_capture: list[Pat
 def test_a_calibration_launch_is_the_gates_launch_and_keeps_its_wall_time(
         tmp_path: Path, fake_capture: list[Path]) -> None:
     settings = load_settings(tmp_path, env={})
-    metrics, wall_s = calibrate_launcher(SPEC, settings, tmp_path / "run")("aa-0", ())
+    metrics, wall_s = calibration_launcher(SPEC, settings, tmp_path / "run")("aa-0", ())
     assert metrics["samples_per_s"] > 0 and wall_s == 3.5
     assert fake_capture == [tmp_path / "run" / "aa-0"]

@@ -192,7 +192,7 @@ def test_a_folder_left_by_a_killed_tree_is_removed_by_the_next_capture(tmp_path:
     """A CI runner that SIGKILLs a cancelled job's whole process tree kills perfgate and its
     supervisor at once: nobody removes the private folder, which holds nsys's raw capture. The
     next capture in the same temporary folder sweeps it (no process holds its lock any more)."""
-    from perfgate.process_tree import descendants
+    from perfgate.system.supervisor import descendants
 
     project = leak_project(tmp_path / "project", timeout_s=300)
     (project / "wl" / "quick.py").write_text(QUICK)

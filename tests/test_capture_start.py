@@ -1,8 +1,8 @@
 """An nsys that hangs before it starts the workload (issue 30: seen with 4 gates at once under
 nsys 2022.4: ``nsys profile`` and its agent both waiting on a futex, nothing logged, the workload
 never started, until the launch's 300 s timeout failed the gate). perfgate stops an nsys that has
-started no program START_S after it began and takes the capture again (perfgate.capture._wait,
-perfgate.nsys.started_workload)."""
+started no program START_S after it began and takes the capture again (perfgate.capture.launch._wait,
+perfgate.system.nsys.started_workload)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import capture, process_tree
+from perfgate.capture import launch as capture
 from perfgate.errors import CaptureError
-from perfgate.nsys import started_workload
+from perfgate.system import process_tree
+from perfgate.system.nsys import started_workload
 from test_capture import SPEC, tiny_project
 
 
@@ -118,7 +119,7 @@ def test_a_stale_session_table_is_removed_and_the_capture_taken_again(
     and the second attempt gives the launch."""
     import lzma
 
-    from perfgate.nsys import SHARED_MEMORY, _nsys_running, nsys_version
+    from perfgate.system.nsys import SHARED_MEMORY, _nsys_running, nsys_version
 
     assert not _nsys_running(), "another nsys runs on this machine: the test would break its session"
     version = nsys_version(Path(nsys_path))

@@ -209,7 +209,7 @@ def test_an_unreadable_trace_is_an_error_naming_it_not_a_traceback(traces: Path,
 def _report_file(tmp_path: Path, **change: object) -> Path:
     from report_results import make_result
 
-    from perfgate.model import Verdict
+    from perfgate.records.model import Verdict
     from perfgate.report.json_report import render_report_json
 
     doc = render_report_json([make_result("w", Verdict.PASS)])
@@ -249,7 +249,7 @@ def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits
     from report_results import make_result
 
     from perfgate.cli import _write_reports
-    from perfgate.model import Verdict
+    from perfgate.records.model import Verdict
     from perfgate.report import ReportWriteError, write_all
 
     out = tmp_path / "report"

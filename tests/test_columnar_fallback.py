@@ -13,7 +13,7 @@ TRACES = ROOT / "tests" / "fixtures" / "traces"
 NO_DUCKDB = ("import runpy, sys; sys.modules['duckdb'] = None; sys.argv = ['perfgate'] + sys.argv[1:]; "
              "runpy.run_module('perfgate', run_name='__main__')")
 # DuckDB whatever the export's size (small exports are otherwise read through sqlite3 too)
-WITH_DUCKDB = ("import runpy, sys; import perfgate.columnar as c; c.SQLITE3_BELOW_BYTES = 0; "
+WITH_DUCKDB = ("import runpy, sys; import perfgate.trace.database as c; c.SQLITE3_BELOW_BYTES = 0; "
                "sys.argv = ['perfgate'] + sys.argv[1:]; runpy.run_module('perfgate', run_name='__main__')")
 
 
@@ -32,7 +32,7 @@ def test_sqlite3_reader_gives_the_same_analysis_as_duckdb(name: str) -> None:
 
 
 def test_without_duckdb_the_reader_is_sqlite3(monkeypatch: pytest.MonkeyPatch) -> None:
-    from perfgate import columnar
+    from perfgate.trace import database as columnar
 
     monkeypatch.setitem(sys.modules, "duckdb", None)
     con = columnar.connect(TRACES / "cpu-train-loop" / "trace.sqlite")
@@ -42,7 +42,7 @@ def test_without_duckdb_the_reader_is_sqlite3(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_small_exports_are_read_through_sqlite3(monkeypatch: pytest.MonkeyPatch) -> None:
-    from perfgate import columnar
+    from perfgate.trace import database as columnar
 
     trace = TRACES / "cpu-train-loop" / "trace.sqlite"          # 3 MB: below the size
     assert isinstance(columnar.connect(trace), columnar.SqliteConnection)

@@ -1,4 +1,4 @@
-"""perfgate.columns (the analysis's tables without pandas) against pandas as the oracle, the sqlite3
+"""perfgate.trace.columns (the analysis's tables without pandas) against pandas as the oracle, the sqlite3
 integer reader against the row reader, and ``perfgate analyze`` importing no pandas."""
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfgate import columnar
 from perfgate.analysis.gpu_work import peak_memory
 from perfgate.analysis.steps import _most_frequent
-from perfgate.columns import (Columns, descending_order, factorize, first_seen, grouped_cummax, previous_max,
-                              run_starts)
 from perfgate.errors import TraceError
+from perfgate.trace import database as columnar
+from perfgate.trace.columns import (
+    Columns, descending_order, factorize, first_seen, grouped_cummax, previous_max, run_starts,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "tests" / "fixtures" / "traces"
@@ -120,7 +121,7 @@ def test_perfgate_analyze_imports_no_pandas() -> None:
 
 
 def test_read_ahead_gives_what_the_analysis_would_read_itself(tmp_path: Path) -> None:
-    from perfgate import read_ahead
+    from perfgate.trace import read_ahead
 
     path = TRACES / "gpu-transformer" / "trace.sqlite"
     read_ahead.start(path)
@@ -139,6 +140,6 @@ def test_read_ahead_gives_what_the_analysis_would_read_itself(tmp_path: Path) ->
     broken.write_bytes(path.read_bytes()[:50_000])                  # truncated: start says nothing, load_trace does
     read_ahead.start(broken)
     with pytest.raises(TraceError, match="broken.sqlite"):
-        from perfgate.trace import load_trace
+        from perfgate.trace.export import load_trace
 
         load_trace(broken).gpu()

@@ -14,8 +14,8 @@ import pytest
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.analysis.comm import NCCL_KERNEL, overlap_length
 from perfgate.analysis.intervals import union
-from perfgate.metrics import spec_for
-from perfgate.model import Analysis
+from perfgate.gate.metric_specs import spec_for
+from perfgate.records.model import Analysis
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 DDP = TRACES / "gpu-ddp-2proc"
@@ -110,8 +110,8 @@ def test_communication_per_rank_equals_a_plain_computation_over_the_export() -> 
 
 
 def test_a_baseline_keeps_the_communication_for_the_diagnosis(tmp_path: Path) -> None:
-    from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
-    from perfgate.model import MachineInfo
+    from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
+    from perfgate.records.model import MachineInfo
 
     a = analyze_trace(DDP / "trace.sqlite")
     machine = MachineInfo("test-x2", None, 2, None, None, None, None)
@@ -149,7 +149,7 @@ def test_overlap_length_of_two_unions_equals_every_pair_summed() -> None:
 def ddp() -> tuple:
     """The capture's communication and its kernels by phase (TraceFacts), as the diagnosis reads them."""
     from perfgate.diagnosis.one_run import diagnose
-    from perfgate.files import _analyzed
+    from perfgate.pipeline.inputs import _analyzed
 
     a, trace = _analyzed(DDP / "trace.sqlite", None, None)
     return a.comm, diagnose(a, trace).facts["kernels_by_phase"]
@@ -318,7 +318,7 @@ def test_the_multi_gpu_scripts_rank_table_of_the_capture() -> None:
 
 
 def test_the_multi_gpu_script_refuses_a_machine_with_fewer_than_two_gpus(tmp_path: Path) -> None:
-    from perfgate.machine import machine_info
+    from perfgate.system.machine import machine_info
 
     if machine_info(None, None).gpu_count >= 2:
         pytest.skip("a multi-GPU machine: the script would run")
@@ -326,7 +326,7 @@ def test_the_multi_gpu_script_refuses_a_machine_with_fewer_than_two_gpus(tmp_pat
 
 
 def test_analyze_table_shows_each_rank_and_the_communication() -> None:
-    from perfgate.analysis import render_table
+    from perfgate.analysis.table import render_table
 
     lines = render_table(analyze_trace(DDP / "trace.sqlite")).splitlines()
     at = lines.index("ranks (per measured step; skew 1.561 ms):")

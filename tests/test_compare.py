@@ -1,4 +1,4 @@
-"""perfgate.compare: tolerance grammar, metric specs and the verdicts of compare_launches."""
+"""perfgate.gate.compare: tolerance grammar, metric specs and the verdicts of compare_launches."""
 from __future__ import annotations
 
 import copy
@@ -7,19 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from perfgate.compare import (
-    OFF,
-    ComparePolicy,
-    compare_launches,
-    format_tolerance,
-    needs_more_launches,
-    parse_tolerance,
-    parse_tolerances,
-    spec_for,
-)
 from perfgate.errors import ConfigError
-from perfgate.model import Direction, Tolerance, Verdict
-from perfgate.stats import shift_test
+from perfgate.gate.compare import ComparePolicy, compare_launches, needs_more_launches
+from perfgate.gate.metric_specs import OFF, format_tolerance, parse_tolerance, spec_for
+from perfgate.gate.statistics import shift_test
+from perfgate.records.model import Direction, Tolerance, Verdict
+from perfgate.settings.pyproject import parse_tolerances
 
 # --------------------------------------------------------------------------- tolerance grammar
 
@@ -52,10 +45,12 @@ def test_bad_tolerances_raise_config_error_naming_where_and_text(bad: str) -> No
 
 
 def test_parse_tolerances_names_the_entry() -> None:
-    assert parse_tolerances({"step_time_ms": "3%", "phase.*.cpu_ms": "20%+1"}) == {
+    assert parse_tolerances({"step_time_ms": "3%", "phase.*.cpu_ms": "20%+1"}, "tol") == {
         "step_time_ms": Tolerance(rel=0.03), "phase.*.cpu_ms": Tolerance(rel=0.2, abs=1.0)}
-    with pytest.raises(ConfigError, match=r"tol\.gpu_idle_fraction"):
-        parse_tolerances({"gpu_idle_fraction": 0.03}, where="tol")
+    with pytest.raises(ConfigError, match=r"tol step_time_ms: cannot parse"):
+        parse_tolerances({"step_time_ms": "3 percent"}, "tol")
+    with pytest.raises(ConfigError, match=r"tol gpu_idle_fraction: expected a string"):
+        parse_tolerances({"gpu_idle_fraction": 0.03}, "tol")
 
 
 def test_format_tolerance_round_trips_the_grammar() -> None:

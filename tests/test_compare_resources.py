@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.compare import ComparePolicy, compare_launches, needs_more_launches, spec_for
-from perfgate.model import Verdict
+from perfgate.gate.compare import ComparePolicy, compare_launches, needs_more_launches
+from perfgate.gate.metric_specs import spec_for
+from perfgate.records.model import Verdict
 
 STEPS = (100.0, 100.4, 99.7)
 ALLOC = "gpu_memory.peak_allocated_mib"
@@ -85,7 +86,7 @@ def ladder(fixtures_dir):
 
 
 def test_a_memory_regression_is_the_first_reason_when_step_time_passes(ladder) -> None:
-    from perfgate.diagnosis import explain_regression
+    from perfgate.diagnosis.attribution import explain_regression
 
     full, _ = ladder
     base = replace(full, extra={**full.extra, "resource_metrics": {ALLOC: 4096.0}})
@@ -100,7 +101,7 @@ def test_a_memory_regression_is_the_first_reason_when_step_time_passes(ladder) -
 def test_lost_cuda_graphs_are_named_by_kernels_per_batch(ladder) -> None:
     """The compiled side replays a CUDA graph per batch (a few kernels, one graph launch); the
     change runs eagerly: kernels per batch lead the attribution over the step-time reasons."""
-    from perfgate.diagnosis import explain_regression
+    from perfgate.diagnosis.attribution import explain_regression
 
     full, eager = ladder
     graphs = replace(full, gpu=replace(full.gpu, kernels_per_step=3.0, graph_launches_per_step=1.0))
@@ -116,7 +117,7 @@ def test_lost_cuda_graphs_are_named_by_kernels_per_batch(ladder) -> None:
 def test_a_kernel_regression_smaller_than_the_step_regression_follows_the_step_diagnosis(ladder) -> None:
     """The real compile-removed pair: kernels +25 %, mean step +32 %: the compile rule leads and the
     kernels are a note."""
-    from perfgate.diagnosis import explain_regression
+    from perfgate.diagnosis.attribution import explain_regression
 
     full, eager = ladder
     outcome = compare_launches([full.metrics()], [eager.metrics()], ComparePolicy(gate_alone=("kernels_per_step",)))

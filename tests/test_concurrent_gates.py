@@ -3,7 +3,7 @@ repository, and four in two; two recordings of one baseline. (scripts/concurrent
 the first two for many rounds.)
 
 nsys shares state between its sessions (``/dev/shm/NSys-<version>``, its agents); each capture has
-its own TMPDIR (perfgate.capture_dir), a capture that failed for a transient nsys reason is taken
+its own TMPDIR (perfgate.capture.private_dir), a capture that failed for a transient nsys reason is taken
 again, and a baseline's recording holds its folder's lock."""
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from perfgate import cli, plugin
-from perfgate.config import SETTINGS, Settings, load_settings, parse_tolerance_option
-from perfgate.options import add_setting_options, settings_from_args
 from perfgate.errors import ConfigError
-from perfgate.model import Tolerance
-from perfgate.pipeline import compare_policy
-from perfgate.workloads import discover_workloads, select_workloads
+from perfgate.pipeline.workload_run import compare_policy
+from perfgate.records.model import Tolerance
+from perfgate.settings.config import SETTINGS, Settings, load_settings, parse_tolerance_option
+from perfgate.settings.options import add_setting_options, settings_from_args
+from perfgate.settings.workloads import discover_workloads, select_workloads
 
 
 def project(tmp_path: Path, table: str, workloads: tuple[str, ...] = ()) -> Path:
@@ -470,7 +470,7 @@ def test_a_tolerance_must_name_a_metric_of_the_gate(tmp_path: Path) -> None:
 
 
 def test_workloads_dir_that_was_set_must_exist(tmp_path: Path) -> None:
-    from perfgate.workloads import discover_workloads
+    from perfgate.settings.workloads import discover_workloads
 
     root = project(tmp_path, "[tool.perfgate]\nworkloads_dir = 'perf'\n")
     with pytest.raises(ConfigError, match=r"\[tool.perfgate\] workloads_dir: .*/perf is not a folder"):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.config import load_settings
-from perfgate.model import Verdict
-from perfgate.pipeline import run_workload
-from perfgate.workloads import discover_workloads, select_workloads
+from perfgate.pipeline.workload_run import run_workload
+from perfgate.records.model import Verdict
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import discover_workloads, select_workloads
 
 SMALL = ("--image-size", "32")
 # a 2-core shared machine: an unchanged rerun must pass; a straggler adds several steps' worth

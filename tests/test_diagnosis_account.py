@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions
-from perfgate.diagnosis import explain_regression, render_attribution_text
-from perfgate.files import analyze_file, compare_and_explain
-from perfgate.provenance import Staleness
-from perfgate.trace import load_trace
+from perfgate.diagnosis.attribution import explain_regression
+from perfgate.diagnosis.render import render_attribution_text
+from perfgate.gate.provenance import Staleness
+from perfgate.pipeline.inputs import analyze_file, compare_and_explain
+from perfgate.trace.export import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TRACES, CORPUS, BASELINES = FIXTURES / "traces", FIXTURES / "corpus", FIXTURES.parent.parent / "baselines"

@@ -8,23 +8,16 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from perfgate.baseline import BaselineLaunch
-from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text
+from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.facts import TraceFacts
-from perfgate.model import (
-    Analysis,
-    Direction,
-    GpuIdle,
-    GpuWork,
-    IdleGap,
-    KernelStat,
-    MetricComparison,
-    PhaseStats,
-    StepStats,
-    Summary,
-    Tolerance,
+from perfgate.diagnosis.one_run import diagnose
+from perfgate.diagnosis.render import render_attribution_text
+from perfgate.gate.baseline import BaselineLaunch
+from perfgate.records.model import (
+    Analysis, Direction, GpuIdle, GpuWork, IdleGap, KernelStat, MetricComparison, PhaseStats, Tolerance,
     Verdict,
 )
+from perfgate.records.steps import StepStats, Summary
 
 STEPS = 10
 HALF_GEMM = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64"

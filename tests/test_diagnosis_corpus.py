@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.diagnosis import render_attribution_text
-from perfgate.model import Verdict
+from perfgate.diagnosis.render import render_attribution_text
+from perfgate.records.model import Verdict
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE / "corpus"))
@@ -37,7 +37,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _compare(corpus: Path, case):
     from perfgate.analysis import AnalysisOptions
-    from perfgate.pipeline import compare_and_explain
+    from perfgate.pipeline.inputs import compare_and_explain
 
     return compare_and_explain(corpus / case.base_side / "trace.sqlite", corpus / case.head_side / "trace.sqlite",
                                options=AnalysisOptions(skip_steps=5))

@@ -8,7 +8,7 @@ import pytest
 
 from perfgate.analysis import analyze_trace
 from perfgate.diagnosis.evidence import is_elementwise, is_fp32_matmul, is_half_matmul, is_triton
-from perfgate.model import Analysis
+from perfgate.records.model import Analysis
 
 TOY = Path(__file__).resolve().parent / "fixtures" / "traces" / "toy-h100" / "trace.sqlite"
 

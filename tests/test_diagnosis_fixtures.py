@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text, render_diagnosis_text
+from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.facts import trace_facts
+from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import CPU_ONLY_NOTE
-from perfgate.trace import load_trace
+from perfgate.diagnosis.render import render_attribution_text, render_diagnosis_text
+from perfgate.trace.export import load_trace
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
 CASES = sorted(p.name for p in TRACES.glob("*") if (p / "trace.sqlite").is_file()) if TRACES.is_dir() else []

@@ -12,7 +12,7 @@ import pytest
 from perfgate.analysis import AnalysisOptions, analyze
 from perfgate.diagnosis.facts import trace_facts
 from perfgate.diagnosis.mechanisms import GRAPH_NAME, family_of, replacements
-from perfgate.trace import load_trace
+from perfgate.trace.export import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED = FIXTURES.parent.parent.parent / "shared" / "fixtures" / "emit-nvtx-2xh100-nsys2026.2.1.sqlite"

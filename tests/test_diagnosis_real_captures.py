@@ -10,10 +10,12 @@ import pytest
 
 from nsys_run import run_supervised
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.diagnosis import diagnose, explain_regression, render_attribution_text
+from perfgate.diagnosis.attribution import explain_regression
+from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import CPU_COMPUTE, CPU_ONLY_NOTE, DATA_LOADING
-from perfgate.model import Analysis
-from perfgate.trace import load_trace
+from perfgate.diagnosis.render import render_attribution_text
+from perfgate.records.model import Analysis
+from perfgate.trace.export import load_trace
 
 SCRIPT = '''
 import sys, time, torch

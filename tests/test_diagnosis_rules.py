@@ -6,27 +6,15 @@ import json
 
 import pytest
 
-from perfgate.diagnosis import diagnose, render_diagnosis_text, rules
+from perfgate.diagnosis import rules
 from perfgate.diagnosis.facts import TraceFacts
+from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import (
-    CPU_COMPUTE,
-    CPU_LAUNCH,
-    CPU_ONLY_NOTE,
-    DATA_LOADING,
-    GPU_COMPUTE,
-    H2D_COPY,
-    SYNCHRONIZATION,
+    CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
 )
-from perfgate.model import (
-    Analysis,
-    GpuIdle,
-    GpuWork,
-    IdleGap,
-    KernelStat,
-    PhaseStats,
-    StepStats,
-    Summary,
-)
+from perfgate.diagnosis.render import render_diagnosis_text
+from perfgate.records.model import Analysis, GpuIdle, GpuWork, IdleGap, KernelStat, PhaseStats
+from perfgate.records.steps import StepStats, Summary
 
 STEPS = 10
 
@@ -86,8 +74,8 @@ def test_pageable_copies_answer_the_same_from_the_trace_and_from_its_baseline_re
     baseline's record, so a baseline and a run could disagree about the same program."""
     from pathlib import Path
 
-    from perfgate.baseline import BaselineLaunch
-    from perfgate.files import analyze_file
+    from perfgate.gate.baseline import BaselineLaunch
+    from perfgate.pipeline.inputs import analyze_file
 
     a = analyze_file(Path(__file__).parent / "fixtures" / "traces" / case / "trace.sqlite")
     from_record = BaselineLaunch.of(a, a.metrics()).analysis()

@@ -33,7 +33,7 @@ def test_the_generated_reference_is_committed_as_generated(name: str) -> None:
 
 
 def test_the_configuration_reference_has_every_setting_and_option() -> None:
-    from perfgate.config import SETTINGS
+    from perfgate.settings.config import SETTINGS
 
     text = (DOCS / "reference" / "configuration.md").read_text(encoding="utf-8")
     for s in SETTINGS:

@@ -1,5 +1,5 @@
-"""Energy and power from NVML samples (perfgate.energy, pure), the monitor's NVML reader behind its
-interface (perfgate.gpu_monitor), attaching them to a real trace's analysis (perfgate.resources),
+"""Energy and power from NVML samples (perfgate.analysis.energy, pure), the monitor's NVML reader behind its
+interface (perfgate.capture.gpu_monitor), attaching them to a real trace's analysis (perfgate.analysis.resources),
 and the clock that places a trace's window on the samples' wall clock, under the real nsys.
 
 The sample sequences are recorded by hand with known integrals: a constant 300 W, a linear ramp
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from nsys_run import run_supervised
-from perfgate.energy import active_gpus, counter_energy_j, interpolate, power_energy_j, window_energy
-from perfgate.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
-from perfgate.resources import NO_CLOCK, NO_NVML, NOT_COVERED, allocator_memory, attach_resources
+from perfgate.analysis.energy import active_gpus, counter_energy_j, interpolate, power_energy_j, window_energy
+from perfgate.analysis.resources import NO_CLOCK, NO_NVML, NOT_COVERED, allocator_memory, attach_resources
+from perfgate.capture.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
 
 T0 = 1_800_000_000_000_000_000          # a wall-clock time (Unix ns)
 MS = 1_000_000
@@ -182,7 +182,7 @@ def test_monitor_stamps_each_reading_with_the_wall_clock() -> None:
 @pytest.fixture(scope="module")
 def gpu_analysis(fixtures_dir):
     from perfgate.analysis import AnalysisOptions, analyze
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     trace = load_trace(fixtures_dir / "traces" / "gpu-transformer" / "trace.sqlite")
     return analyze(trace, AnalysisOptions(skip_steps=0, batch_size=32)), trace
@@ -238,7 +238,7 @@ print("PROBE", began, ended)
 def test_a_traces_session_start_places_its_ranges_on_the_wall_clock(nsys_path, torch_module, repo_root, tmp_path) -> None:
     """Energy windows need trace time -> wall clock: on the real nsys, session start + a range's
     start is the time.time_ns() the process read inside it (within a few ms)."""
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     script = tmp_path / "probe.py"
     script.write_text(PROBE)

@@ -48,7 +48,7 @@ def test_the_wheel_holds_only_the_perfgate_package(wheel: Path) -> None:
         names = set(z.namelist())
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    assert {"perfgate/_autostep_site/sitecustomize.py", "perfgate/_reaper.py", "perfgate/plugin.py"} <= names
+    assert {"perfgate/capture/autostep/site/sitecustomize.py", "perfgate/system/supervisor.py", "perfgate/plugin.py"} <= names
     extras = set(re.findall(r"^Provides-Extra: (\S+)$", metadata, flags=re.M))
     assert {"gpu", "runner", "charts", "hf", "lightning", "integrations"} <= extras
     assert "perfgate = perfgate.cli:main" in entry_points and "perfgate = perfgate.plugin" in entry_points

@@ -1,4 +1,4 @@
-"""One rule decides whether a result fails (perfgate.model.fails): the pipeline's judgement, the
+"""One rule decides whether a result fails (perfgate.records.model.fails): the pipeline's judgement, the
 pytest item and CLI exit status (``WorkloadResult.failed``), the JSON report, JUnit, annotations
 and the commit status agree, the strict-mode NEW case (no baseline) included."""
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from report_results import make_analysis
 
-from perfgate.compare import ComparePolicy, compare_launches
-from perfgate.config import load_settings
-from perfgate.model import Verdict, WorkloadResult, fails
-from perfgate.pipeline import compare_policy, judge
+from perfgate.gate.compare import ComparePolicy, compare_launches
+from perfgate.pipeline.workload_run import compare_policy, judge
+from perfgate.records.model import Verdict, WorkloadResult, fails
 from perfgate.report.annotations import render_annotations
 from perfgate.report.github import status_payload
 from perfgate.report.json_report import render_report_json, results_from_report
 from perfgate.report.junit import render_junit
-from perfgate.workloads import WorkloadSpec
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import WorkloadSpec
 
 
 def judged_without_baseline(tmp_path: Path, strict: bool) -> WorkloadResult:

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from report_results import make_result
 
+from perfgate.records.model import Verdict
 from perfgate.report.github import post_statuses, run_url, status_payload
-from perfgate.model import Verdict
 
 
 class _Recorder(BaseHTTPRequestHandler):

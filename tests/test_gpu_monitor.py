@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from perfgate.gpu_monitor import THROTTLE_MASK, GpuMonitor, Sample, reason_names, summarize
+from perfgate.capture.gpu_monitor import THROTTLE_MASK, GpuMonitor, Sample, reason_names, summarize
 
 
 class FakeNvml:
@@ -67,7 +67,7 @@ def test_pipeline_marks_an_unstable_or_throttled_launch(fixtures_dir) -> None:
     from dataclasses import replace
 
     from perfgate.analysis import AnalysisOptions, analyze_trace
-    from perfgate.pipeline import _checked
+    from perfgate.pipeline.workload_run import _checked
 
     analysis = analyze_trace(fixtures_dir / "traces" / "gpu-resnet-pinned" / "trace.sqlite",
                              AnalysisOptions(skip_steps=0))

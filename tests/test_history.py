@@ -1,4 +1,4 @@
-"""perfgate.history: the file a run appends to, and what ``perfgate history`` says about bad input.
+"""perfgate.commands.history: the file a run appends to, and what ``perfgate history`` says about bad input.
 The end-to-end path (runs under the real nsys appending, the trend, the chart, a baseline refreshed
 from the passing runs) is in tests/test_example_project.py."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
+from perfgate.commands.history import FORMAT, history_path, read_history
 from perfgate.errors import PerfgateError
-from perfgate.history import FORMAT, history_path, read_history
 
 
 def _line(verdict: str, steps: list[float]) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.errors import BaselineError, ConfigError, PerfgateError, TraceError
-from perfgate.model import MachineInfo, Verdict, WorkloadResult
+from perfgate.records.model import MachineInfo, Verdict, WorkloadResult
 
 DEEP = "[" * 100_000 + "]" * 100_000          # valid JSON that Python's parser cannot descend
 TINY = '''
@@ -67,7 +67,7 @@ def _no_traceback(capsys: pytest.CaptureFixture[str]) -> str:
 def test_a_corrupt_report_does_not_destroy_the_sqlite_export_beside_it(tmp_path: Path, nsys_path: str) -> None:
     """``perfgate analyze x.nsys-rep`` exports beside the report with nsys --force-overwrite, which
     deleted an existing x.sqlite before failing on a corrupt report: the user's export was lost."""
-    from perfgate.nsys import export_sqlite
+    from perfgate.system.nsys import export_sqlite
 
     report, export = tmp_path / "run.nsys-rep", tmp_path / "run.sqlite"
     export.write_text("the user's own export")
@@ -114,7 +114,7 @@ def test_json_nested_too_deep_for_the_parser_is_an_error_not_a_traceback(
 
 
 def test_a_baseline_nested_too_deep_is_a_baseline_error(tmp_path: Path) -> None:
-    from perfgate.baseline import load_baseline
+    from perfgate.gate.baseline import load_baseline
 
     path = tmp_path / "cpu-x86_64.json"
     path.write_text(DEEP)
@@ -125,7 +125,7 @@ def test_a_baseline_nested_too_deep_is_a_baseline_error(tmp_path: Path) -> None:
 def test_a_zero_step_time_in_a_baseline_is_refused(tmp_path: Path) -> None:
     """step_time_ms = 0 (hand-edited) passed the finite/non-negative check and failed every run
     (REGRESSED, 0 ms -> 12.2 ms); a phase may take 0 ms, a step may not."""
-    from perfgate.baseline import checked_metrics
+    from perfgate.gate.baseline import checked_metrics
 
     with pytest.raises(BaselineError, match=r"b.json: launches\[0\].metrics.step_time_ms: expected a positive step time, got 0"):
         checked_metrics({"step_time_ms": 0, "phase.x.cpu_ms": 0.0}, "b.json: launches[0].metrics")
@@ -146,9 +146,9 @@ def test_the_gate_refuses_a_baseline_file_of_another_workload_or_machine(
         doc: dict, field: str, tmp_path: Path) -> None:
     """A baseline copied by hand into baselines/tiny/<class>.json from another workload's or
     machine's folder was used to gate tiny (perfgate compare refused the same pair)."""
-    from perfgate.config import load_settings
-    from perfgate.pipeline import run_workload
-    from perfgate.workloads import discover_workloads
+    from perfgate.settings.config import load_settings
+    from perfgate.pipeline.workload_run import run_workload
+    from perfgate.settings.workloads import discover_workloads
 
     root = _project(tmp_path, "machine_class = 'cpu-x86_64'\n")
     path = root / "baselines" / "tiny" / "cpu-x86_64.json"
@@ -163,7 +163,7 @@ def test_the_gate_refuses_a_baseline_file_of_another_workload_or_machine(
 
 
 def test_a_history_file_that_is_not_text_is_an_error(tmp_path: Path) -> None:
-    from perfgate.history import read_history
+    from perfgate.commands.history import read_history
 
     path = tmp_path / "cpu-x86_64.jsonl"
     path.write_bytes(b"\xff\xfe\x00garbage\n")
@@ -182,7 +182,7 @@ def test_a_history_file_that_is_not_text_is_an_error(tmp_path: Path) -> None:
 ])
 def test_calibrate_from_json_checks_what_it_reads(text: bytes, message: str, tmp_path: Path) -> None:
     """--from-json gave a UnicodeDecodeError or KeyError traceback, or used NaN launches."""
-    from perfgate.calibration_file import read_calibration
+    from perfgate.commands.calibration_file import read_calibration
 
     path = tmp_path / "calibration.json"
     path.write_bytes(text)
@@ -191,7 +191,7 @@ def test_calibrate_from_json_checks_what_it_reads(text: bytes, message: str, tmp
 
 
 def test_calibrate_reads_back_what_it_wrote(tmp_path: Path) -> None:
-    from perfgate.calibration_file import read_calibration
+    from perfgate.commands.calibration_file import read_calibration
 
     doc = {"pools": {"aa": [{"step_time_ms": 5.0}], "+5%": [{"step_time_ms": 5.3}]}, "injected": {"+5%": 0.05},
            "launch_wall_s": [3.2, 3.1], "phase": "forward", "tables": []}
@@ -220,7 +220,7 @@ def test_a_pyproject_perfgate_cannot_read_is_a_configuration_error(content: byte
 def test_a_launch_count_with_zeros_too_many_is_refused(tmp_path: Path) -> None:
     """max_launches = 10**26 was accepted: every look then tests at alpha / 10**26, so the gate
     can never decide and launches for ever ('launch 1 of up to 100000000000000000000000000')."""
-    from perfgate.config import MAX_LAUNCHES, load_settings
+    from perfgate.settings.config import MAX_LAUNCHES, load_settings
 
     (tmp_path / "pyproject.toml").write_text(f"[tool.perfgate]\nmax_launches = {10 ** 26}\n")
     with pytest.raises(ConfigError, match=rf"\[tool.perfgate\] max_launches: expected a whole number <= {MAX_LAUNCHES}"):
@@ -244,7 +244,7 @@ def test_a_full_disk_under_the_history_keeps_the_reports_and_names_the_file(
     """The history line could not be written (here: its file is a link to /dev/full, ENOSPC):
     the run printed ``perfgate: error: a file: No space left on device``, no summary and no
     reports, and the measured verdict was lost."""
-    import perfgate.pipeline as pipeline
+    import perfgate.pipeline.workload_run as pipeline
 
     root = _project(tmp_path, "history_dir = 'hist'\n")
     history = root / "hist" / "tiny" / "cpu-x86_64.jsonl"
@@ -262,10 +262,10 @@ def test_a_full_disk_under_the_history_keeps_the_reports_and_names_the_file(
 def test_a_baseline_that_cannot_be_written_is_named_and_the_old_one_kept(
         tmp_path: Path, nsys_path: str, torch_module: object, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full disk while writing a baseline said ``a file: No space left on device``."""
-    import perfgate.pipeline as pipeline
-    from perfgate.config import load_settings
-    from perfgate.pipeline import run_workload
-    from perfgate.workloads import discover_workloads
+    import perfgate.pipeline.workload_run as pipeline
+    from perfgate.settings.config import load_settings
+    from perfgate.pipeline.workload_run import run_workload
+    from perfgate.settings.workloads import discover_workloads
 
     root = _project(tmp_path)
     settings = load_settings(root, env={"PERFGATE_NSYS": nsys_path})
@@ -287,12 +287,12 @@ def test_a_baseline_that_cannot_be_written_is_named_and_the_old_one_kept(
 def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When the redaction of the export fails (ENOSPC during VACUUM) the export is withheld; the
     error said ``nsys left no SQLite export``, which nsys had not."""
-    import perfgate.capture as capture
-    import perfgate.capture_command as capture_command
-    from perfgate.config import load_settings
-    from perfgate.model import Capture
-    from perfgate.pipeline import capture_launch
-    from perfgate.workloads import discover_workloads
+    import perfgate.capture.launch as capture
+    import perfgate.capture.command as capture_command
+    from perfgate.settings.config import load_settings
+    from perfgate.records.model import Capture
+    from perfgate.pipeline.workload_run import launch_analysis
+    from perfgate.settings.workloads import discover_workloads
 
     root = _project(tmp_path)
     settings = load_settings(root, env={})
@@ -309,7 +309,7 @@ def test_an_export_withheld_for_a_full_disk_says_so(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(capture, "run_capture", withheld)
     with pytest.raises(TraceError, match=r"launch-0: perfgate withheld trace.sqlite from the artifacts: .*"
                                          r"\(SQLite: database or disk is full\)\. \(see .*trace.sqlite.withheld.txt\)"):
-        capture_launch(spec, settings, launch, 0, capture_command.TIMING)
+        launch_analysis(spec, settings, launch, 0, capture_command.TIMING)
 
 
 # ----------------------------------------------------------------------------- hostile names
@@ -365,7 +365,7 @@ def test_a_range_name_matplotlib_would_read_as_mathtext_leaves_the_charts_drawab
     """A phase named ``$\\frac{$`` was parsed as mathtext: the chart raised, and with it every
     report of the run (``reports not written``, exit 2 for a run that passed)."""
     pytest.importorskip("matplotlib")
-    from perfgate.files import analyze_file
+    from perfgate.pipeline.inputs import analyze_file
     from perfgate.report.charts import render_charts
 
     _edit(trace, "UPDATE NVTX_EVENTS SET text = ? WHERE text = 'forward'", "$\\frac{$ \x1b[2J")
@@ -382,9 +382,9 @@ def test_a_token_in_the_workloads_arguments_reaches_no_artifact(
     import secrets as pysecrets
     import string
 
-    from perfgate.config import load_settings
-    from perfgate.pipeline import run_workload
-    from perfgate.workloads import discover_workloads
+    from perfgate.settings.config import load_settings
+    from perfgate.pipeline.workload_run import run_workload
+    from perfgate.settings.workloads import discover_workloads
 
     token = "hf_" + "".join(pysecrets.choice(string.ascii_letters + string.digits) for _ in range(34))
     root = _project(tmp_path, f"\n[tool.perfgate.workloads.tiny]\nargs = [\"--hf-token\", \"{token}\"]\n")
@@ -405,9 +405,9 @@ def test_a_token_in_the_workloads_arguments_reaches_no_artifact(
 INTERRUPTED_CLEANING = """
 import os, signal, sys, threading
 from pathlib import Path
-import perfgate.capture as capture
-from perfgate.config import load_settings
-from perfgate.workloads import discover_workloads
+import perfgate.capture.launch as capture
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import discover_workloads
 
 root, launch, nsys = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 settings = load_settings(root, env={"PERFGATE_NSYS": nsys})
@@ -458,17 +458,17 @@ def test_a_ctrl_c_that_duckdb_turned_into_an_error_still_stops_the_run(
         trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """DuckDB answers a Ctrl-C during a query with ``RuntimeError: Query interrupted``; the
     diagnosis's ``except Exception`` took it for a diagnosis bug, and the run went on (exit 0)."""
-    import perfgate.diagnosis as diagnosis
-    from perfgate.files import _diagnosed, analyze_file
-    from perfgate.process_tree import swallowed_interrupt
+    import perfgate.diagnosis.one_run as one_run
+    from perfgate.pipeline.inputs import diagnosed, analyze_file
+    from perfgate.system.process_tree import swallowed_interrupt
 
     analysis = analyze_file(trace)
 
     def interrupted(*args: object, **kwargs: object) -> object:
         raise RuntimeError("Query interrupted")
-    monkeypatch.setattr(diagnosis, "diagnose", interrupted)
+    monkeypatch.setattr(one_run, "diagnose", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        _diagnosed(analysis)
+        diagnosed(analysis)
     assert swallowed_interrupt(ValueError("Query interrupted")) is None
     assert swallowed_interrupt(RuntimeError("boom")) is None
 

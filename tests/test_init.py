@@ -17,7 +17,7 @@ import yaml
 from readme_commands import README, console_commands
 
 from perfgate.cli import main
-from perfgate.init_repo import find_training_scripts, perfgate_table, training_evidence, without_perfgate_tables
+from perfgate.commands.init_repo import find_training_scripts, perfgate_table, training_evidence, without_perfgate_tables
 
 TRAIN = '''"""A plain training loop: a tiny model on random data, DataLoader and optimizer, on the CPU."""
 import torch

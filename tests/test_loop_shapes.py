@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze
-from perfgate.capture_command import capture_environment, prepend_path
-from perfgate.trace import load_trace
+from perfgate.capture.command import capture_environment, prepend_path
+from perfgate.trace.export import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 

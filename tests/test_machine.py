@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 
-from perfgate.machine import machine_class_for, machine_info, torch_versions
+from perfgate.system.machine import machine_class_for, machine_info, torch_versions
 
 
 def test_gpu_machine_class_is_model_slug_and_count() -> None:

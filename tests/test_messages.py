@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import cli, nsys
-from perfgate.baseline import baseline_from_analyses, write_baseline
-from perfgate.capture import run_capture
-from perfgate.config import load_settings
+from perfgate import cli
+from perfgate.capture.launch import run_capture
+from perfgate.capture.nsys_log import failure_cause, nsys_lines
 from perfgate.errors import CaptureTimeoutError, WorkloadFailedError
-from perfgate.model import MachineInfo, Verdict, WorkloadResult
-from perfgate.nsys_log import failure_cause, nsys_lines
-from perfgate.pipeline import run_workload
+from perfgate.gate.baseline import baseline_from_analyses, write_baseline
+from perfgate.pipeline.workload_run import run_workload
+from perfgate.records.model import MachineInfo, Verdict, WorkloadResult
 from perfgate.report.annotations import render_annotations
 from perfgate.report.terminal import failure_message
-from perfgate.workloads import WorkloadSpec
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system import nsys
 from report_results import make_analysis
 
 MACHINE_CLASS = "test-box"
@@ -128,7 +129,7 @@ def test_what_nsys_says_when_it_fails_is_quoted_with_its_cause(tmp_path: Path) -
 def test_a_missing_tmpdir_no_longer_stops_the_real_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         nsys_path: str) -> None:
     """nsys 2022.4 with a TMPDIR that does not exist says "Agent launcher failed." and nothing else.
-    Each capture now runs in a private folder (perfgate.capture_dir, in the system's temporary
+    Each capture now runs in a private folder (perfgate.capture.private_dir, in the system's temporary
     folder: /tmp where $TMPDIR is not one) that nsys and the workload get as TMPDIR, so the capture
     succeeds; failure_cause still explains that line when nsys says it for other reasons (above)."""
     root = project(tmp_path / "p")

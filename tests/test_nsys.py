@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from nsys_run import run_supervised
-from perfgate import nsys as nsys_mod
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.errors import ConfigError, NsysNotFoundError
-from perfgate.nsys import export_sqlite, find_nsys, nsys_version, resolve_report_name, stats_csv, stats_report_names
+from perfgate.system import nsys as nsys_mod
+from perfgate.system.nsys import (
+    export_sqlite, find_nsys, nsys_version, resolve_report_name, stats_csv, stats_report_names,
+)
 
 CPU = Path(__file__).parent / "fixtures" / "traces" / "cpu-train-loop" / "trace.sqlite"
 SCRIPT = """

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import load_baseline
-from perfgate.compare import ComparePolicy
-from perfgate.config import load_settings
 from perfgate.errors import TraceError
-from perfgate.model import Verdict
-from perfgate.pipeline import compare_files, compare_policy, judge, metrics_from_document, run_workload
-from perfgate.workloads import discover_workloads, select_workloads
+from perfgate.gate.baseline import load_baseline
+from perfgate.gate.compare import ComparePolicy
+from perfgate.pipeline.inputs import compare_files, metrics_from_document
+from perfgate.pipeline.workload_run import compare_policy, judge, run_workload
+from perfgate.records.model import Verdict
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import discover_workloads, select_workloads
 
 SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")
 
@@ -104,7 +105,7 @@ def test_a_full_disk_while_writing_result_json_is_an_error_naming_the_file(
         gate, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full disk while writing the artifacts gave a traceback and exit 1 ("regression"). The
     run folder's result.json is a link to /dev/full, where every write fails with ENOSPC."""
-    import perfgate.pipeline as pipeline
+    import perfgate.pipeline.workload_run as pipeline
 
     settings, spec, _recorded = gate
     made = pipeline.new_run_dir
@@ -123,7 +124,7 @@ def test_a_full_disk_while_writing_result_json_is_an_error_naming_the_file(
 
 
 def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_so_first(gate, tmp_path: Path) -> None:
-    from perfgate.schema import RECORD_VERSION
+    from perfgate.records.version import RECORD_VERSION
 
     settings, spec, recorded = gate
     doc = json.loads(recorded.baseline_path.read_text())

@@ -156,7 +156,7 @@ def test_plugin_is_inert_without_perfgate(pytester: pytest.Pytester) -> None:
         import sys
         def test_probe():
             assert "pandas" not in sys.modules
-            assert "perfgate.pipeline" not in sys.modules
+            assert "perfgate.pipeline.workload_run" not in sys.modules
     """)
     write_project(pytester.path, pytester.path / "baselines")
     result = pytester.runpytest_subprocess()

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.capture import run_capture
-from perfgate.config import load_settings
+from perfgate.capture.launch import run_capture
 from perfgate.errors import CaptureTimeoutError
-from perfgate.process_tree import descendants, start, stop
-from perfgate.workloads import WorkloadSpec
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system.process_tree import start, stop
+from perfgate.system.supervisor import descendants
 
 HANG = '''
 import os, subprocess, sys, time

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
-from perfgate.compare import compare_launches
-from perfgate.model import MachineInfo, Verdict
-from perfgate.pipeline import _explained_launches, analyze_file, gate_metrics
+from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
+from perfgate.gate.compare import compare_launches
+from perfgate.pipeline.inputs import explained_launches, analyze_file, gate_metrics
+from perfgate.records.model import MachineInfo, Verdict
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -41,9 +41,9 @@ def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: 
     idle = outcome.row("gpu_idle_fraction")
     assert idle is not None and idle.verdict == Verdict.PASS and outcome.row("step_time_ms").baseline is not None
 
-    base, cur = _explained_launches(back.launch_analyses, [timing, timing], profile)
+    base, cur = explained_launches(back.launch_analyses, [timing, timing], profile)
     assert [a.extra["capture"] for a in base] == ["profile"] and cur == [profile]
-    base, cur = _explained_launches(back.launch_analyses, [timing], None)    # no current profile: timing
+    base, cur = explained_launches(back.launch_analyses, [timing], None)    # no current profile: timing
     assert [a.extra["capture"] for a in base] == ["timing", "timing"] and cur == [timing]
 
 
@@ -54,8 +54,8 @@ def test_a_baseline_profile_launch_is_diagnosed_against_its_own_step_time(tmp_pa
     no_sync() change was explained as "+483 kernel launches/step in backward ... more layers?"."""
     import json
 
-    from perfgate.diagnosis import explain_regression
-    from perfgate.model import Analysis
+    from perfgate.diagnosis.attribution import explain_regression
+    from perfgate.records.model import Analysis
 
     runs = json.loads((Path(__file__).parent / "fixtures" / "records" / "ddp-h200-nosync.json").read_text())["runs"]
     base, cur, timing = (Analysis.from_dict(runs[n]["analysis"]) for n in ("baseline", "no_sync dropped", "rerun"))
@@ -63,7 +63,7 @@ def test_a_baseline_profile_launch_is_diagnosed_against_its_own_step_time(tmp_pa
     machine = MachineInfo("test-x2", None, 2, None, None, None, None)
     back = load_baseline(write_baseline(tmp_path / "b.json", baseline_from_analyses(
         "ddp", [timing], machine, {"command": "test"}, profile=base)))
-    launches, current = _explained_launches(back.launch_analyses, [timing], cur)
+    launches, current = explained_launches(back.launch_analyses, [timing], cur)
     assert len(launches) == 1 and current == [cur]
     assert launches[0].steps.summary_ms.mean == base.steps.summary_ms.mean      # 197.34 ms, not 0
     a = explain_regression(launches, current)

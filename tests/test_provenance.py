@@ -1,4 +1,4 @@
-"""What a baseline measured (perfgate.provenance): the files a workload runs, found by reading its
+"""What a baseline measured (perfgate.gate.provenance): the files a workload runs, found by reading its
 imports; their fingerprint; how a current run differs (code, command, record version, software),
 a baseline without a fingerprint compared through git at its commit; ``perfgate baseline check``."""
 from __future__ import annotations
@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
-from perfgate.model import MachineInfo
-from perfgate.provenance import Provenance, Staleness, current, differences, source_files, workload_command
+from perfgate.gate.provenance import (
+    Provenance, Staleness, current, differences, source_files, workload_command,
+)
+from perfgate.records.model import MachineInfo
 
 MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver="580.1", cuda="13.0",
                       torch="2.11.0", nsys="2025.3.1")

@@ -13,8 +13,9 @@ import pytest
 from nsys_run import run_supervised
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis.differences import straggler_reason
-from perfgate.metrics import spec_for
-from perfgate.model import Analysis, RankStats, Verdict
+from perfgate.gate.metric_specs import spec_for
+from perfgate.records.model import Analysis, Verdict
+from perfgate.records.ranks import RankStats
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -82,8 +83,8 @@ def _capture_ddp(nsys: str, repo: Path, out: Path, *args: str) -> Path:
 
 def test_gloo_job_with_one_slow_rank_is_regressed_and_names_it(nsys_path: str, torch_module: object,
                                                                repo_root: Path, tmp_path: Path) -> None:
-    from perfgate.compare import ComparePolicy
-    from perfgate.pipeline import compare_and_explain
+    from perfgate.gate.compare import ComparePolicy
+    from perfgate.pipeline.inputs import compare_and_explain
 
     options = AnalysisOptions(skip_steps=1)
     base = _capture_ddp(nsys_path, repo_root, tmp_path / "base")
@@ -116,7 +117,7 @@ def knob_runs(nsys_path: str, torch_module: object, repo_root: Path,
 
 def _per_step(path: Path) -> dict[str, float]:
     """Per measured step of each process: the ``allreduce`` ranges and the forward passes in it."""
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     trace = load_trace(path)
     a = analyze_trace(path, AnalysisOptions(skip_steps=1))
@@ -133,7 +134,7 @@ def _per_step(path: Path) -> dict[str, float]:
 
 
 def test_ddp_knobs_change_the_all_reduces_each_step_makes(knob_runs: dict[str, tuple[Path, str]]) -> None:
-    from perfgate.capture import parse_self_report
+    from perfgate.capture.launch import parse_self_report
 
     got = {label: _per_step(path) for label, (path, _) in knob_runs.items()}
     buckets = got["default"]["allreduce"]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import baseline_from_analyses, load_baseline, write_baseline
-from perfgate.model import Analysis, MachineInfo
-from perfgate.pipeline import analyze_file
+from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
+from perfgate.pipeline.inputs import analyze_file
+from perfgate.records.model import Analysis, MachineInfo
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = sorted(FIXTURES.rglob("*.sqlite"))

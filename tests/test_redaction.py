@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from nsys_run import run_supervised
-from perfgate.redaction import clean_artifacts, mask_bytes, scan_sqlite
-from perfgate.secrets import REDACTED, find_secrets, redact_text, scrubbed_environment
+from perfgate.capture.redaction.launch_folder import clean_artifacts
+from perfgate.capture.redaction.nsys_rep import mask_bytes
+from perfgate.capture.redaction.secrets import REDACTED, find_secrets, redact_text, scrubbed_environment
+from perfgate.capture.redaction.sqlite_export import scan_sqlite
 
 ALNUM = string.ascii_letters + string.digits
 TOKEN = "ghp_" + "".join(pysecrets.choice(ALNUM) for _ in range(36))
@@ -100,7 +102,7 @@ def _launch_like_perfgate(nsys: str, workdir: Path, planted: dict[str, str]) -> 
     (workdir / "tiny.py").write_text(TINY)
     launcher = (
         "import os, subprocess, sys\n"
-        "from perfgate.secrets import scrubbed_environment\n"
+        "from perfgate.capture.redaction.secrets import scrubbed_environment\n"
         f"cmd = [{nsys!r}, 'profile', '--trace=nvtx,osrt', '--sample=none', '--cpuctxsw=none', '--export=sqlite',\n"
         f"       '-o', 'trace', '-f', 'true', sys.executable, 'tiny.py']\n"
         "sys.exit(subprocess.run(cmd, env=scrubbed_environment(os.environ), capture_output=True).returncode)\n")
@@ -125,7 +127,7 @@ def test_control_nsys_records_the_launchers_secrets_despite_a_scrubbed_environme
 
 def test_cleaning_leaves_no_secret_and_keeps_both_traces_usable(raw_capture: Path, nsys_path: str,
                                                                  tmp_path: Path) -> None:
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     run = tmp_path / "run"
     subprocess.run(["cp", "-r", str(raw_capture), str(run)], check=True)

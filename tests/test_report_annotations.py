@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from report_results import make_result
 
-from perfgate.model import Verdict
+from perfgate.records.model import Verdict
 from perfgate.report.annotations import command, escape_data, escape_property, render_annotations
 
 

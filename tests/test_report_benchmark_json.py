@@ -6,7 +6,7 @@ import statistics
 import pytest
 from report_results import make_analysis, make_result
 
-from perfgate.model import Verdict
+from perfgate.records.model import Verdict
 from perfgate.report.benchmark_json import render_benchmark_json
 
 

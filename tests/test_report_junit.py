@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 from report_results import make_result
 
-from perfgate.model import MachineInfo, Verdict
+from perfgate.records.model import MachineInfo, Verdict
 from perfgate.report.junit import render_junit
 
 

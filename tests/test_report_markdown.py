@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from report_results import make_result
 
-from perfgate.model import Verdict
+from perfgate.records.model import Verdict
 from perfgate.report.markdown import COMMENT_MARKER, render_markdown, render_pr_comment
 
 

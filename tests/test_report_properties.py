@@ -28,24 +28,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from absent_figures import H100, launch
-from perfgate.compare import compare_launches
-from perfgate.files import gate_metrics
-from perfgate.history import entry_for
-from perfgate.model import Analysis, MachineInfo, MetricComparison, Verdict, WorkloadResult
-from perfgate.report import (
-    failure_message,
-    render_annotations,
-    render_benchmark_json,
-    render_junit,
-    render_markdown,
-    render_pr_comment,
-    render_report_json,
-    render_summary,
-)
+from perfgate.analysis.resources import MEMORY_SOURCES, attach_resources
+from perfgate.commands.history import entry_for
+from perfgate.gate.compare import compare_launches
+from perfgate.pipeline.inputs import gate_metrics
+from perfgate.records.model import Analysis, MachineInfo, MetricComparison, Verdict, WorkloadResult
+from perfgate.report.annotations import render_annotations
+from perfgate.report.benchmark_json import render_benchmark_json
 from perfgate.report.github import status_payload
+from perfgate.report.json_report import render_report_json
 from perfgate.report.json_report import results_from_report
+from perfgate.report.junit import render_junit
+from perfgate.report.markdown import render_markdown, render_pr_comment
 from perfgate.report.resources import energy_summary, memory_summary
-from perfgate.resources import MEMORY_SOURCES, attach_resources
+from perfgate.report.terminal import failure_message, render_summary
 
 CPU = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver=None, cuda=None, torch=None,
                   nsys="2022.4.2.1")
@@ -210,7 +206,7 @@ def test_charts_render_any_result_with_parts_absent(rs: list[WorkloadResult]) ->
     rs = _named(rs)
     import tempfile
 
-    from perfgate.report import render_charts
+    from perfgate.report.charts import render_charts
 
     with tempfile.TemporaryDirectory() as tmp:
         charts = render_charts(rs, Path(tmp))

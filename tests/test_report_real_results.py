@@ -1,6 +1,6 @@
 """Every report rendered from real results: real nsys captures of a tiny torch.cuda.nvtx script
 (three plain launches, two with a 20 ms sleep injected into ``forward``), analysed by
-perfgate.analysis and compared by perfgate.compare (see tests/report_results.py)."""
+perfgate.analysis and compared by perfgate.gate.compare (see tests/report_results.py)."""
 from __future__ import annotations
 
 import io
@@ -14,19 +14,16 @@ from pathlib import Path
 import pytest
 from report_results import INJECTED_FORWARD_MS, STEPS, SKIP_STEPS, real_results
 
-from perfgate.model import Verdict, WorkloadResult
-from perfgate.report import (
-    failure_message,
-    render_annotations,
-    render_benchmark_json,
-    render_junit,
-    render_markdown,
-    render_report_json,
-    render_summary,
-    write_all,
-)
+from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.records.version import RECORD_VERSION
+from perfgate.report import write_all
+from perfgate.report.annotations import render_annotations
+from perfgate.report.benchmark_json import render_benchmark_json
+from perfgate.report.json_report import render_report_json
 from perfgate.report.json_report import results_from_report
-from perfgate.schema import RECORD_VERSION
+from perfgate.report.junit import render_junit
+from perfgate.report.markdown import render_markdown
+from perfgate.report.terminal import failure_message, render_summary
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.compare import compare_launches
-from perfgate.gpu_monitor import Sample
-from perfgate.model import Verdict, WorkloadResult
-from perfgate.report import render_charts, render_markdown, render_report_json, render_summary
+from perfgate.analysis.resources import attach_resources
+from perfgate.capture.gpu_monitor import Sample
+from perfgate.gate.compare import compare_launches
+from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.report.charts import render_charts
+from perfgate.report.json_report import render_report_json
 from perfgate.report.json_report import results_from_report
+from perfgate.report.markdown import render_markdown
 from perfgate.report.resources import energy_summary, memory_summary
-from perfgate.resources import attach_resources
+from perfgate.report.terminal import render_summary
 
 GIB = 2**30
 
@@ -24,7 +27,7 @@ GIB = 2**30
 @pytest.fixture(scope="module")
 def analysis(fixtures_dir):
     from perfgate.analysis import AnalysisOptions, analyze
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     trace = load_trace(fixtures_dir / "traces" / "gpu-transformer" / "trace.sqlite")
     return analyze(trace, AnalysisOptions(skip_steps=0, batch_size=32)), trace.session_start_utc_ns

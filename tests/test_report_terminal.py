@@ -5,8 +5,8 @@ import math
 
 from report_results import make_result
 
-from perfgate.model import Tolerance, Verdict
-from perfgate.report.digest import fmt_tolerance
+from perfgate.gate.wording import fmt_tolerance
+from perfgate.records.model import Tolerance, Verdict
 from perfgate.report.terminal import failure_message, render_summary
 
 
@@ -39,9 +39,9 @@ def test_tolerances_read_as_written_in_the_docs() -> None:
 def test_the_step_time_shown_is_named_for_what_it_is() -> None:
     """Three launches 73.0, 56.8, 56.5 ms: a baseline file's median is 56.8 ms, the gate compares
     the geometric mean 61.6 ms; the summary used to show 61.6 under "step time median"."""
-    from perfgate.baseline import summarize_launches
-    from perfgate.compare import compare_launches
-    from perfgate.model import WorkloadResult
+    from perfgate.gate.baseline import summarize_launches
+    from perfgate.gate.compare import compare_launches
+    from perfgate.records.model import WorkloadResult
 
     launches = [{"step_time_ms": v} for v in (73.0, 56.8, 56.5)]
     assert summarize_launches(launches)["step_time_ms"]["median"] == 56.8
@@ -59,8 +59,8 @@ def test_headline_shows_the_mean_when_the_mean_alone_regressed() -> None:
     """A data-bound loop on the H100 (resnet_cifar, a slower dataset): the launch's median step fell
     -2.5 % while its mean rose +11.3 % and decided REGRESSED; the headline showed the median
     ("69.0 -> 67.2 ms (-2.5 %)") beside REGRESSED. It shows the step time that decided."""
-    from perfgate.compare import compare_launches
-    from perfgate.model import WorkloadResult
+    from perfgate.gate.compare import compare_launches
+    from perfgate.records.model import WorkloadResult
     from perfgate.report.digest import digest, one_line
 
     base = [{"step_time_ms": m, "step_time_mean_ms": a}

@@ -99,9 +99,9 @@ def test_lost_compile_runs_the_model_eagerly(torch_module) -> None:
 def gated(tmp_path_factory, repo_root, nsys_path, torch_module):
     """resnet_infer and resnet_infer[compiled] through the pipeline (one launch each), as
     pyproject.toml declares them."""
-    from perfgate.config import load_settings
-    from perfgate.pipeline import compare_policy, run_workload
-    from perfgate.workloads import discover_workloads, select_workloads
+    from perfgate.settings.config import load_settings
+    from perfgate.pipeline.workload_run import compare_policy, run_workload
+    from perfgate.settings.workloads import discover_workloads, select_workloads
 
     tmp = tmp_path_factory.mktemp("gate")
     settings = load_settings(repo_root, env={}, overrides={

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.capture_command import nsys_command
-from perfgate.config import load_settings
+from perfgate.capture.command import nsys_command
 from perfgate.errors import ConfigError
-from perfgate.pipeline import compare_policy
-from perfgate.workloads import WorkloadSpec, discover_workloads, select_workloads
+from perfgate.pipeline.workload_run import compare_policy
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import WorkloadSpec, discover_workloads, select_workloads
 
 
 def project(tmp_path: Path, table: str) -> Path:

@@ -1,4 +1,4 @@
-"""One versioned record schema (perfgate.schema, docs/schema.md): the analysis record, each
+"""One versioned record schema (perfgate.records.version, docs/schema.md): the analysis record, each
 baseline launch record and each result record carry ``record_version``; records written before it
 (the committed baselines among them) are read as version 1, a newer version is refused naming the
 file."""
@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import BaselineLaunch, baseline_document, load_baseline, parse_baseline
 from perfgate.errors import BaselineError, PerfgateError, TraceError
-from perfgate.files import compare_files
-from perfgate.model import Analysis, Verdict
-from perfgate.report import render_markdown, render_summary
+from perfgate.gate.baseline import BaselineLaunch, baseline_document, load_baseline, parse_baseline
+from perfgate.pipeline.inputs import compare_files
+from perfgate.records.model import Analysis, Verdict
+from perfgate.records.version import RECORD_VERSION, VERSION_KEY
 from perfgate.report.json_report import render_report_json, result_dict, results_from_report
-from perfgate.schema import RECORD_VERSION, VERSION_KEY
+from perfgate.report.markdown import render_markdown
+from perfgate.report.terminal import render_summary
 from report_results import make_analysis, make_result
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Adaptive launches (perfgate.sequential): the budget and its per-look level, the noise and the
+"""Adaptive launches (perfgate.gate.sequential_looks): the budget and its per-look level, the noise and the
 slowdown it lets the gate catch (checked against simulated gate runs of the real compare_launches),
 and the loop that adds launches only while the verdict is unclear."""
 from __future__ import annotations
@@ -9,10 +9,12 @@ import numpy as np
 from scipy import stats as sps
 import pytest
 
-from perfgate.compare import ComparePolicy, compare_launches
 from perfgate.errors import ConfigError
-from perfgate.model import Tolerance, Verdict
-from perfgate.sequential import LaunchBudget, detectable_change, launch_noise, noise_report, run_looks
+from perfgate.gate.compare import ComparePolicy, compare_launches
+from perfgate.gate.sequential_looks import (
+    LaunchBudget, detectable_change, launch_noise, noise_report, run_looks,
+)
+from perfgate.records.model import Tolerance, Verdict
 
 POLICY = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.03)}, alpha=0.01)
 
@@ -149,8 +151,8 @@ def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -
 
 
 def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
-    from perfgate.config import load_settings
-    from perfgate.model import WorkloadResult
+    from perfgate.settings.config import load_settings
+    from perfgate.records.model import WorkloadResult
     from perfgate.report.terminal import render_summary
 
     noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]

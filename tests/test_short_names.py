@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfgate.short_names import ELLIPSIS, cut, shortened
+from perfgate.analysis.kernel_names import ELLIPSIS, cut, shortened
 
 WGRAD = "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize{}_warpgroupsize1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn"
 SEGMENT = "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_segment_k_{}_kernel__5x_cudnn"
@@ -25,8 +25,9 @@ def test_names_alike_once_cut_are_shown_whole() -> None:
 
 
 def test_the_top_kernel_table_of_a_real_capture_has_no_two_rows_alike(fixtures_dir: Path) -> None:
-    from perfgate.analysis import AnalysisOptions, render_table
-    from perfgate.pipeline import analyze_file
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.analysis.table import render_table
+    from perfgate.pipeline.inputs import analyze_file
 
     analysis = analyze_file(fixtures_dir / "traces" / "gpu-resnet-pinned" / "trace.sqlite", AnalysisOptions(skip_steps=0))
     names = [k.name for k in analysis.gpu.top_kernels]

@@ -1,4 +1,4 @@
-"""perfgate.stats: launch-level Student t-test, Holm, the three-way decision and stability checks."""
+"""perfgate.gate.statistics: launch-level Student t-test, Holm, the three-way decision and stability checks."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from perfgate.model import Verdict
-from perfgate.stats import decide, geometric_mean, holm, shift_test, stability, summarize
+from perfgate.gate.statistics import decide, geometric_mean, holm, shift_test, stability, summarize
+from perfgate.records.model import Verdict
 
 
 # --------------------------------------------------------------------------- summaries
@@ -136,7 +136,7 @@ def test_pooled_steps_raise_false_alarms_where_the_launch_level_test_does_not() 
     """A/A: same code on both sides. Per-launch offsets (2 %) and AR(1) steps make the steps of one
     launch anything but independent; a test over pooled steps then 'detects' differences that are
     just launch-to-launch noise."""
-    from perfgate.compare import ComparePolicy, compare_launches
+    from perfgate.gate.compare import ComparePolicy, compare_launches
 
     rng = np.random.default_rng(20240601)
     reps, k = 200, 5
@@ -166,7 +166,7 @@ def test_pooled_steps_raise_false_alarms_where_the_launch_level_test_does_not() 
 
 
 def _zero():
-    from perfgate.model import Tolerance
+    from perfgate.records.model import Tolerance
 
     return Tolerance(rel=0.0)  # even with zero tolerance, only significance protects us
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from wheel_env import REPO, build_wheel, make_venv, pip_install, run, user_env
 
-from perfgate.torch_build import cpu_only_message, probe
+from perfgate.capture.torch_build import cpu_only_message, probe
 
 
 def _missing(what: str) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from perfgate.analysis.ranges import range_stats
 from perfgate.errors import TraceError
-from perfgate.nsys import stats_csv
-from perfgate.trace import load_trace
+from perfgate.system.nsys import stats_csv
+from perfgate.trace.export import load_trace
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 CPU = TRACES / "cpu-train-loop" / "trace.sqlite"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from perfgate.config import load_settings
+from perfgate.settings.config import load_settings
 from workloads import USER_LOOPS
 from workloads.ladder import parse_self_report
 

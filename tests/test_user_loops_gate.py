@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.config import load_settings
-from perfgate.model import Verdict
-from perfgate.pipeline import run_workload
-from perfgate.workloads import discover_workloads, select_workloads
+from perfgate.pipeline.workload_run import run_workload
+from perfgate.records.model import Verdict
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import discover_workloads, select_workloads
 from machine_load import LoadMeter, drift
 
 # loop style -> (workload, extra args, the phase that must carry the added loading time)
@@ -159,7 +159,7 @@ def test_seed003_h100_period_matches_the_loops_own_iteration_time(workers: int) 
 
 def test_seed003_h100_losing_the_workers_is_regressed_and_named(tmp_path: Path) -> None:
     from perfgate.analysis import AnalysisOptions
-    from perfgate.pipeline import compare_and_explain
+    from perfgate.pipeline.inputs import compare_and_explain
 
     outcome, attribution = compare_and_explain(
         GPU_SEED / "gpu-seed003-loop-workers8" / "trace.sqlite",
@@ -188,7 +188,7 @@ def test_lightning_h100_iteration_ends_when_its_gpu_work_does() -> None:
     from perfgate.analysis import AnalysisOptions, analyze_trace
     from perfgate.analysis.periods import iteration_periods
     from perfgate.analysis.steps import select_steps
-    from perfgate.trace import load_trace
+    from perfgate.trace.export import load_trace
 
     d = GPU_SEED / "gpu-lightning-loop"
     a = analyze_trace(d / "trace.sqlite", AnalysisOptions(skip_steps=3, batch_size=256))

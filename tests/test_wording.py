@@ -1,4 +1,4 @@
-"""One wording for a comparison (perfgate.wording): the comparison's own summary line (the message
+"""One wording for a comparison (perfgate.gate.wording): the comparison's own summary line (the message
 of a pytest failure and of ``perfgate compare``) and every report write a row the same way, and a
 fraction's change and its confidence interval are both in percentage points."""
 from __future__ import annotations
@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 
-from perfgate.compare import compare_launches
-from perfgate.model import Direction, MetricComparison, Tolerance, Verdict, WorkloadResult
+from perfgate.gate.compare import compare_launches
+from perfgate.gate.wording import describe, fmt_metric_change, fmt_stats, fmt_tolerance
+from perfgate.records.model import Direction, MetricComparison, Tolerance, Verdict, WorkloadResult
 from perfgate.report.markdown import render_markdown
 from perfgate.report.terminal import failure_message
-from perfgate.wording import describe, fmt_metric_change, fmt_stats, fmt_tolerance
 
 
 def launches(k: int, seed: int, *, step: float, forward: float, idle: float) -> list[dict[str, float]]:

@@ -12,21 +12,20 @@ import numpy as np
 from perfgate.analysis.comm import comm_stats
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
+from perfgate.analysis.loop import batch_sizes
+from perfgate.analysis.periods import iteration_periods, step_stats
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
 from perfgate.analysis.ranks import rank_stats
-from perfgate.analysis.loop import batch_sizes
-from perfgate.analysis.periods import iteration_periods, step_stats
 from perfgate.analysis.steps import SOURCE_NVTX, StepSelection, select_steps
-from perfgate.analysis.table import render_table
 from perfgate.errors import ConfigError
-from perfgate.model import Analysis
-from perfgate.trace import Trace, load_trace
+from perfgate.records.model import Analysis
+from perfgate.trace.export import Trace, load_trace
 
 DEFAULT_SKIP_STEPS = 5
 
-__all__ = ["AnalysisOptions", "analyze", "analyze_trace", "render_table", "DEFAULT_SKIP_STEPS"]
+__all__ = ["AnalysisOptions", "analyze", "analyze_trace", "DEFAULT_SKIP_STEPS"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()
     """Analyze an nsys SQLite export (or an ``.nsys-rep``, exported to SQLite beside it first)."""
     path = Path(path)
     if path.suffix in (".nsys-rep", ".qdrep"):
-        from perfgate.nsys import export_sqlite
+        from perfgate.system.nsys import export_sqlite
 
         path = export_sqlite(path)
     return analyze(load_trace(path), options)

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from perfgate.analysis import intervals
-from perfgate.columns import Columns
-from perfgate.gpu_ops import KERNEL, GpuOps
-from perfgate.model import CommStats, RankComm
+from perfgate.records.ranks import CommStats, RankComm
+from perfgate.trace.columns import Columns
+from perfgate.trace.gpu_ops import KERNEL, GpuOps
 
 #: An NCCL kernel's name (shortName or demangled: ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``,
 #: ``void ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)``).

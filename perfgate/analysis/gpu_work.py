@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from perfgate.analysis.intervals import group_sums
-from perfgate.api_calls import SYNC_CALLS, ApiCalls, api_name
-from perfgate.columns import Columns, descending_order, run_starts
-from perfgate.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
-from perfgate.model import GpuWork, KernelStat
+from perfgate.records.model import GpuWork, KernelStat
+from perfgate.trace.api_calls import SYNC_CALLS, ApiCalls, api_name
+from perfgate.trace.columns import Columns, descending_order, run_starts
+from perfgate.trace.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
 
-__all__ = ["SYNC_CALLS", "api_name", "gpu_work", "in_window", "peak_memory"]
+__all__ = ["gpu_work", "in_window", "peak_memory"]
 
 COPY_HTOD = 1
 MEM_PAGEABLE = 0

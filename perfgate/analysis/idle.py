@@ -5,9 +5,9 @@ import numpy as np
 
 from perfgate.analysis import intervals
 from perfgate.analysis.intervals import BLOCK
-from perfgate.columns import Columns
-from perfgate.gpu_ops import GpuOps
-from perfgate.model import GpuIdle, IdleGap
+from perfgate.records.model import GpuIdle, IdleGap
+from perfgate.trace.columns import Columns
+from perfgate.trace.gpu_ops import GpuOps
 
 
 def device_label(device_id: int) -> str:

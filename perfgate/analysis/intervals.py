@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfgate.columns import grouped_cummax, previous_max, run_starts
+from perfgate.trace.columns import grouped_cummax, previous_max, run_starts
 
 BLOCK = 1 << 20   # rows per block of per-row work: temporaries of 8 MB per int64 column
 IN_PLACE_FROM = 4 * BLOCK   # window unions of this many intervals on: no permutation (memory)

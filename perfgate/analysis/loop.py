@@ -1,4 +1,4 @@
-"""The loop's shape, read from what perfgate's autostep hooks recorded (perfgate/autostep.py): which
+"""The loop's shape, read from what perfgate's autostep hooks recorded (perfgate/capture/autostep/install.py): which
 event marks the end of one training iteration where the workload has no step ranges of its own,
 the periods that are interludes rather than iterations, and the samples each iteration takes.
 
@@ -26,18 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfgate.autostep_events import (
-    BACKWARD,
-    DATA_LOAD,
-    INTERLUDE_RANGES,
-    MARK_BATCH,
-    MARK_LOADER,
-    MARK_OPTIMIZER_NEW,
-    MARK_OPTIMIZER_SKIPPED,
-    MARK_OPTIMIZER_STEP,
-)
 from perfgate.analysis.intervals import top_level_mask
-from perfgate.columns import Columns, first_seen
+from perfgate.records.autostep_ranges import (
+    BACKWARD, DATA_LOAD, INTERLUDE_RANGES, MARK_BATCH, MARK_LOADER, MARK_OPTIMIZER_NEW,
+    MARK_OPTIMIZER_SKIPPED, MARK_OPTIMIZER_STEP,
+)
+from perfgate.trace.columns import Columns, first_seen
 
 __all__ = ["Boundaries", "CYCLE_MATCH", "MAX_CYCLE", "batch_sizes", "find_boundaries", "interludes",
            "loader_workers", "optimizer_cycle", "samples_per_iteration"]

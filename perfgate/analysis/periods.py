@@ -21,12 +21,12 @@ import numpy as np
 
 from perfgate.analysis.intervals import BLOCK, group_sums
 from perfgate.analysis.loop import samples_per_iteration
-from perfgate.columns import Columns, grouped_cummax, run_starts
-from perfgate.model import StepStats, Summary
+from perfgate.records.steps import StepStats, Summary
+from perfgate.trace.columns import Columns, grouped_cummax, run_starts
 
 if TYPE_CHECKING:
     from perfgate.analysis.steps import StepSelection
-    from perfgate.gpu_ops import GpuOps
+    from perfgate.trace.gpu_ops import GpuOps
 
 __all__ = ["completion_times", "cycle_length", "iteration_periods", "run_length", "step_stats", "summarize",
            "window_location"]

@@ -7,9 +7,9 @@ import numpy as np
 
 from perfgate.analysis.intervals import BLOCK, top_level_mask, union_length_by_group
 from perfgate.analysis.steps import BETWEEN_STEPS, phase_name
-from perfgate.columns import Columns, factorize, first_seen, previous_max, run_starts
-from perfgate.gpu_ops import GpuOps
-from perfgate.model import PhaseStats
+from perfgate.records.model import PhaseStats
+from perfgate.trace.columns import Columns, factorize, first_seen, previous_max, run_starts
+from perfgate.trace.gpu_ops import GpuOps
 
 
 INSTANCE_COLUMNS = ("row_id", "start", "end", "global_tid", "pid")

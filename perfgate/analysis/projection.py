@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.columns import Columns, first_seen
-from perfgate.gpu_ops import KERNEL, MEMCPY, MEMSET, GpuOps
-from perfgate.trace import NO_ID
+from perfgate.trace.columns import Columns, first_seen
+from perfgate.trace.export import NO_ID
+from perfgate.trace.gpu_ops import KERNEL, MEMCPY, MEMSET, GpuOps
 
 PROJECTED_KINDS = (KERNEL, MEMCPY, MEMSET)
 COLUMNS = ["row_id", "name", "style", "pid", "start", "end", "proj_start", "proj_end", "gpu_ops"]

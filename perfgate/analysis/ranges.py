@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from perfgate.analysis.intervals import group_sums
-from perfgate.columns import Columns, factorize
-from perfgate.model import RangeStat
+from perfgate.records.model import RangeStat
+from perfgate.trace.columns import Columns, factorize
 
 
 def range_stats(nvtx: Columns) -> dict[str, RangeStat]:

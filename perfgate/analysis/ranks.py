@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from perfgate.analysis.intervals import group_sums
-from perfgate.columns import Columns, factorize
-from perfgate.model import RankStats
+from perfgate.records.ranks import RankStats
+from perfgate.trace.columns import Columns, factorize
 
 
 def rank_stats(measured: Columns, period_ns: np.ndarray,

@@ -22,12 +22,12 @@ import numpy as np
 
 from perfgate.analysis.intervals import top_level_mask
 from perfgate.analysis.loop import Boundaries, find_boundaries, interludes
-from perfgate.autostep_events import PREFIX
-from perfgate.columns import Columns, descending_order, factorize, run_starts
 from perfgate.errors import ConfigError, TraceError
+from perfgate.records.autostep_ranges import PREFIX
+from perfgate.trace.columns import Columns, descending_order, factorize, run_starts
 
 if TYPE_CHECKING:
-    from perfgate.model import StepStats
+    from perfgate.records.steps import StepStats
 
 # Names that common instrumentation gives one training iteration (matched case-insensitively
 # against the whole NVTX message, without the domain).
@@ -40,7 +40,7 @@ DEFAULT_STEP_PATTERNS: tuple[str, ...] = (
 )
 DEFAULT_STEP_REGEX = "(?i)(?:" + "|".join(DEFAULT_STEP_PATTERNS) + ")"
 
-#: Prefix of the ranges that perfgate's own hooks emit in the profiled process (perfgate/autostep.py).
+#: Prefix of the ranges that perfgate's own hooks emit in the profiled process (perfgate/capture/autostep/install.py).
 AUTOSTEP_PREFIX = PREFIX
 
 #: Step sources, in order of preference: the user's step ranges, then ranges that end once per

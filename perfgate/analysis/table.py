@@ -1,8 +1,9 @@
 """``perfgate analyze --format table``: an Analysis as aligned plain text."""
 from __future__ import annotations
 
-from perfgate.model import Analysis, StepStats
-from perfgate.short_names import shortened
+from perfgate.analysis.kernel_names import shortened
+from perfgate.records.model import Analysis
+from perfgate.records.steps import StepStats
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

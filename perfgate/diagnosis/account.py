@@ -17,8 +17,8 @@ from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
 from perfgate.diagnosis.records import Finding, KernelDelta, PhaseDelta, Reason
 from perfgate.diagnosis.rules import RULE_BY_ID
-from perfgate.model import Analysis
-from perfgate.provenance import Staleness
+from perfgate.gate.provenance import Staleness
+from perfgate.records.model import Analysis
 
 MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a reason
 

@@ -17,8 +17,8 @@ from perfgate.diagnosis.differences import straggler_reason
 from perfgate.diagnosis.evidence import gap_idle_by_phase_ms, idle_ms_per_step, phase_ms, step_mean_ms
 from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping
 from perfgate.diagnosis.records import Attribution, Diagnosis, Finding, KernelDelta, PhaseDelta
-from perfgate.model import Analysis, MetricComparison, Verdict
-from perfgate.provenance import Staleness
+from perfgate.gate.provenance import Staleness
+from perfgate.records.model import Analysis, MetricComparison, Verdict
 
 KERNEL_DELTAS_SHOWN = 10
 
@@ -95,7 +95,7 @@ def explain_regression(
     launches: ``Baseline.launch_analyses``, a file's: ``Analysis.from_dict``). ``comparisons``:
     MetricComparison rows or an object with ``.comparisons`` (compare.Outcome). Traces, when given,
     sharpen the rules (see TraceFacts). ``provenance``: how the baseline differs from this run's
-    code and software (perfgate.provenance), said first; the reasons a software change may explain
+    code and software (perfgate.gate.provenance), said first; the reasons a software change may explain
     too are named."""
     from perfgate.diagnosis.one_run import diagnose
 

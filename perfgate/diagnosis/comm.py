@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from perfgate.analysis.comm import NCCL_KERNEL
 from perfgate.diagnosis.records import Reason
-from perfgate.model import CommStats, PhaseStats
+from perfgate.records.model import PhaseStats
+from perfgate.records.ranks import CommStats
 
 Kernels = Mapping[str, Mapping[str, list[float]]]    # TraceFacts.kernels_by_phase
 

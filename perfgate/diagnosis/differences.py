@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from perfgate.analysis.kernel_names import shortened
 from perfgate.diagnosis.mechanisms import Families, Replacement, families_from_names, merged, replacements
 from perfgate.diagnosis.records import Reason
-from perfgate.model import RankStats
-from perfgate.short_names import shortened
+from perfgate.records.ranks import RankStats
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason
 MIN_PER_STEP = 0.5          # kernel launches (or calls) per step below which a count change is noise

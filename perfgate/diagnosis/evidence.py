@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.model import Analysis, KernelStat
+from perfgate.records.model import Analysis, KernelStat
 
 DATA_PHASE = "data_load"
 # Other names loops give their data-loading range (seed 003's ``__next__ N``, ...): the data phase of

@@ -13,18 +13,18 @@ import numpy as np
 from perfgate.analysis import intervals
 from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
-from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.loop import loader_workers
+from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
-from perfgate.api_calls import SYNC_CALLS, api_name
-from perfgate.columns import Columns, factorize
 from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.kernel_sets import kernel_set_changes
-from perfgate.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
-from perfgate.model import Analysis, KernelStat
+from perfgate.records.model import Analysis, KernelStat
+from perfgate.trace.api_calls import SYNC_CALLS, api_name
+from perfgate.trace.columns import Columns, factorize
+from perfgate.trace.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
 
 if TYPE_CHECKING:
-    from perfgate.trace import Trace
+    from perfgate.trace.export import Trace
 
 
 @dataclass(frozen=True)
@@ -360,13 +360,13 @@ def _where(phases: Columns, steps: Columns, pid: np.ndarray, t: np.ndarray) -> l
 
 def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
     """Kernels starting in [lo, hi) whose demangled name has a ``double`` type."""
-    from perfgate import columnar
+    from perfgate.trace import database
 
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     if table not in trace.tables or "demangledName" not in trace._columns(table) or trace._con is None:
         return 0
-    row = columnar.fetch(trace._con, (
-        f"SELECT count(*) AS n FROM {columnar.CATALOG}.{table} k JOIN {columnar.CATALOG}.StringIds s "
+    row = database.fetch(trace._con, (
+        f"SELECT count(*) AS n FROM {database.CATALOG}.{table} k JOIN {database.CATALOG}.StringIds s "
         f"ON s.id = k.demangledName WHERE k.start >= {int(lo)} AND k.start < {int(hi)} "
         "AND (s.value LIKE '%double%')"))
     return int(row["n"][0])
@@ -378,13 +378,13 @@ def _dataloader_workers(trace: Trace, lo: int, hi: int) -> int | None:
     processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES (2024 and
     later: every iterator's, so an iterator made anew each epoch counts its workers each time);
     None without either."""
-    from perfgate import columnar
+    from perfgate.trace import database
 
     workers = loader_workers(trace.marks, lo, hi)
     if workers is not None:
         return workers
     if "PROCESSES" not in trace.tables or trace._con is None:
         return None
-    row = columnar.fetch(trace._con, f"SELECT count(DISTINCT pid) AS n FROM {columnar.CATALOG}.PROCESSES "
+    row = database.fetch(trace._con, f"SELECT count(DISTINCT pid) AS n FROM {database.CATALOG}.PROCESSES "
                                      "WHERE name = 'pt_data_worker'")
     return int(row["n"][0])

@@ -8,14 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from perfgate.diagnosis.differences import (
-    MIN_MS,
-    MIN_PER_STEP,
-    MODEL_PHASE,
-    FamilyTables,
-    Kernels,
-    family_tables,
-    shortened_evidence,
-    totals,
+    MIN_MS, MIN_PER_STEP, MODEL_PHASE, FamilyTables, Kernels, family_tables, shortened_evidence, totals,
 )
 from perfgate.diagnosis.mechanisms import Replacement, merged, replacements
 from perfgate.diagnosis.records import Reason

@@ -16,7 +16,7 @@ from perfgate.analysis import intervals
 from perfgate.diagnosis.mechanisms import GRAPH_NAME, PER_PARAMETER, display_name, family_of
 
 if TYPE_CHECKING:
-    from perfgate.trace import Trace
+    from perfgate.trace.export import Trace
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 Label = tuple[str | None, str]            # (family without its place, name shown)
@@ -24,10 +24,10 @@ Label = tuple[str | None, str]            # (family without its place, name show
 
 def _labels_of_short_names(trace: Trace, lo: int, hi: int) -> dict[int, list[tuple[int, Label]]]:
     """Short name id -> [(demangled id, label)] of the kernels starting in [lo, hi]."""
-    from perfgate import columnar
+    from perfgate.trace import database
 
-    rows = columnar.fetch(trace._con, (
-        f"SELECT shortName AS s, coalesce(demangledName, -1) AS d FROM {columnar.CATALOG}.{KERNEL_TABLE} "
+    rows = database.fetch(trace._con, (
+        f"SELECT shortName AS s, coalesce(demangledName, -1) AS d FROM {database.CATALOG}.{KERNEL_TABLE} "
         f"WHERE start >= {int(lo)} AND start <= {int(hi)} GROUP BY shortName, demangledName"))
     out: dict[int, list[tuple[int, Label]]] = {}
     for s, d in zip(rows["s"].tolist(), rows["d"].tolist()):
@@ -63,11 +63,11 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
         codes = lut[np.clip(short.astype(np.int64) + 1, 0, lut.size - 1)]
     ambiguous = [s for s in by_short if s not in one]
     if ambiguous:
-        from perfgate import columnar
+        from perfgate.trace import database
 
-        rows = columnar.fetch(trace._con, (
+        rows = database.fetch(trace._con, (
             f"SELECT globalPid AS g, correlationId AS c, start AS t, coalesce(demangledName, -1) AS d FROM "
-            f"{columnar.CATALOG}.{KERNEL_TABLE} WHERE start >= {lo} AND start <= {hi} AND shortName IN "
+            f"{database.CATALOG}.{KERNEL_TABLE} WHERE start >= {lo} AND start <= {hi} AND shortName IN "
             f"({', '.join(str(s) for s in ambiguous)})"))
         label_of = {d: label for s in ambiguous for d, label in by_short[s]}
         found = {(int(g) >> 24 & 0xFFFFFF, int(c), int(t)): code(label_of[int(d)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfgate.columns import Columns, first_seen
+from perfgate.trace.columns import Columns, first_seen
 
 
 def kernel_set_changes(t: np.ndarray, kpid: np.ndarray, kname: np.ndarray, steps: Columns) -> tuple[int, int]:

@@ -8,10 +8,10 @@ from perfgate.diagnosis.evidence import gpu_active
 from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping, trace_facts
 from perfgate.diagnosis.records import Diagnosis
 from perfgate.diagnosis.rules import run_rules
-from perfgate.model import Analysis
+from perfgate.records.model import Analysis
 
 if TYPE_CHECKING:
-    from perfgate.trace import Trace
+    from perfgate.trace.export import Trace
 
 
 def diagnose(a: Analysis, trace: Trace | None = None, *, facts: TraceFacts | None = None) -> Diagnosis:

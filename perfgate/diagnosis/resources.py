@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 
-from perfgate.model import Analysis, Direction, MetricComparison, Verdict
+from perfgate.records.model import Analysis, Direction, MetricComparison, Verdict
 
 RESOURCE_PATTERNS = ("gpu_memory.*", "energy.*", "kernels_per_step", "cuda_api_ms_per_step")
 STEP_PATTERNS = ("step_time_*", "phase.*", "gpu_idle_fraction")

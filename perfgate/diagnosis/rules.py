@@ -9,24 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfgate.diagnosis.checks import (
-    H2D_PHASE,
-    blocking_copy,
-    copy_not_overlapped,
-    cpu_launch_bound,
-    dataloader_blocking,
-    long_gpu_gaps,
-    low_gpu_utilization,
-    no_mixed_precision,
-    not_compiled,
-    pageable_copies,
-    synchronizing_api_calls,
-    synchronous_copies,
-    warmup_in_window,
+    blocking_copy, copy_not_overlapped, cpu_launch_bound, dataloader_blocking, long_gpu_gaps,
+    low_gpu_utilization, no_mixed_precision, not_compiled, pageable_copies, synchronizing_api_calls,
+    synchronous_copies, warmup_in_window,
 )
-from perfgate.diagnosis.evidence import COMPUTE_PHASES, data_phase, idle_ms_per_step, phase_ms
+from perfgate.diagnosis.evidence import COMPUTE_PHASES, H2D_PHASE, data_phase, idle_ms_per_step, phase_ms
 from perfgate.diagnosis.facts import TraceFacts
 from perfgate.diagnosis.records import Finding
-from perfgate.model import Analysis
+from perfgate.records.model import Analysis
 
 Check = Callable[[Analysis, "TraceFacts | None"], "Finding | None"]
 Explains = Callable[[Analysis, Analysis], float]
@@ -115,8 +105,4 @@ def run_rules(analysis: Analysis, facts: TraceFacts | None = None,
     return tuple(sorted(found, key=lambda f: order.get(f.severity, 3)))
 
 
-__all__ = [
-    "RULES", "RULE_BY_ID", "Rule", "blocking_copy", "copy_not_overlapped", "cpu_launch_bound",
-    "dataloader_blocking", "long_gpu_gaps", "low_gpu_utilization", "no_mixed_precision", "not_compiled",
-    "pageable_copies", "run_rules", "synchronizing_api_calls", "synchronous_copies", "warmup_in_window",
-]
+__all__ = ["RULES", "RULE_BY_ID", "Rule", "run_rules"]

@@ -25,32 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from perfgate.capture.redaction.secrets import redact_text, secret_values
 from perfgate.errors import PerfgateError
-from perfgate.model import WorkloadResult
-from perfgate.secrets import redact_text, secret_values
+from perfgate.records.model import WorkloadResult
 
-__all__ = [
-    "failure_message", "render_annotations", "render_benchmark_json", "render_charts",
-    "render_junit", "render_markdown", "render_pr_comment", "render_report_json",
-    "render_summary", "write_all",
-]
-
-# The renderers, imported when first used: importing one submodule (``report.escape`` for an
-# error message, ``report.terminal`` for the summary) must not import every renderer and its
-# libraries (junit-xml, matplotlib's helpers).
-_RENDERERS = {
-    "render_annotations": "annotations", "render_benchmark_json": "benchmark_json", "render_charts": "charts",
-    "render_report_json": "json_report", "render_junit": "junit", "render_markdown": "markdown",
-    "render_pr_comment": "markdown", "failure_message": "terminal", "render_summary": "terminal",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENDERERS:
-        import importlib
-
-        return getattr(importlib.import_module(f"perfgate.report.{_RENDERERS[name]}"), name)
-    raise AttributeError(f"module 'perfgate.report' has no attribute {name!r}")
+__all__ = ["ReportWriteError", "add_parser", "write_all"]
 
 CHARTS_DIR = "charts"
 
@@ -88,7 +67,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
 
     ``github_summary``/``annotations``: None means "when ``GITHUB_STEP_SUMMARY`` is set in
     ``env`` (default ``os.environ``)". ``stdout`` receives the annotations (default sys.stdout).
-    Every text is redacted of the secrets of ``env`` (perfgate.secrets). A file that cannot be
+    Every text is redacted of the secrets of ``env`` (perfgate.capture.redaction.secrets). A file that cannot be
     written (a full disk, no permission) does not stop the others: ReportWriteError at the end
     names each one and why, and the files written stay.
     """

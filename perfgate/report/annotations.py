@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from perfgate.model import Verdict, WorkloadResult
-from perfgate.report.digest import describe, one_line, regressed
+from perfgate.gate.wording import describe
+from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.report.digest import one_line, regressed
 
 WARNING_VERDICTS = (Verdict.INCONCLUSIVE, Verdict.NEW, Verdict.IMPROVED, Verdict.NO_DATA)
 GITHUB_LIMIT_PER_KIND = 10

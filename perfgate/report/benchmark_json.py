@@ -16,7 +16,7 @@ from typing import Any
 from pytest_benchmark import __version__ as PYTEST_BENCHMARK_VERSION
 from pytest_benchmark.stats import Stats
 
-from perfgate.model import MachineInfo, WorkloadResult
+from perfgate.records.model import MachineInfo, WorkloadResult
 
 GROUP = "perfgate step time"
 

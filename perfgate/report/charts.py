@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfgate.model import WorkloadResult
+from perfgate.records.model import WorkloadResult
 from perfgate.report.digest import launch_phases, phase_name
 from perfgate.report.resources import energy_summary, memory_summary
 

@@ -1,6 +1,6 @@
 """The headline numbers of one WorkloadResult that every renderer shows, and how they are written.
 
-A :class:`Digest` is derived purely from a :class:`~perfgate.model.WorkloadResult`: step time
+A :class:`Digest` is derived purely from a :class:`~perfgate.records.model.WorkloadResult`: step time
 (baseline -> current, change), samples/s, GPU-idle fraction, the worst phase and the regressed
 comparisons. Renderers (terminal, markdown, junit, annotations, status descriptions) format it.
 """
@@ -9,23 +9,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from perfgate.model import MetricComparison, Verdict, WorkloadResult
-from perfgate.wording import (  # re-exported: the renderers write a comparison in perfgate.wording's words
-    describe,
-    fmt_change,
-    fmt_metric_change,
-    fmt_number,
-    fmt_stats,
-    fmt_tolerance,
-    fmt_value,
-)
+from perfgate.gate.wording import fmt_change, fmt_metric_change, fmt_number
+from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 
-__all__ = [
-    "Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "describe", "digest", "fmt_change", "fmt_metric_change", "fmt_number",
-    "fmt_stats", "fmt_step", "fmt_tolerance", "fmt_value", "fmt_worst_phase", "launch_phases", "one_line",
-    "phase_comparisons",
-    "phase_name", "regressed", "steps_from", "worst_phase",
-]
+__all__ = ["Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "digest", "fmt_step", "fmt_worst_phase",
+    "launch_phases", "one_line", "phase_comparisons", "phase_name", "regressed", "steps_from", "worst_phase"]
 
 STEP_METRIC = "step_time_ms"
 STEP_MEAN_METRIC = "step_time_mean_ms"

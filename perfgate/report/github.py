@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 
-from perfgate.model import Verdict, WorkloadResult
+from perfgate.capture.redaction.secrets import redact_text, secret_values
+from perfgate.records.model import Verdict, WorkloadResult
 from perfgate.report.digest import one_line
-from perfgate.secrets import redact_text, secret_values
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_SERVER_URL = "https://github.com"

@@ -11,7 +11,7 @@ Shape (schema version :data:`SCHEMA_VERSION`)::
                   "extra": {...}}]}
 
 Each result is a result record (``result_dict``; ``result.json`` holds one), of the record schema
-(perfgate.schema, docs/schema.md); the report's ``schema_version`` is the same version.
+(perfgate.records.version, docs/schema.md); the report's ``schema_version`` is the same version.
 ``results_from_report`` reads the ``results`` back into WorkloadResults, their analyses and profile
 launch included (``Analysis.from_dict``): a report re-rendered from it says what the run's said.
 """
@@ -26,20 +26,14 @@ from typing import Any
 
 from perfgate import __version__
 from perfgate.errors import PerfgateError
-from perfgate.model import (
-    Analysis,
-    Direction,
-    MachineInfo,
-    MetricComparison,
-    Tolerance,
-    Verdict,
-    WorkloadResult,
+from perfgate.records.model import (
+    Analysis, Direction, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
-from perfgate.names import RULE, is_safe_name
+from perfgate.records.safe_names import RULE, is_safe_name
+from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
 from perfgate.report.resources import resources_dict
-from perfgate.schema import RECORD_VERSION, VERSION_KEY, check_record_version
 
-#: The report is a list of result records: its version is theirs (perfgate.schema).
+#: The report is a list of result records: its version is theirs (perfgate.records.version).
 SCHEMA_VERSION = RECORD_VERSION
 _SEVERITY = (Verdict.ERROR, Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NO_DATA,
              Verdict.NEW, Verdict.IMPROVED, Verdict.PASS)
@@ -54,7 +48,7 @@ def overall_verdict(results: Sequence[WorkloadResult]) -> Verdict:
 def _jsonable(value: Any) -> Any:
     """``value`` as JSON data: dataclasses, paths and enums converted, and every ``metrics``
     mapping without its non-finite entries (a metric is there with a number, or absent: a reader
-    refuses NaN, perfgate.baseline.measured_number)."""
+    refuses NaN, perfgate.gate.baseline.measured_number)."""
     if is_dataclass(value) and not isinstance(value, type):
         return _jsonable(asdict(value))
     if isinstance(value, Path):
@@ -188,7 +182,7 @@ def _machine_from(f: _Fields) -> MachineInfo:
 
 
 def _result_from(f: _Fields) -> WorkloadResult:
-    """The reverse of ``result_dict`` (a result record: perfgate.schema)."""
+    """The reverse of ``result_dict`` (a result record: perfgate.records.version)."""
     check_record_version(f.doc, f"{f.where}: {f.path}")
     verdict = f.enum("verdict", Verdict)
     machine = f.get("machine", (dict,))

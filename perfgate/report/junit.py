@@ -14,8 +14,9 @@ from dataclasses import asdict
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from perfgate.model import Verdict, WorkloadResult
-from perfgate.report.digest import digest, fmt_metric_change, one_line
+from perfgate.gate.wording import fmt_metric_change
+from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.report.digest import digest, one_line
 from perfgate.report.terminal import failure_message
 
 SUITE_NAME = "perfgate"
@@ -57,7 +58,7 @@ def junit_case(result: WorkloadResult) -> TestCase:
 
 
 def suite_properties(results: Sequence[WorkloadResult]) -> dict[str, str]:
-    """Machine identity of the first result that has one, as ``perfgate.machine.<field>``."""
+    """Machine identity of the first result that has one, as ``perfgate.system.machine.<field>``."""
     machine = next((r.machine for r in results if r.machine is not None), None)
     if machine is None:
         return {}

@@ -17,35 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import quote
 
-from perfgate.model import MetricComparison, Verdict, WorkloadResult
+from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
+from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 from perfgate.report.digest import (
-    VERDICT_ICONS,
-    digest,
-    fmt_metric_change,
-    fmt_number,
-    fmt_stats,
-    fmt_step,
-    fmt_tolerance,
-    fmt_value,
-    fmt_worst_phase,
-    launch_phases,
-    phase_comparisons,
-    steps_from,
+    VERDICT_ICONS, digest, fmt_step, fmt_worst_phase, launch_phases, phase_comparisons, steps_from,
     phase_name,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
 from perfgate.report.resources import (
-    LAUNCH_HEADER,
-    MEMORY_COLUMNS,
-    energy_cell,
-    energy_per_step,
-    energy_summary,
-    NO_PER_SAMPLE,
-    launch_rows,
-    measured_resources,
-    memory_cell,
-    memory_summary,
-    unavailable_energy,
+    LAUNCH_HEADER, MEMORY_COLUMNS, energy_cell, energy_per_step, energy_summary, NO_PER_SAMPLE, launch_rows,
+    measured_resources, memory_cell, memory_summary, unavailable_energy,
 )
 
 STEP_SUMMARY_MAX_BYTES = 1_000_000      # GitHub: 1 MiB per step summary; keep a margin

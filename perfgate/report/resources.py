@@ -1,7 +1,7 @@
 """Peak GPU memory and energy of a WorkloadResult as every renderer shows them (issue 18).
 
 Per launch: each memory source's peak, energy per sample and per step, mean and peak power, SM
-clock and where the energy came from (perfgate.resources, perfgate.energy). Per workload: the
+clock and where the energy came from (perfgate.analysis.resources, perfgate.analysis.energy). Per workload: the
 headline memory (allocated, else traced, else reserved: the cell names which) and energy per sample,
 baseline -> current, with the current launches' spread (``result.analyses``: measured in this
 process, or read back from ``perfgate-report.json``).
@@ -12,12 +12,12 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.model import Analysis, MetricComparison, WorkloadResult
-from perfgate.report.digest import fmt_change, fmt_number
-from perfgate.resources import MEMORY_SOURCES, SHORT_SOURCES
+from perfgate.analysis.resources import MEMORY_SOURCES, SHORT_SOURCES
+from perfgate.gate.wording import fmt_change, fmt_number
+from perfgate.records.model import Analysis, MetricComparison, WorkloadResult
 
 ENERGY_METRIC = "energy.per_sample_j"
-#: Why energy was measured but not per sample (perfgate.energy: no batch size).
+#: Why energy was measured but not per sample (perfgate.analysis.energy: no batch size).
 NO_PER_SAMPLE = ("measured per step, not per sample: no batch size (none in a self-report, none configured: "
                  "batch_size in the workload's table)")
 MEMORY_COLUMNS = ("peak GPU memory", "energy/sample")

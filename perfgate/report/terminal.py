@@ -6,19 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perfgate.model import Verdict, WorkloadResult
-from perfgate.report.digest import (
-    STEP_MEAN_METRIC,
-    digest,
-    fmt_metric_change,
-    fmt_number,
-    fmt_stats,
-    fmt_step,
-    fmt_tolerance,
-    fmt_value,
-    fmt_worst_phase,
-    steps_from,
-)
+from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
+from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.report.digest import STEP_MEAN_METRIC, digest, fmt_step, fmt_worst_phase, steps_from
 from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
 SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples/s",

@@ -27,7 +27,7 @@ imports() {
 import cProfile, pstats, time
 from pathlib import Path
 from perfgate.analysis import AnalysisOptions
-from perfgate.files import analyze_file
+from perfgate.pipeline.inputs import analyze_file
 for _ in range(2):
     t = time.perf_counter(); analyze_file(Path("/tmp/lm.sqlite"), AnalysisOptions())
     print(f"analyze_file in process: {time.perf_counter() - t:.3f} s")

@@ -27,7 +27,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from perfgate.model import Analysis, Verdict, WorkloadResult  # noqa: E402
+from perfgate.records.model import Analysis, Verdict, WorkloadResult  # noqa: E402
 
 COLUMNS = ("rank", "pid", "GPU", "step ms", "NCCL kernels/step", "comm ms/step", "exposed ms/step", "overlap")
 
@@ -65,9 +65,9 @@ def _shown(result: WorkloadResult) -> Analysis | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfgate.config import load_settings
-    from perfgate.pipeline import run_workload
-    from perfgate.workloads import discover_workloads, select_workloads
+    from perfgate.settings.config import load_settings
+    from perfgate.pipeline.workload_run import run_workload
+    from perfgate.settings.workloads import discover_workloads, select_workloads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                       "max_launches": args.max_launches} if gpu else
                      {"launches": 1, "tolerance": {"step_time*": "50%+5", "phase.*": "off"}})
     settings = load_settings(ROOT, env={}, overrides=overrides)
-    from perfgate.machine import machine_info
+    from perfgate.system.machine import machine_info
 
     gpus = machine_info(None, settings.machine_class).gpu_count
     if gpu and gpus < 2 and args.backend != "gloo":
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         comm_name, comm = "small buckets", ("--bucket-cap-mb", args.bucket_cap_mb)
         comm_spec = replace(spec, args=(*spec.args, *comm))
-    with mock.patch.dict(os.environ, env):   # the capture's environment is this process's (perfgate.capture)
+    with mock.patch.dict(os.environ, env):   # the capture's environment is this process's (perfgate.capture.launch)
         run(comm_name, comm_spec)
     changes = {"baseline": "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), "rerun": "unchanged",
                "straggler": " ".join(slow), comm_name: " ".join(comm)}

@@ -12,7 +12,7 @@ work=$(mktemp -d /tmp/corpus.XXXX)
 STEPS=${STEPS:-20}; BUDGET_S=${BUDGET_S:-540}
 python3 tests/corpus/cases.py "$work/scripts" > "$work/all-sides.txt"
 sides=("$@"); [ ${#sides[@]} -gt 0 ] || mapfile -t sides < "$work/all-sides.txt"
-site=$(python3 -c 'import perfgate.autostep as a; print(a.site_dir())')
+site=$(python3 -c 'import perfgate.capture.autostep.install as a; print(a.site_dir())')
 start=$SECONDS
 # a throwaway run first: the first CUDA process on a fresh machine is slower (module loading, clocks)
 python3 "$work/scripts/base.py" --steps 8 > "$work/warm-up.log" 2>&1
@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, "tests/corpus")
 from cases import CASES, PENDING
 from perfgate.analysis import AnalysisOptions
-from perfgate.pipeline import compare_and_explain
+from perfgate.pipeline.inputs import compare_and_explain
 root = Path(sys.argv[1])
 for case in (*CASES, *PENDING):
     b, h = root / case.base_side / "trace.sqlite", root / case.head_side / "trace.sqlite"

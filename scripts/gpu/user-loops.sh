@@ -63,7 +63,7 @@ for style in "${styles[@]}"; do
     # fixture: Lightning without NVTX (autostep), a loop that never waits for the GPU and runs ahead
     # of it while the launch queue fills (40 steps)
     d="$work/fixtures/gpu-lightning-loop"; mkdir -p "$d"
-    PERFGATE_AUTOSTEP=1 PYTHONPATH="$(python3 -c 'import perfgate.autostep as a; print(a.site_dir())')${PYTHONPATH:+:$PYTHONPATH}" \
+    PERFGATE_AUTOSTEP=1 PYTHONPATH="$(python3 -c 'import perfgate.capture.autostep.install as a; print(a.site_dir())')${PYTHONPATH:+:$PYTHONPATH}" \
       nsys profile --trace=$([ "$SIZE" = gpu ] && echo cuda,nvtx || echo nvtx) --sample=none --cpuctxsw=none --export=sqlite -f true -o "$d/trace" \
       python3 -m workloads.lightning_loop --size "$SIZE" --steps 40 > "$d/workload.log" 2>&1
     rm -f "$d/trace.nsys-rep"

@@ -1,3 +1,0 @@
-"""Not imported as a package: this folder is put first on a profiled process's ``PYTHONPATH``
-so that its ``sitecustomize.py`` runs at interpreter start (see perfgate.autostep). It is a
-package only so that every install of perfgate ships ``sitecustomize.py``."""

@@ -1,0 +1,1 @@
+"""Automatic NVTX ranges for code without them (``PERFGATE_AUTOSTEP=1``)."""

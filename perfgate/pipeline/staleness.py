@@ -1,0 +1,81 @@
+"""Whether a baseline measured the code and software here (``perfgate baseline check``, and the
+gate's first line when it did not): the provenance a run of a workload would record
+(perfgate.gate.provenance), compared with each baseline file's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate.errors import BaselineError
+from perfgate.gate.baseline import Baseline, load_baseline
+from perfgate.gate.provenance import Provenance, Staleness, current, differences
+from perfgate.records.model import MachineInfo
+from perfgate.settings.config import Settings
+from perfgate.settings.workloads import WorkloadSpec, discover_workloads
+from perfgate.system.machine import this_machine
+
+
+def run_provenance(spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
+                   cwd: Path | None = None) -> Provenance:
+    """What a run of ``spec`` measures: its command line, its source files' fingerprint, the record
+    version and this machine's software (perfgate.gate.provenance)."""
+    return current(cwd or settings.root, spec.module, spec.args, machine, launcher=spec.launcher, nproc=spec.nproc)
+
+
+def baseline_staleness(baseline: Baseline, spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
+                       cwd: Path | None = None) -> Staleness:
+    """How ``baseline`` differs from what a run of ``spec`` here would measure; the software is
+    compared only for a baseline of this machine's class."""
+    same_class = machine is not None and baseline.machine_class == machine.machine_class
+    return differences(Provenance.from_dict(baseline.provenance, baseline.machine),
+                       run_provenance(spec, settings, machine, cwd), root=cwd or settings.root,
+                       compare_software=same_class)
+
+
+@dataclass(frozen=True)
+class BaselineCheck:
+    """One baseline file against the code here (``perfgate baseline check``): how it differs, or
+    why it could not be checked (``problem``: unreadable, or no workload of its name)."""
+
+    path: Path
+    staleness: Staleness | None = None
+    problem: str | None = None
+
+
+def check_baselines(settings: Settings) -> list[BaselineCheck]:
+    """Every baseline file under ``settings.baseline_dir`` compared with what its workload would
+    run here: its command line (with the arguments of the baseline machine's GPU count), its source
+    files, the record version, and, for this machine's class, the software."""
+    machine = this_machine(settings.nsys, settings.machine_class)
+    out: list[BaselineCheck] = []
+    for path in sorted(settings.baseline_dir.rglob("*.json")):
+        try:
+            baseline = load_baseline(path)
+        except BaselineError as exc:
+            out.append(BaselineCheck(path, problem=str(exc)))
+            continue
+        gpus = baseline.machine.get("gpu_count")
+        specs = {(s.name, s.variant): s for s in discover_workloads(settings, gpus if isinstance(gpus, int) else 0)}
+        spec = specs.get((baseline.workload, baseline.variant))
+        if spec is None:
+            out.append(BaselineCheck(path, problem=f"no workload {baseline.workload!r}"
+                                                   f"{f' variant {baseline.variant!r}' if baseline.variant else ''} here"))
+            continue
+        out.append(BaselineCheck(path, baseline_staleness(baseline, spec, settings, machine)))
+    return out
+
+
+def check_lines(checks: list[BaselineCheck]) -> tuple[list[str], int]:
+    """What ``perfgate baseline check`` prints for ``checks`` and its exit status: 1 when a
+    baseline is stale, 2 when one could not be checked, else 0."""
+    lines = []
+    for c in checks:
+        if c.problem is not None:
+            lines.append(f"unreadable {c.path}: {c.problem}")
+        elif c.staleness is not None and c.staleness.stale:
+            lines.append(f"stale      {c.path}: {c.staleness.text()}")
+        else:
+            lines.append(f"current    {c.path}")
+    if any(c.problem is not None for c in checks):
+        return lines, 2
+    return lines, 1 if any(c.staleness is not None and c.staleness.stale for c in checks) else 0

@@ -1,0 +1,380 @@
+"""The gate's stages wired together, shared by the pytest plugin and the CLI.
+
+``run_workload``: capture x launches -> analyze_trace -> compare with this machine's baseline
+(or record it) -> WorkloadResult, with ``result.json`` in the run directory. ``analyze_file``
+and ``compare_files`` serve ``perfgate analyze`` / ``perfgate compare``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfgate.analysis.resources import attach_resources
+from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
+from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
+from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
+from perfgate.gate.baseline import (
+    baseline_from_analyses, baseline_path, check_identity, load_baseline, write_baseline,
+)
+from perfgate.gate.baseline_lock import recording_lock
+from perfgate.gate.provenance import Staleness, command_line, recording
+from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
+from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
+from perfgate.settings.config import Settings
+from perfgate.settings.workloads import WorkloadSpec
+from perfgate.system.machine import this_machine
+from perfgate.system.process_tree import swallowed_interrupt
+
+if TYPE_CHECKING:
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.gate.compare import ComparePolicy
+
+RESULT_FILE = "result.json"
+
+
+def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
+    """AnalysisOptions for ``spec`` (its step pattern, skipped steps and batch size)."""
+    from perfgate.analysis import AnalysisOptions
+
+    kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
+    if spec.skip_steps is not None:
+        kwargs["skip_steps"] = spec.skip_steps
+    return AnalysisOptions(**kwargs)
+
+
+def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> ComparePolicy:
+    """The ComparePolicy of a workload. Tolerances, first match wins: the command line's, the
+    workload table's, the ``[tool.perfgate.tolerance]`` table's, the metric's default."""
+    from perfgate.gate.compare import ComparePolicy
+
+    overrides = (settings.option_tolerances, *([spec.tolerances] if spec else []))
+    return ComparePolicy(tolerances=settings.tolerances, tolerance_overrides=overrides, alpha=settings.alpha,
+                         strict_new=settings.strict, gate_alone=spec.gate_alone if spec else ())
+
+
+def new_run_dir(artifacts_dir: Path, name: str) -> Path:
+    """A fresh ``<artifacts>/<UTC timestamp>-<name>/`` directory."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+    run_dir = artifacts_dir / f"{stamp}-{safe}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+Progress = Callable[[str], None]
+#: With ``profile = "auto"`` a gate run takes the CUDA profile launch only when there is something to
+#: explain or nothing to compare with: a PASS costs its timing launches alone (GPU metrics gate only
+#: behind step time, so they cannot fail a run whose step time passed).
+PROFILED_VERDICTS = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.NEW)
+
+
+def run_workload(
+    spec: WorkloadSpec,
+    settings: Settings,
+    *,
+    update_baseline: bool = False,
+    cwd: Path | None = None,
+    extra_args: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> WorkloadResult:
+    """Measure ``spec`` under nsys and judge it against its baseline (or record one).
+
+    Timing launches (``nvtx`` only: they measure what the bare run does) are taken one at a time while
+    the verdict is not clear, within ``settings.budget`` (perfgate.gate.sequential_looks); then, on a machine with
+    a GPU, one CUDA-traced profile launch gives GPU idle, GPU time per phase, kernels and the
+    diagnosis. ``progress`` receives a line per launch and per look. Never raises for a problem of
+    this workload: it comes back as verdict ERROR with ``error``."""
+    started = time.monotonic()
+    say = progress or (lambda line: None)
+    result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR, strict=settings.strict)
+    try:
+        result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
+        result.machine = this_machine(settings.nsys, settings.machine_class)
+        path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
+        result.extra["record_command"] = settings.record_command(spec.full_name)
+        policy = compare_policy(settings, spec)
+        if update_baseline:
+            record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
+        else:
+            baseline = load_baseline(path) if path.exists() else None
+            if baseline is not None:   # the report names the baseline a run used, never one that is not there
+                result.baseline_path = path
+                check_identity(baseline, spec.name, spec.variant, result.machine.machine_class)
+                from perfgate.pipeline.staleness import baseline_staleness
+
+                stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
+                if stale.stale:
+                    result.extra["provenance"] = stale.to_dict()
+            launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
+            looks, reason = _measure(launcher, baseline, policy, settings)
+            result.analyses, result.profile = launcher.timing, launcher.profile
+            result.extra["looks"] = [{"launches": lk.launches, "verdict": str(lk.outcome.verdict),
+                                      "elapsed_s": round(lk.elapsed_s, 3)} for lk in looks]
+            result.extra["stopped"] = reason
+            judge(result, spec, settings, baseline, path, policy)
+    except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
+        result.verdict, result.error, result.message = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ""
+    except PerfgateError as exc:
+        result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
+    except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
+        result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
+    except Exception as exc:  # a bug must not hide the other workloads' results (a Ctrl-C must stop them)
+        if (interrupt := swallowed_interrupt(exc)) is not None:
+            raise interrupt from exc
+        text = "".join(traceback.format_exception(exc))
+        where = ""
+        if result.run_dir is not None:
+            with contextlib.suppress(OSError):
+                (result.run_dir / "error.txt").write_text(text)
+                where = f" (traceback in {result.run_dir / 'error.txt'})"
+        result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
+        result.message = ""
+    result.wall_s = time.monotonic() - started
+    if result.run_dir is not None:
+        try:
+            _write_result(result)
+        except OSError as exc:
+            measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
+            written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
+            result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
+    return result
+
+
+def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path, policy: ComparePolicy,
+           *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
+    """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
+    ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
+    from perfgate.gate.sequential_looks import noise_report
+
+    with recording_lock(path):    # a second recording of this baseline at once stops here
+        launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
+        for k in range(settings.record_launches):
+            launcher.timing_launch(k)
+        launcher.profile_launch()
+        result.analyses, result.profile = launcher.timing, launcher.profile
+        assert result.machine is not None
+        from perfgate.pipeline.staleness import run_provenance
+
+        measured = run_provenance(spec, settings, result.machine, cwd)
+        baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
+                                          {**recording(settings.root, command_line()), **measured.to_dict()},
+                                          spec.variant, profile=result.profile)
+        try:
+            write_baseline(path, baseline)
+        except OSError as exc:   # written atomically: whatever baseline was there is unchanged
+            raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
+                                "(the previous baseline, if any, is unchanged)") from None
+        result.baseline_path = path
+    noise = noise_report(baseline.launch_metrics, settings.budget, policy)
+    result.verdict = Verdict.PASS
+    n = len(result.analyses)
+    step = [a.steps.time_ms for a in result.analyses]
+    profiled = " + a CUDA profile launch" if result.profile is not None else ""
+    result.message = (f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
+                      f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}")
+    warning = noise.warning(spec.full_name)
+    if warning:
+        result.message += f"\nwarning: {warning}"
+    result.extra["baseline_updated"] = True
+    result.extra["noise"] = noise.to_dict()
+
+
+class _Launcher:
+    """Takes the launches of one gate run into the result's run folder (``launch-<k>/`` timing,
+    ``profile/``) and reports each as it ends."""
+
+    def __init__(self, spec: WorkloadSpec, settings: Settings, result: WorkloadResult, cwd: Path | None,
+                 extra_args: Sequence[str], say: Progress, started: float, *, recording: bool = False) -> None:
+        from perfgate.capture.command import profile_launch_wanted
+
+        assert result.run_dir is not None and result.machine is not None
+        self.spec, self.settings, self.run_dir, self.cwd, self.extra_args = spec, settings, result.run_dir, cwd, extra_args
+        self.say, self.started, self.recording = say, started, recording
+        self.timing: list[Analysis] = []
+        self.profile: Analysis | None = None
+        self.wants_profile = profile_launch_wanted(settings, result.machine.gpu_count)
+
+    def timing_launch(self, k: int) -> Analysis:
+        from perfgate.capture.command import TIMING
+
+        analysis = launch_analysis(self.spec, self.settings, self.run_dir / f"launch-{k}", k, TIMING,
+                                  cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
+        self.timing.append(analysis)
+        medians = [a.steps.time_ms for a in self.timing]
+        most = self.settings.record_launches if self.recording else self.settings.max_launches
+        self.say(f"{self.spec.full_name}: launch {k + 1} of {'' if self.recording else 'up to '}{most}"
+                 f"{' (recording)' if self.recording else ''}: step {medians[-1]:.4g} ms"
+                 + (f", median of launches {statistics.median(medians):.4g} ms" if len(medians) > 1 else "")
+                 + f"; {time.monotonic() - self.started:.0f} s")
+        return analysis
+
+    def profile_launch(self) -> None:
+        """The CUDA-traced launch, when this machine and the settings want one."""
+        from perfgate.capture.command import PROFILE
+
+        if not self.wants_profile:
+            return
+        self.profile = launch_analysis(self.spec, self.settings, self.run_dir / "profile", 0, PROFILE,
+                                      cwd=self.cwd, extra_args=self.extra_args, progress=self.say)
+        idle = self.profile.gpu_idle
+        self.say(f"{self.spec.full_name}: profile launch (CUDA traced): "
+                 + (f"GPU idle {idle.fraction * 100:.1f} %" if idle is not None else "no GPU activity")
+                 + f"; {time.monotonic() - self.started:.0f} s")
+
+
+def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
+             settings: Settings) -> tuple[list[Any], str]:
+    """Timing launches one at a time, a look after each (perfgate.gate.sequential_looks.run_looks), then the
+    profile launch when ``settings.profile`` asks for it (PROFILED_VERDICTS under auto). Returns the
+    looks and why the launches stopped."""
+    from perfgate.gate.sequential_looks import Look, run_looks
+
+    def on_look(look: Look) -> None:
+        if look.outcome.verdict != Verdict.NEW:
+            launcher.say(f"{launcher.spec.full_name}: after {look.launches} launch"
+                         f"{'es' if look.launches != 1 else ''}: {look.outcome.summary.splitlines()[0]}")
+
+    _, looks, reason = run_looks(baseline.launch_metrics if baseline else [],
+                                 lambda k: launcher.timing_launch(k).metrics(), policy, settings.budget,
+                                 on_look=on_look)
+    if settings.profile == "always" or looks[-1].outcome.verdict in PROFILED_VERDICTS:
+        launcher.profile_launch()
+    return looks, reason
+
+
+def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
+                    cwd: Path | None = None, extra_args: Sequence[str] = (),
+                    progress: Progress | None = None) -> Analysis:
+    """One launch of ``kind`` (perfgate.capture.command.TIMING or PROFILE) into ``launch_dir``, analyzed,
+    checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
+    one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.
+    ``progress`` hears of a capture taken again after a transient nsys failure."""
+    return launch_capture_and_analysis(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args,
+                                       progress=progress)[1]
+
+
+def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
+                                cwd: Path | None = None, extra_args: Sequence[str] = (),
+                                progress: Progress | None = None) -> tuple[Capture, Analysis]:
+    """``launch_analysis``, with the Capture it analyzed (its wall time, its artifacts)."""
+    from perfgate.analysis import analyze
+    from perfgate.capture.launch import run_capture
+    from perfgate.trace.export import load_trace
+
+    with GpuMonitor() as monitor:
+        capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind,
+                              progress=progress)
+    withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
+    if capture.sqlite_path is None or not capture.sqlite_path.exists():
+        exports = [w for w in withheld if w.name.endswith(f".sqlite{WITHHELD_SUFFIX}")]
+        if exports:   # nsys wrote one; perfgate could not clean it (a full disk during the redaction)
+            with contextlib.suppress(OSError, IndexError):
+                why = exports[0].read_text(encoding="utf-8", errors="replace").splitlines()[0]
+                raise TraceError(f"{capture.run_dir}: {why} (see {exports[0]})")
+        raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
+    trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
+    analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
+    extra = {**analysis.extra, "launch": k, "capture": kind}
+    notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
+    notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
+    analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
+    if capture.self_report is not None:
+        extra["self_report"] = capture.self_report
+    analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
+    analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
+    return capture, diagnosed(analysis, trace)
+
+
+def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
+    """``analysis`` with the launch's measurement checks: whether its measured steps look stationary
+    (no drift, no second level inside the window: stats.stability) and, with NVML, its GPU clocks
+    and whether the GPU throttled. A failed check becomes a warning on the analysis."""
+    from perfgate.gate.statistics import stability
+
+    extra, warnings = dict(analysis.extra), list(analysis.warnings)
+    report = stability(list(analysis.steps.durations_ms))
+    extra["stability"] = asdict(report)
+    if not report.stable:
+        warnings.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
+    if clocks is not None:
+        extra["gpu_clocks"] = clocks.to_dict()
+        if clocks.throttled:
+            warnings.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
+                            f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
+    return replace(analysis, extra=extra, warnings=tuple(warnings))
+
+
+def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any] | None) -> AnalysisOptions:
+    """``options`` with the batch size the workload reported (x world size) when none is configured."""
+    if options.batch_size is not None or not self_report:
+        return options
+    batch, world = self_report.get("batch_size"), self_report.get("world_size") or 1
+    if isinstance(batch, int) and isinstance(world, int) and batch > 0 and world > 0:
+        return replace(options, batch_size=batch * world)
+    return options
+
+
+def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Any, path: Path,
+          policy: ComparePolicy) -> None:
+    """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
+    launch budget; fills ``result`` (verdict, comparisons, message, attribution)."""
+    from perfgate.gate.compare import compare_launches, timed_launches
+    from perfgate.gate.sequential_looks import noise_report
+
+    analyses = result.analyses
+    look_policy = replace(policy, alpha=settings.budget.look_alpha(
+        policy.alpha, timed_launches(baseline.launch_metrics) if baseline else 0))
+    outcome = compare_launches(baseline.launch_metrics if baseline else None,
+                               gate_metrics(analyses, result.profile), look_policy)
+    result.verdict, result.strict = outcome.verdict, outcome.strict
+    result.comparisons = list(outcome.comparisons)
+    stale = result.extra.get("provenance")   # the baseline measured other code or software: said first
+    result.message = (f"warning: {stale['text']}\n" if stale else "") + outcome.summary
+    notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
+             if w.startswith("launch ")]
+    if notes:
+        result.message += "\nnote: " + "\nnote: ".join(notes)
+    if baseline is None:
+        result.message += f" (record one with {settings.record_command(spec.full_name)}: {path})"
+        others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
+        if others:
+            result.message += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
+                               f"this machine is {path.stem}")
+        return
+    noise = noise_report(baseline.launch_metrics, settings.budget, policy)
+    result.extra["noise"] = noise.to_dict()
+    if outcome.verdict == Verdict.INCONCLUSIVE:
+        result.message += "\n" + noise.undecided(spec.full_name, outcome.n_current, result.extra.get("stopped"),
+                                                 policy.alpha)
+    warning = noise.warning(spec.full_name)
+    if warning:
+        result.message += f"\nwarning: {warning}"
+    result.baseline_step_times_ms = baseline.step_durations_ms
+    if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
+        base, cur = explained_launches(baseline.launch_analyses, analyses, result.profile)
+        attribution = explain_change(base, cur, outcome, provenance=Staleness.from_dict(stale) if stale else None)
+        if attribution is not None:
+            from perfgate.diagnosis.render import render_attribution_text
+
+            result.extra["attribution"] = attribution.to_dict()
+            result.message += "\n" + render_attribution_text(attribution)
+
+
+def _write_result(result: WorkloadResult) -> None:
+    from perfgate.report.json_report import result_dict
+
+    assert result.run_dir is not None
+    doc = result_dict(result)
+    text = redact_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", secret_values(os.environ))
+    (result.run_dir / RESULT_FILE).write_text(text)
+
+

@@ -1,0 +1,43 @@
+"""The records of a multi-process job (torchrun, DDP): per-rank step statistics and NCCL
+communication, written into the analysis record by ``Analysis.to_dict`` and read back by
+``Analysis.from_dict`` (perfgate.records.model, which re-exports them). Records layer: imports nothing of
+perfgate."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One process of a multi-process job (perfgate/analysis/ranks.py). ``rank``: the order in which
+    the processes started (torchrun starts local ranks in order: on one node, the RANK)."""
+
+    rank: int
+    pid: int
+    steps: int                        # measured steps of this process
+    step_time_ms: float               # median iteration period of its measured steps
+    phase_cpu_ms: dict[str, float]    # CPU time per step of each phase on this process
+
+
+@dataclass(frozen=True)
+class RankComm:
+    """One rank's NCCL kernels in its measured steps, per step (perfgate/analysis/comm.py)."""
+
+    rank: int
+    pid: int
+    devices: tuple[str, ...]
+    kernels_per_step: float
+    comm_ms: float                    # |union of its NCCL kernels|
+    exposed_ms: float                 # of which no compute kernel ran on the same GPU
+
+
+@dataclass(frozen=True)
+class CommStats:
+    """The job's NCCL communication per step and rank (perfgate/analysis/comm.py)."""
+
+    kernels_per_step: float
+    comm_ms: float
+    exposed_ms: float
+    overlap_fraction: float | None    # overlapped / communication time (None: no length)
+    ranks: tuple[RankComm, ...]
+

@@ -1,0 +1,1 @@
+"""The gate's settings: their one declaration, pyproject.toml, the command-line options, the workloads."""
