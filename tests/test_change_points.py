@@ -1,7 +1,9 @@
 """perfgate.gate.change_points on synthetic histories: steps found with their size, none in noise."""
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +72,42 @@ def test_short_or_empty_histories_have_none_and_bad_settings_are_errors() -> Non
         change_points([], max_pvalue=0.0)
     with pytest.raises(ValueError, match="min_magnitude"):
         change_points([], min_magnitude=-1)
+
+
+# --------------------------------------------------------------------------- perfgate history --changes
+
+
+def test_history_changes_says_where_a_faked_machine_change_moved_the_step_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A history JSONL whose driver and torch change at run 8, with the step time 12 % slower from there:
+    one change point, between runs 7 and 8, that names the machine change; the chart marks it."""
+    from perfgate.cli import main
+    from perfgate.commands.history import FORMAT
+
+    rng = random.Random(3)
+    other = {**MACHINE, "driver": "560.28", "torch": "2.5.0"}
+    lines = [json.dumps({"format": FORMAT, "version": 1, "time": f"2026-11-24T00:{k:02d}:00+00:00",
+                         "commit": f"{k:02d}" + "ab" * 19, "kind": "gate", "verdict": "PASS",
+                         "launches": [{"step_time_ms": (50.0 if k < 8 else 56.0) * rng.lognormvariate(0, 0.01)}
+                                      for _ in range(3)],
+                         "machine": MACHINE if k < 8 else other}) for k in range(14)]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n[tool.perfgate]\nhistory_dir = 'h'\n")
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "h" / "w").mkdir(parents=True)
+    (tmp_path / "h" / "w" / "nvidia-h100-x1.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["history", "w", "--machine-class", "nvidia-h100-x1", "--changes"]) == 0
+    out = capsys.readouterr().out
+
+    assert "change points: 1 in 14 run(s)" in out
+    assert "run 8: 07abababab -> 08abababab: step time +1" in out
+    assert "machine changed here: driver 550.54 -> 560.28, torch 2.4.0 -> 2.5.0" in out
+    assert main(["history", "w", "--machine-class", "nvidia-h100-x1", "--changes", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [point] = doc["change_points"]
+    assert point["index"] == 8 and point["machine_changed"] and point["before_commit"].startswith("07")
+    assert 0.10 < point["ci_low"] < point["change"] < point["ci_high"] < 0.14
+    assert len(doc["runs"]) == 14
+    pytest.importorskip("matplotlib")
+    assert main(["history", "w", "--machine-class", "nvidia-h100-x1", "--changes", "--chart", "c.png"]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 1000
