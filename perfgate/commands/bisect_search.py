@@ -94,7 +94,8 @@ def bisect_commits(commits: Sequence[str], measure: Callable[[str], Measurement]
     if bad.verdict not in BAD_SIDE:
         return BisectOutcome(tuple(measured), no_culprit=True,
                              reason=f"BAD is {bad.verdict} against GOOD, not REGRESSED")
-    lo, hi, skipped = -1, len(commits) - 1, set()
+    lo, hi = -1, len(commits) - 1
+    skipped: set[int] = set()
     while hi - lo > 1:
         index = next_candidate(lo, hi, skipped)
         if index is None:

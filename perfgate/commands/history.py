@@ -69,7 +69,7 @@ def entry_for(result: WorkloadResult, root: Path, update_baseline: bool) -> dict
     return {
         "format": FORMAT, "version": VERSION,
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_provenance(root).get("commit"),
+        "commit": git_provenance(root).get("git_commit"),
         "kind": "baseline" if update_baseline else "gate",
         "workload": result.workload, "variant": result.variant, "verdict": str(result.verdict),
         "baseline_step_time_ms": step.baseline if step is not None else None,
@@ -230,7 +230,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     shown = entries[-args.last:] if args.last else entries
     from perfgate.report.escape import terminal_text  # the file's strings are printed: inert
 
-    found = None
+    found: list[Any] | None = None
     if args.changes:
         from perfgate.commands.history_changes import changes_document, history_changes, render_changes
 

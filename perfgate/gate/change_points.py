@@ -103,7 +103,7 @@ def _test(runs: Sequence[Run], start: int, split: int, stop: int, splits: int) -
 def _best_split(runs: Sequence[Run], start: int, stop: int) -> tuple[int, float, float] | None:
     """(split, adjusted p, change) of the split of runs[start:stop] with the largest |t|."""
     splits = stop - start - 1
-    best = None
+    best: tuple[int, float, float, float] | None = None
     for split in range(start + 1, stop):
         found = _test(runs, start, split, stop, splits)
         if found is not None and (best is None or found[0] > best[1]):
