@@ -111,3 +111,14 @@ def test_history_changes_says_where_a_faked_machine_change_moved_the_step_time(
     pytest.importorskip("matplotlib")
     assert main(["history", "w", "--machine-class", "nvidia-h100-x1", "--changes", "--chart", "c.png"]) == 0
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_one_slow_launch_beside_the_change_does_not_move_it() -> None:
+    """Real gated runs of tests/test_bisect_real.py's project (ms), with one launch slowed by the busy
+    machine in the last run before the +5 % commit: the change points stay where the code changed."""
+    values = [[30.27, 30.3, 30.28], [30.29, 30.29, 30.3], [30.31, 30.27, 30.3], [30.3, 30.3, 30.29],
+              [36.32, 36.37, 36.3], [36.4, 36.31, 36.33], [36.32, 36.32, 36.35], [36.25, 39.06, 36.3],
+              [38.11, 38.13, 38.1], [38.12, 38.09, 38.1], [38.03, 38.11, 38.12], [38.11, 38.16, 38.1]]
+    found = change_points([Run(tuple(v), f"c{k}") for k, v in enumerate(values)])
+    assert [(c.before_commit, c.after_commit) for c in found] == [("c3", "c4"), ("c7", "c8")]
+    assert 0.03 < found[1].change < 0.06

@@ -5,10 +5,10 @@ the change points between runs. The method is Otava's E-divisive means (docs/bis
 al., ICPE 2023, research notes stats.md 1.2), on launch values rather than one value per run:
 
 1. **Location** (binary segmentation): in a segment of runs, the split between two runs that
-   maximises the two-sample statistic of the launches' log step times before and after it. On logs
-   with E-divisive's exponent 2 its energy statistic is ``m n / (m + n) (mean_after - mean_before)^2``;
-   divided by the pooled variance it is the square of Student's t, the statistic used here.
-   Splits fall only between runs (the launches of one run stay on one side).
+   maximises E-divisive's energy statistic (Matteson and James, exponent 1) of the launches' log
+   step times before and after it: ``Q = m n / (m + n) (2 E|x - y| - E|x - x'| - E|y - y'|)``,
+   robust to a single slow launch. Splits fall only between runs (a run's launches stay on one
+   side). The pairwise distances take O(N^2) memory in the launches N (``--last`` bounds N).
 2. **Significance**: Student's t-test (pooled variance, two-sided) of the two sides' log launch
    values, at ``max_pvalue`` (default 0.01) after a Bonferroni adjustment for the number of splits
    the segment offered, so that a series without any change raises a false alarm at most about
@@ -30,6 +30,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from perfgate.gate.statistics import shift_test
 
@@ -100,32 +102,56 @@ def _test(runs: Sequence[Run], start: int, split: int, stop: int, splits: int) -
     return abs(test.t), p, math.expm1(test.estimate)
 
 
-def _best_split(runs: Sequence[Run], start: int, stop: int) -> tuple[int, float, float] | None:
-    """(split, adjusted p, change) of the split of runs[start:stop] with the largest |t|."""
+class _Energy:
+    """E-divisive's energy statistic (exponent 1) of any split of runs[start:stop], from prefix
+    sums of the launches' pairwise distances (of log step times): O(1) per split after O(N^2)."""
+
+    def __init__(self, runs: Sequence[Run]) -> None:
+        logs = np.array(_logs(runs, 0, len(runs)), dtype=float)
+        self.offsets = np.concatenate([[0], np.cumsum([len(r.values) for r in runs])]).astype(int)
+        prefix = np.zeros((logs.size + 1, logs.size + 1))
+        prefix[1:, 1:] = np.abs(logs[:, None] - logs[None, :]).cumsum(0).cumsum(1)
+        self.prefix = prefix
+
+    def _block(self, a: int, b: int, c: int, d: int) -> float:
+        p = self.prefix
+        return float(p[b, d] - p[a, d] - p[b, c] + p[a, c])
+
+    def q(self, start: int, split: int, stop: int) -> float:
+        """Q = m n / (m + n) (2 mean|x - y| - mean|x - x'| - mean|y - y'|), x before, y after."""
+        a, k, e = (int(self.offsets[i]) for i in (start, split, stop))
+        m, n = k - a, e - k
+        if m == 0 or n == 0:
+            return 0.0
+        within_x = self._block(a, k, a, k) / (m * (m - 1)) if m > 1 else 0.0
+        within_y = self._block(k, e, k, e) / (n * (n - 1)) if n > 1 else 0.0
+        return m * n / (m + n) * (2 * self._block(a, k, k, e) / (m * n) - within_x - within_y)
+
+
+def _best_split(runs: Sequence[Run], start: int, stop: int, energy: _Energy) -> tuple[int, float, float] | None:
+    """(split, adjusted p, change) of the split of runs[start:stop] with the largest energy statistic."""
     splits = stop - start - 1
-    best: tuple[int, float, float, float] | None = None
-    for split in range(start + 1, stop):
-        found = _test(runs, start, split, stop, splits)
-        if found is not None and (best is None or found[0] > best[1]):
-            best = (split, found[0], found[1], found[2])
-    return None if best is None else (best[0], best[2], best[3])
+    best = max(range(start + 1, stop), key=lambda split: energy.q(start, split, stop))
+    found = _test(runs, start, best, stop, splits)
+    return None if found is None else (best, found[1], found[2])
 
 
 def _passes(p: float, change: float, max_pvalue: float, min_magnitude: float) -> bool:
     return p < max_pvalue and abs(change) >= min_magnitude
 
 
-def _segment(runs: Sequence[Run], start: int, stop: int, max_pvalue: float, min_magnitude: float) -> list[int]:
+def _segment(runs: Sequence[Run], start: int, stop: int, max_pvalue: float, min_magnitude: float,
+             energy: _Energy) -> list[int]:
     """Binary segmentation of runs[start:stop] at a relaxed level (10 x max_pvalue, Otava's weak
     change points); the merge pass keeps those that hold at max_pvalue."""
     if stop - start < 2:
         return []
-    found = _best_split(runs, start, stop)
+    found = _best_split(runs, start, stop, energy)
     if found is None or not _passes(found[1], found[2], min(1.0, 10 * max_pvalue), min_magnitude):
         return []
     split = found[0]
-    return [*_segment(runs, start, split, max_pvalue, min_magnitude), split,
-            *_segment(runs, split, stop, max_pvalue, min_magnitude)]
+    return [*_segment(runs, start, split, max_pvalue, min_magnitude, energy), split,
+            *_segment(runs, split, stop, max_pvalue, min_magnitude, energy)]
 
 
 def _machine_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
@@ -145,7 +171,7 @@ def change_points(runs: Sequence[Run], *, max_pvalue: float = MAX_PVALUE,
     kept = [k for k, r in enumerate(runs) if any(v > 0 for v in r.values)]
     used = [Run(tuple(v for v in runs[k].values if v > 0), runs[k].commit, runs[k].time, runs[k].machine)
             for k in kept]
-    splits = _segment(used, 0, len(used), max_pvalue, min_magnitude)
+    splits = _segment(used, 0, len(used), max_pvalue, min_magnitude, _Energy(used))
     while True:   # merge: re-test each between its neighbours, drop the weakest failing one
         bounds = [0, *splits, len(used)]
         tested = [(_test(used, bounds[i - 1], s, bounds[i + 1], bounds[i + 1] - bounds[i - 1] - 1), s)
