@@ -23,15 +23,16 @@ from perfgate.settings.workloads import helper_notes, selected_specs
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a program its pipe's reader left
 PLUGGABLE = {"ab": "perfgate.commands.ab", "calibrate": "perfgate.commands.calibrate", "report": "perfgate.report",
-             "history": "perfgate.commands.history", "init": "perfgate.commands.init_repo"}   # command -> its module
-# Their one-line help, so that ``perfgate --help`` lists them without importing them (``ab`` and
-# ``calibrate`` import the statistics, hence scipy): a module is imported only when its command runs.
+             "history": "perfgate.commands.history", "init": "perfgate.commands.init_repo",
+             "bisect": "perfgate.commands.bisect"}   # command -> its module
+# Their help, so that ``perfgate --help`` lists them unimported (scipy): each imports when it runs.
 PLUGGABLE_HELP = {
     "ab": "A/B: measure two commits interleaved in this job and compare them",
     "calibrate": "measure false-alarm and detection rates of the gate on this machine",
     "report": "re-render a perfgate-report.json: summary, job summary, annotations, commit statuses",
     "history": "the step-time trend of a workload's gated runs (history_dir)",
     "init": "set up this repository for the gate: pyproject table, baselines/, a GitHub workflow, .gitignore",
+    "bisect": "find the commit that made a workload slower (binary search of A/B measurements)",
 }
 
 
@@ -105,8 +106,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``run``, ``baseline update``, ``ab`` and ``calibrate``: perfgate.settings.config's,
-    built from the same declaration as the pytest options."""
+    """Options of ``run``, ``baseline update``, ``ab``, ``calibrate``: the pytest options' declaration."""
     add_command_options(parser)
 
 

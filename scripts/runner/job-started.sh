@@ -15,7 +15,7 @@
 set -euo pipefail
 
 ALLOWED_EVENTS=${PERFGATE_RUNNER_EVENTS:-"push workflow_dispatch"}
-ALLOWED_WORKFLOWS=${PERFGATE_RUNNER_WORKFLOWS:-"perfgate-gpu.yml refresh-baselines.yml"}
+ALLOWED_WORKFLOWS=${PERFGATE_RUNNER_WORKFLOWS:-"perfgate-gpu.yml refresh-baselines.yml perfgate-bisect.yml"}
 
 refuse() {
   echo "::error title=perfgate runner::job refused by the runner's pre-job script: $1"
