@@ -18,8 +18,9 @@ from zoo import harness
 
 CPU = [p for p in harness.programs() if p.cpu]
 # a shared 2-core machine: wide enough that an unchanged rerun passes, while each pull request
-# slows its program by 30 % or more
-GATE = ("--record-launches", "3", "--max-launches", "4", "--timeout", "600",
+# slows its program by 30 % or more; up to 6 launches: in CI vae's slower dataset (+60.7 %, p=0.0036)
+# was still undecided after 4 launches with 11.6 % launch-to-launch noise (each look needed p < 0.0035)
+GATE = ("--record-launches", "3", "--max-launches", "6", "--timeout", "600",
         "--tolerance", "step_time_ms=15%", "--tolerance", "step_time_mean_ms=15%")
 
 

@@ -253,8 +253,10 @@ def signals_deferred() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if pending:
-            os.kill(os.getpid(), pending[0])   # handled now, by the handler in force again
+        if pending:   # handled now, by the handler in force again: raised in this (the main) thread,
+            # whose handler runs before raise_signal returns; os.kill could hand it to another thread,
+            # whose C handler a loaded machine may not run before this process went on and ended
+            signal.raise_signal(pending[0])
 
 
 def reraise(signum: int) -> None:
