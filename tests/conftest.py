@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("zoo_full")])
         items[:] = kept
 
+
+#: Every process the suite starts inherits this variable (a name perfgate's tests do not strip, as
+#: they strip PERFGATE_*), so that processes left running when the suite ends can be told from others'.
+SUITE_MARK = "PGSUITE_SESSION"
+#: How long processes the suite started may take to exit after its last test.
+SUITE_EXIT_WAIT_S = 20.0
+
+
+def _suite_processes(mark: bytes) -> list[str]:
+    """``pid: command`` of the live processes whose environment holds ``mark`` (zombies and
+    processes that cannot be read are skipped)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if mark not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found.append(f"{proc.name}: {command[:300]}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_outlives_the_suite() -> object:
+    """Every process perfgate starts ends with it: a process the suite started (a workload, nsys,
+    perfgate's supervisor) that is still running 20 s after the last test fails the suite; left
+    behind, it would also slow every test after it."""
+    if not Path("/proc/self/environ").exists():          # not Linux: nothing to read
+        yield
+        return
+    value = uuid.uuid4().hex
+    os.environ[SUITE_MARK] = value
+    yield
+    mark = f"{SUITE_MARK}={value}".encode()
+    deadline = time.monotonic() + SUITE_EXIT_WAIT_S
+    left = _suite_processes(mark)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _suite_processes(mark)
+    if left:
+        pytest.fail(f"{len(left)} process(es) started by the test suite still run {SUITE_EXIT_WAIT_S:g} s after "
+                    "its last test:\n" + "\n".join(left), pytrace=False)
 
 
 @pytest.fixture(autouse=True)
