@@ -4,8 +4,10 @@ Standalone, standard library only, run by path like perfgate/system/supervisor.p
 
 SIGINT and SIGTERM are passed on to every node's nsys (each then writes the report of what ran).
 A node that fails leaves the others waiting for it (at the rendezvous, at the next collective):
-FAILED_GRACE_S after the first failure the nodes still running get SIGINT. The exit status is the
-first failed node's (128 + the signal for one ended by a signal), 0 when all succeeded."""
+FAILED_GRACE_S after the first failure the nodes still running get SIGINT, and SIGKILL FINISH_S
+later (a report not written by then is lost; perfgate's supervisor, which ends the rest of the tree,
+gives nsys as long to finish). The exit status is the
+first node's that failed (128 + the signal for one ended by a signal), 0 when all succeeded."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,7 @@ import time
 from types import FrameType
 
 FAILED_GRACE_S = 10.0
+FINISH_S = 60.0
 POLL_S = 0.2
 
 
@@ -36,15 +39,16 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, forward)
     procs.extend(subprocess.Popen(cmd) for cmd in commands)
     failed_at = None
-    stopped = False
-    while any(p.poll() is None for p in procs):
+    first = 0                                           # the exit status of the node that failed first
+    signals = [(FAILED_GRACE_S, signal.SIGINT), (FAILED_GRACE_S + FINISH_S, signal.SIGKILL)]
+    while [p.poll() for p in procs].count(None):        # every one polled: its exit status known
         if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
             failed_at = time.monotonic()
-        if failed_at is not None and not stopped and time.monotonic() - failed_at > FAILED_GRACE_S:
-            forward(signal.SIGINT, None)
-            stopped = True
+            first = next(_status(p.returncode) for p in procs if p.returncode not in (None, 0))
+        if failed_at is not None and signals and time.monotonic() - failed_at > signals[0][0]:
+            forward(signals.pop(0)[1], None)
         time.sleep(POLL_S)
-    return next((_status(p.returncode) for p in procs if p.returncode != 0), 0)
+    return first or next((_status(p.returncode) for p in procs if p.returncode != 0), 0)
 
 
 if __name__ == "__main__":

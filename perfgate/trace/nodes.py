@@ -171,6 +171,16 @@ def _concat_ops(parts: list[GpuOps]) -> GpuOps:
     return GpuOps(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(GpuOps)})
 
 
+def job_reports(folder: Path) -> list[Path]:
+    """The reports of a job in ``folder``, one per node: its SQLite exports, else its ``.nsys-rep``
+    files, by name. TraceError when it holds neither."""
+    for suffix in (".sqlite", ".nsys-rep"):
+        found = sorted(p for p in folder.iterdir() if p.suffix == suffix and p.is_file())
+        if found:
+            return found
+    raise TraceError(f"{folder}: a folder holding no nsys report (.sqlite or .nsys-rep, one per node of a job)")
+
+
 def load_job(paths: Sequence[str | Path]) -> Trace:
     """The SQLite exports of a job's nodes (one or more), read and merged into one Trace."""
     from perfgate.trace.export import load_trace
