@@ -100,12 +100,17 @@ def test_gpu_ops_of_two_nodes_keep_their_ranks_devices_and_nccl_kernels() -> Non
     assert [c.kernels_per_step for c in a.comm.ranks] == [c.kernels_per_step for c in single.comm.ranks] * 2
     assert len(a.devices) == 2 * len(single.devices)
     assert a.comm.comm_ms == pytest.approx(single.comm.comm_ms)
+    # the CUDA API calls of the measured window: each node's own, added up (per step: as one node's)
+    assert single.gpu is not None and a.gpu is not None and single.gpu.cuda_api_ms_per_step > 0
+    assert a.gpu.cuda_api_ms_per_step == pytest.approx(single.gpu.cuda_api_ms_per_step, rel=0.01)
+    assert a.gpu.sync_calls_per_step == pytest.approx(single.gpu.sync_calls_per_step, rel=0.01)
+    assert a.gpu.kernels_per_step == pytest.approx(single.gpu.kernels_per_step, rel=0.01)
 
 
 def test_a_folder_holds_a_jobs_reports(tmp_path: Path) -> None:
-    for name in ("trace-node1.sqlite", "trace-node0.sqlite", "trace-node0.nsys-rep", "workload.log"):
+    for name in ("node_10.sqlite", "node_2.sqlite", "node_0.nsys-rep", "workload.log"):
         (tmp_path / name).write_text("")
-    assert [p.name for p in job_reports(tmp_path)] == ["trace-node0.sqlite", "trace-node1.sqlite"]
+    assert [p.name for p in job_reports(tmp_path)] == ["node_2.sqlite", "node_10.sqlite"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceError, match="no nsys report"):
         job_reports(tmp_path / "empty")

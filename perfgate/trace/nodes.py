@@ -21,12 +21,13 @@ perfgate/analysis/ranks.py numbers the processes of one node).
 Each process gets a pid of its own in the merged trace, ordered by node and rank: ``node << 16 |
 (place + 1)``, set in the pid bits of every thread id too (perfgate/trace/gpu_ops.py's layout);
 ``Trace.processes`` maps it back. NVTX row ids, string ids and GPU device ids are made distinct per
-node. The GPU ops keep their launching calls (joined per report); the CUDA API aggregates of a
-window are not merged (the merged trace has no database of its own)."""
+node. The GPU ops keep their launching calls (joined per report); the CUDA API calls of a window
+are each node's own of that window on its clock, added up (``JobTrace.gpu``)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ from perfgate.errors import TraceError
 from perfgate.records.autostep_ranges import MARK_RANK
 from perfgate.records.ranks import NodeProcess
 from perfgate.trace.columns import Columns
+from perfgate.trace.api_calls import ApiCalls
 from perfgate.trace.export import NO_ID, PID_BITS, Trace
 from perfgate.trace.gpu_ops import GpuOps
 
@@ -43,6 +45,21 @@ PLACE_BITS = 16                 # processes per node: 2^16 - 1
 ROW_STRIDE = 1 << 40            # NVTX row ids of node k: k * ROW_STRIDE + its own
 STRING_STRIDE = 1 << 23         # string ids of node k: k * STRING_STRIDE + its own (int32 columns)
 DEVICE_STRIDE = 100             # GPU k of node n: device n * DEVICE_STRIDE + k
+
+
+@dataclass(frozen=True, eq=False)
+class JobTrace(Trace):
+    """The merged Trace of a job's nodes (``merge_traces``). ``parts``: each node's own trace, its
+    node, its clock offset and its pids' merged pids; ``gpu(window)`` adds up the nodes' API calls
+    of the window (each on its own clock), the GPU ops were joined to their calls in the merge."""
+
+    parts: tuple[tuple[Trace, int, int, dict[int, int]], ...] = ()
+
+    def gpu(self, window: tuple[int, int] | None = None) -> tuple[GpuOps, ApiCalls | None]:
+        key = ("api", window)
+        if key not in self._cache:
+            self._cache[key] = (self.ops, None if window is None else _node_calls(self.parts, window))
+        return self._cache[key]
 
 
 def clock_offsets(starts: Sequence[int | None], names: Sequence[str]) -> list[int]:
@@ -94,10 +111,15 @@ def node_processes(node: int, pids: np.ndarray, reported: dict[int, tuple[int, i
     return out
 
 
-def _new_pids(old: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
+def _new_pids(old: np.ndarray, mapping: dict[int, int], unknown: int = 0) -> np.ndarray:
+    """Each pid's merged pid (``unknown`` for a pid the mapping does not have)."""
     keys = np.array(sorted(mapping), dtype=np.int64)
     values = np.array([mapping[k] for k in sorted(mapping)], dtype=np.int64)
-    return values[np.searchsorted(keys, old.astype(np.int64))] if keys.size else old.astype(np.int64)
+    old = old.astype(np.int64)
+    if not keys.size:
+        return np.full(old.shape, unknown, dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, old), keys.size - 1)
+    return np.where(keys[at] == old, values[at], unknown)
 
 
 def _with_pid(tid: np.ndarray, pid: np.ndarray) -> np.ndarray:
@@ -121,7 +143,7 @@ def merge_traces(traces: Sequence[Trace]) -> Trace:
     reported = [reported_ranks(t.marks) for t in traces]
     nodes = node_order(reported)
     order = sorted(range(len(traces)), key=nodes.__getitem__)
-    nvtx, marks, ops, processes = [], [], [], {}
+    nvtx, marks, ops, processes, parts = [], [], [], {}, []
     strings: dict[int, str] = {}
     for k in order:
         t, node, off = traces[k], nodes[k], offsets[k]
@@ -130,6 +152,7 @@ def merge_traces(traces: Sequence[Trace]) -> Trace:
         mine = node_processes(node, pids, reported[k])
         processes.update(mine)
         to_new = {p.pid: new for new, p in mine.items()}
+        parts.append((t, node, off, to_new))
         pid = _new_pids(t.nvtx["pid"], to_new)
         nvtx.append(t.nvtx.assign(
             row_id=t.nvtx["row_id"] + node * ROW_STRIDE, start=t.nvtx["start"] + off, end=t.nvtx["end"] + off,
@@ -148,10 +171,34 @@ def merge_traces(traces: Sequence[Trace]) -> Trace:
             f"session start times: {shifts} (as close as the nodes' clocks agree)")
     cache = {} if merged_ops is None else {"ops": merged_ops, "launched": merged_ops}
     first = traces[order[0]]
-    return replace(first, nvtx=Columns.concat(nvtx), marks=Columns.concat(marks).sorted_by("start"),
-                   strings=strings, tables=frozenset(), columns={}, capacity={},
-                   session_start_utc_ns=min(t.session_start_utc_ns or 0 for t in traces),
-                   processes=processes, notes=(note,), _con=None, _cache=cache)
+    kept = {f.name: getattr(first, f.name) for f in fields(Trace)}
+    return JobTrace(**{**kept, "nvtx": Columns.concat(nvtx), "marks": Columns.concat(marks).sorted_by("start"),
+                       "strings": strings, "tables": frozenset(), "columns": {}, "capacity": {},
+                       "session_start_utc_ns": min(t.session_start_utc_ns or 0 for t in traces),
+                       "processes": processes, "notes": (note,), "_con": None, "_cache": cache},
+                    parts=tuple(parts))
+
+
+def _node_calls(parts: Sequence[tuple[Trace, int, int, dict[int, int]]], window: tuple[int, int]) -> ApiCalls:
+    """The API calls of ``window`` (on the job's axis): each node's of its own window, added up,
+    their name ids and kept calls' times and thread ids the merged trace's."""
+    lo, hi = window
+    counts: list[dict[int, int]] = [{}, {}, {}]
+    busy, kept = 0, []
+    for t, node, off, to_new in parts:
+        api = t.gpu((lo - off, hi - off))[1] if len(t.ops) else None
+        if api is None:
+            continue
+        busy += api.busy_ns
+        for total, own in zip(counts, (api.count_by_name, api.count_by_name_open, api.ns_by_name_open)):
+            for i, v in own.items():
+                total[i + node * STRING_STRIDE] = total.get(i + node * STRING_STRIDE, 0) + v
+        pid = _new_pids((api.kept_tid >> 24) & 0xFFFFFF, to_new, node << PLACE_BITS)
+        kept.append((api.kept_start + off, api.kept_end + off, _with_pid(api.kept_tid, pid)))
+    starts, ends, tids = (np.concatenate([k[i] for k in kept]) if kept else np.zeros(0, dtype=np.int64)
+                          for i in range(3))
+    return ApiCalls(start_ns=lo, end_ns=hi, busy_ns=busy, count_by_name=counts[0], count_by_name_open=counts[1],
+                    ns_by_name_open=counts[2], kept_start=starts, kept_end=ends, kept_tid=tids)
 
 
 def _node_ops(ops: GpuOps, node: int, off: int, to_new: dict[int, int]) -> GpuOps:
@@ -166,19 +213,22 @@ def _node_ops(ops: GpuOps, node: int, off: int, to_new: dict[int, int]) -> GpuOp
 
 
 def _concat_ops(parts: list[GpuOps]) -> GpuOps:
-    from dataclasses import fields
-
     return GpuOps(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(GpuOps)})
 
 
 def job_reports(folder: Path) -> list[Path]:
     """The reports of a job in ``folder``, one per node: its SQLite exports, else its ``.nsys-rep``
-    files, by name. TraceError when it holds neither."""
+    files, by name, numbers in it by value (``node_2`` before ``node_10``). TraceError when it
+    holds neither."""
     for suffix in (".sqlite", ".nsys-rep"):
-        found = sorted(p for p in folder.iterdir() if p.suffix == suffix and p.is_file())
+        found = sorted((p for p in folder.iterdir() if p.suffix == suffix and p.is_file()), key=_by_number)
         if found:
             return found
     raise TraceError(f"{folder}: a folder holding no nsys report (.sqlite or .nsys-rep, one per node of a job)")
+
+
+def _by_number(path: Path) -> list[tuple[int, int | str]]:
+    return [(1, int(part)) if part.isdigit() else (0, part) for part in re.split(r"(\d+)", path.name)]
 
 
 def load_job(paths: Sequence[str | Path]) -> Trace:
