@@ -1,7 +1,7 @@
 """A job of two torchrun nodes on this machine (``nnodes = 2`` in its table: ``--nnodes=2
 --node-rank=0/1``, a c10d rendezvous on 127.0.0.1, 2 gloo processes each), each node under its own
 real nsys: one report per node, merged on their session start times into one job of 4 ranks, and a
-rank slowed on node 1 REGRESSED and named ``node 1 rank 3``."""
+unchanged rerun passing, and a rank slowed on node 1 REGRESSED and named ``node 1 rank 3``."""
 from __future__ import annotations
 
 import textwrap
@@ -77,8 +77,9 @@ def gated(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_module
     spec = select_workloads(discover_workloads(settings, gpu_count=0), ["nodes"])[0]
     recorded = run_workload(spec, settings, update_baseline=True)
     assert recorded.verdict != Verdict.ERROR, recorded.error
+    rerun = run_workload(spec, settings)
     slowed = run_workload(replace(spec, args=(*spec.args, "--slow-rank", "3", "--slow-ms", str(SLOW_MS))), settings)
-    return {"spec": spec, "recorded": recorded, "slowed": slowed}
+    return {"spec": spec, "recorded": recorded, "rerun": rerun, "slowed": slowed}
 
 
 def test_each_node_is_captured_in_its_own_report(gated: dict) -> None:
@@ -95,6 +96,10 @@ def test_each_node_is_captured_in_its_own_report(gated: dict) -> None:
     assert [(r.node, r.local_rank, r.rank) for r in a.ranks] == [(0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)]
     assert {f"rank.{k}.step_time_ms" for k in range(4)} | {"rank_skew_ms"} <= set(a.metrics())
     assert any("aligned on their session start times" in w for w in a.warnings), a.warnings
+
+
+def test_unchanged_rerun_passes(gated: dict) -> None:
+    assert gated["rerun"].verdict in (Verdict.PASS, Verdict.IMPROVED), gated["rerun"].message
 
 
 def test_a_slowed_rank_on_node_1_is_regressed_and_named(gated: dict) -> None:

@@ -158,3 +158,25 @@ def test_nnodes_zero_exits_2_naming_the_setting(tmp_path: Path, capsys) -> None:
                                              "nnodes = 0\n")
     assert main(["list", "--root", str(tmp_path)]) == 2
     assert "[tool.perfgate.workloads.job] nnodes: expected a positive number, got 0" in capsys.readouterr().err
+
+
+def test_a_process_torchrun_started_marks_its_ranks(tmp_path: Path, torch_module: object) -> None:
+    """Autostep's mark at ``import torch`` in a process with torchrun's RANK, LOCAL_RANK and
+    GROUP_RANK; none in a process without them (torchrun's agent, a plain run)."""
+    import os
+
+    import perfgate
+    from perfgate.capture.command import capture_environment
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_") and k not in ("RANK", "LOCAL_RANK")}
+    base["PYTHONPATH"] = str(Path(perfgate.__file__).resolve().parents[1])
+    seen = []
+    for ranks in ({"RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1"}, {}):
+        debug = tmp_path / f"debug-{len(seen)}"
+        env = {**capture_environment(base), "PERFGATE_AUTOSTEP_DEBUG": str(debug), **ranks}
+        proc = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True,
+                              timeout=240, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen.append([ln.split(" ", 2)[2] for ln in (debug.read_text().splitlines() if debug.exists() else [])
+                     if ln.split(" ", 2)[1] == "mark"])
+    assert seen == [["perfgate/rank:3:1:1"], []]

@@ -169,11 +169,12 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     run: process_tree.PrivateRun | None = None
     returncode: int | None = None
     session = f"perfgate-{private.name.removeprefix(private_dir.PREFIX)}"
-    def build(output: Path, session: str | None, rendezvous: Rendezvous | None = None) -> list[str]:
+
+    def build(output: Path, name: str | None, rendezvous: Rendezvous | None = None) -> list[str]:
         return nsys_command(
             nsys, spec, output, trace=trace, capture_range=settings.capture_range, pytorch=pytorch,
             extra_args=extra_args, cuda_memory_usage=settings.cuda_memory_usage,
-            wait_primary=supports_option(nsys, "--wait"), session=session, rendezvous=rendezvous)
+            wait_primary=supports_option(nsys, "--wait"), session=name, rendezvous=rendezvous)
 
     named = session if supports_option(nsys, "--session-new") else None
     cmd = (build(out / REPORT_STEM, named) if spec.nnodes == 1 else    # one nsys per node (capture.nodes)
