@@ -87,6 +87,8 @@ def test_two_reports_merge_into_one_job_with_nodes_and_ranks() -> None:
     assert [r.step_time_ms for r in a.ranks] == [r.step_time_ms for r in single.ranks] * 2
     assert a.steps.count == 2 * single.steps.count and a.processes == 4
     assert "aligned on their session start times" in a.warnings[0]
+    # the same steps on both nodes, one report's start time 5 ms off: the nodes run 5 ms apart
+    assert a.extra["node_step_spread_ms"] == pytest.approx(5.0) and "start 5.000 ms apart" in a.warnings[1]
     assert merge_traces([one]) is one
 
 

@@ -63,6 +63,23 @@ def node_ranks(ranks: list[RankStats], processes: Mapping[int, NodeProcess]) -> 
     return out
 
 
+def node_spread_ms(measured: Columns, processes: Mapping[int, NodeProcess]) -> float | None:
+    """How far apart the nodes of a job run on the aligned time axis: the median over step
+    positions of the spread between nodes of their ranks' mean k-th measured step start, in ms.
+    DDP keeps the ranks in step (each waits for the others' gradients), so this is about the error
+    of the clocks' alignment (perfgate/trace/nodes.py) plus the ranks' own spread. None for one node."""
+    by_node: dict[int, list[np.ndarray]] = {}
+    for pid in np.unique(measured["pid"]).tolist():
+        p = processes.get(int(pid))
+        if p is not None:
+            by_node.setdefault(p.node, []).append(measured["start"][measured["pid"] == pid])
+    n = min((s.size for starts in by_node.values() for s in starts), default=0)
+    if len(by_node) < 2 or n == 0:
+        return None
+    means = np.stack([np.mean([s[:n] for s in starts], axis=0) for starts in by_node.values()])
+    return float(np.median(means.max(axis=0) - means.min(axis=0))) / 1e6
+
+
 def relabeled_comm(comm: CommStats | None, ranks: tuple[RankStats, ...]) -> CommStats | None:
     """``comm`` with each rank's number and pid those of ``ranks`` (the same processes, in the same
     order: both number the measured processes by pid)."""

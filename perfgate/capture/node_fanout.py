@@ -6,8 +6,8 @@ SIGINT and SIGTERM are passed on to every node's nsys (each then writes the repo
 A node that fails leaves the others waiting for it (at the rendezvous, at the next collective):
 FAILED_GRACE_S after the first failure the nodes still running get SIGINT, and SIGKILL FINISH_S
 later (a report not written by then is lost; perfgate's supervisor, which ends the rest of the tree,
-gives nsys as long to finish). The exit status is the
-first node's that failed (128 + the signal for one ended by a signal), 0 when all succeeded."""
+gives nsys as long to finish). The exit status is the first failed node's (128 + the signal for
+one ended by a signal), 0 when all succeeded."""
 from __future__ import annotations
 
 import json
