@@ -111,3 +111,20 @@ def test_a_slowed_rank_on_node_1_is_regressed_and_named(gated: dict) -> None:
     first = slowed.extra["attribution"]["first_reason"]
     assert first.startswith("node 1 rank 3 data +"), first
     print(f"\nverdict: {slowed.verdict.value}\nfirst reason: {first}")
+
+
+def test_a_job_past_its_timeout_ends_every_node(tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    """Every process of every node ends with the launch: at the timeout each node's nsys is asked to
+    finish (its report of what ran is kept) and the whole tree is ended."""
+    import subprocess
+
+    from perfgate.capture.launch import run_capture
+    from perfgate.errors import CaptureTimeoutError
+
+    root = project(tmp_path / "job")
+    settings = load_settings(root, env={}, overrides={"artifacts_dir": str(root / "runs"), "timeout_s": 25})
+    spec = select_workloads(discover_workloads(settings, gpu_count=0), ["nodes"])[0]
+    with pytest.raises(CaptureTimeoutError, match="ran past its timeout of 25 s"):
+        run_capture(replace(spec, args=("--steps", "1000000")), settings, root / "runs" / "launch-0")
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert not [line for line in left.splitlines() if str(root) in line or "1000000" in line]
