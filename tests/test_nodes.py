@@ -185,3 +185,20 @@ def test_a_process_torchrun_started_marks_its_ranks(tmp_path: Path, torch_module
         seen.append([ln.split(" ", 2)[2] for ln in (debug.read_text().splitlines() if debug.exists() else [])
                      if ln.split(" ", 2)[1] == "mark"])
     assert seen == [["perfgate/rank:3:1:1"], []]
+
+
+def test_a_folder_of_reports_says_which_workload_it_measured(tmp_path: Path) -> None:
+    """``perfgate compare`` refuses two inputs of different workloads; a job's launch folder
+    (``<run>/launch-<k>/trace-node<i>.sqlite``) says its run's workload like its first report."""
+    import json
+    import shutil
+
+    from perfgate.commands.compare_inputs import identity
+
+    launch = tmp_path / "run" / "launch-0"
+    launch.mkdir(parents=True)
+    shutil.copy(TRACES / "cpu-two-procs" / "trace.sqlite", launch / "trace-node0.sqlite")
+    (tmp_path / "run" / "result.json").write_text(json.dumps({"workload": "nodes"}))
+    found = identity(launch)
+    assert found.path == launch and found.workload == "nodes"
+    assert identity(tmp_path).workload is None
