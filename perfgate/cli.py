@@ -58,7 +58,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_analysis_options(analyze)
     analyze.set_defaults(func=cmd_analyze)
 
-    compare = sub.add_parser("compare", help="compare two traces, result JSONs or baseline files")
+    compare = sub.add_parser("compare", help="compare two traces (or job folders), result JSONs or baseline files")
     compare.add_argument("baseline", type=Path, metavar="BASELINE")
     compare.add_argument("current", type=Path, metavar="CURRENT")
     compare.add_argument("--format", choices=("table", "json"), default="table")
