@@ -52,13 +52,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_gate_options(run)
     run.set_defaults(func=cmd_run)
 
-    analyze = sub.add_parser("analyze", help="analyze one nsys trace (.sqlite or .nsys-rep)")
-    analyze.add_argument("trace", type=Path, metavar="TRACE")
+    analyze = sub.add_parser("analyze", help="analyze one nsys trace (.sqlite or .nsys-rep), or one per node of a job")
+    analyze.add_argument("trace", type=Path, metavar="TRACE", nargs="+")
     analyze.add_argument("--format", choices=("table", "json"), default="table")
     add_analysis_options(analyze)
     analyze.set_defaults(func=cmd_analyze)
 
-    compare = sub.add_parser("compare", help="compare two traces, result JSONs or baseline files")
+    compare = sub.add_parser("compare", help="compare two traces (or job folders), result JSONs or baseline files")
     compare.add_argument("baseline", type=Path, metavar="BASELINE")
     compare.add_argument("current", type=Path, metavar="CURRENT")
     compare.add_argument("--format", choices=("table", "json"), default="table")
@@ -272,7 +272,7 @@ def cmd_baseline_check(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from perfgate.trace import read_ahead
 
-    read_ahead.start(args.trace)               # its GPU tables read while numpy and the analysis import
+    read_ahead.start(args.trace[0])            # its GPU tables read while numpy and the analysis import
     from perfgate.pipeline.inputs import analyze_file  # not perfgate.pipeline.workload_run: nothing of the gate's runs
 
     analysis = analyze_file(args.trace, analysis_options_from(args))

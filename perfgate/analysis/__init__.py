@@ -17,7 +17,7 @@ from perfgate.analysis.periods import iteration_periods, step_stats
 from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
-from perfgate.analysis.ranks import rank_stats
+from perfgate.analysis.ranks import node_spread_ms, rank_stats, relabeled_comm
 from perfgate.analysis.steps import SOURCE_NVTX, StepSelection, select_steps
 from perfgate.errors import ConfigError
 from perfgate.records.model import Analysis
@@ -84,7 +84,11 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     device_busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(ops, lo, hi)) if len(ops) else None
     idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps, device_busy)
     devices = tuple(device_label(d) for d in np.unique(ops.device_id))
-    ranks, skew = rank_stats(measured, period_ns, instances)
+    ranks, skew = rank_stats(measured, period_ns, instances, trace.processes)
+    spread = node_spread_ms(measured, trace.processes) if trace.processes else None
+    nodes = () if spread is None else (f"after that alignment the nodes' k-th measured steps start {spread:.3f} ms "
+                                       "apart (median over steps; DDP keeps ranks in step: about the alignment's "
+                                       "error)",)
     return Analysis(
         source=str(trace.path),
         nsys_version=trace.nsys_version,
@@ -96,10 +100,11 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         gpu=work,
         processes=int(np.unique(sel.measured["pid"]).size),
         devices=devices,
-        warnings=sel.warnings + _source_note(sel),
+        warnings=trace.notes + nodes + sel.warnings + _source_note(sel),
         ranks=ranks,
         rank_skew_ms=skew,
-        comm=comm_stats(ops, trace.strings, measured) if len(ops) else None,
+        comm=relabeled_comm(comm_stats(ops, trace.strings, measured), ranks) if len(ops) else None,
+        extra={} if spread is None else {"node_step_spread_ms": spread},
     )
 
 

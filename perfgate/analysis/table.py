@@ -78,15 +78,22 @@ def render_table(analysis: Analysis) -> str:
     return "\n".join(out) + "\n"
 
 
+def _opt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def _ranks(a: Analysis) -> list[str]:
     """Per rank of a multi-process job: step time and, with NCCL kernels, communication per step."""
     if not a.ranks:
         return []
     comm = {r.rank: r for r in a.comm.ranks} if a.comm is not None else {}
-    head = ["rank", "pid", "steps", "step ms"] + (["NCCL kernels", "comm ms", "exposed ms"] if comm else [])
+    nodes = any(r.node is not None for r in a.ranks)    # a job of several nodes: each rank's node
+    head = ((["node", "local", "rank"] if nodes else ["rank"]) + ["pid", "steps", "step ms"]
+            + (["NCCL kernels", "comm ms", "exposed ms"] if comm else []))
     rows = []
     for r in a.ranks:
-        row = [str(r.rank), str(r.pid), str(r.steps), _fmt(r.step_time_ms)]
+        place = [_opt(r.node), _opt(r.local_rank)] if nodes else []
+        row = [*place, str(r.rank), str(r.pid), str(r.steps), _fmt(r.step_time_ms)]
         c = comm.get(r.rank)
         if c is not None:
             row += [_fmt(c.kernels_per_step, 1), _fmt(c.comm_ms), _fmt(c.exposed_ms)]

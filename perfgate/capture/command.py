@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.capture.autostep.install import ENV_VAR as AUTOSTEP_ENV_VAR, site_dir as autostep_site_dir
@@ -48,11 +49,25 @@ def profile_launch_wanted(settings: Settings, gpu_count: int) -> bool:
     return gpu_count > 0 and settings.trace == "auto" and settings.profile in ("auto", "always")
 
 
-def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = ()) -> list[str]:
-    """The command that runs the workload itself (``python -m MODULE`` or torchrun)."""
+@dataclass(frozen=True)
+class Rendezvous:
+    """One node of a job of ``spec.nnodes``: its ``--node-rank`` and the c10d rendezvous they share."""
+
+    node: int
+    endpoint: str        # host:port
+    run_id: str
+
+
+def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = (),
+                     rendezvous: Rendezvous | None = None) -> list[str]:
+    """The command that runs the workload itself (``python -m MODULE`` or torchrun; one node of
+    several with ``rendezvous``)."""
     args = [*spec.args, *extra_args]
     if spec.launcher == "torchrun":
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.nproc}",
+        where = ["--standalone"] if rendezvous is None else [
+            f"--nnodes={spec.nnodes}", f"--node-rank={rendezvous.node}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rendezvous.endpoint}", f"--rdzv-id={rendezvous.run_id}"]
+        return [python, "-m", "torch.distributed.run", *where, f"--nproc-per-node={spec.nproc}",
                 "-m", spec.module, *args]
     return [python, "-m", spec.module, *args]
 
@@ -70,6 +85,7 @@ def nsys_command(
     cuda_memory_usage: bool = False,
     wait_primary: bool = False,
     session: str | None = None,
+    rendezvous: Rendezvous | None = None,
 ) -> list[str]:
     """The full ``nsys profile ... <workload>`` command writing ``<output>.nsys-rep`` + ``.sqlite``;
     ``pytorch`` (a mode list such as ``functions-trace``) adds ``--pytorch=<pytorch>``;
@@ -77,7 +93,7 @@ def nsys_command(
     trace's peak GPU memory: perfgate.analysis.resources); ``wait_primary`` adds ``--wait=primary`` (nsys
     ends with the workload's own process, not with the last process it left behind: a daemon,
     persistent DataLoader workers; the supervisor ends those); ``session`` names nsys's session
-    (``--session-new``)."""
+    (``--session-new``); ``rendezvous``: the command of one node of several (perfgate.capture.nodes)."""
     cmd = [str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none"]
     if wait_primary:
         cmd.append("--wait=primary")
@@ -92,7 +108,7 @@ def nsys_command(
     elif capture_range.startswith("nvtx:"):
         cmd += ["--capture-range=nvtx", "-p", capture_range.split(":", 1)[1], "--capture-range-end=stop"]
     cmd += ["--export=sqlite", "-o", str(output), "-f", "true"]
-    return cmd + workload_command(spec, python, extra_args)
+    return cmd + workload_command(spec, python, extra_args, rendezvous)
 
 
 def pytorch_trace_mode(setting: str, nsys: Path | str) -> str | None:

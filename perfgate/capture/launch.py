@@ -29,8 +29,9 @@ from typing import Any
 
 from perfgate.capture import private_dir
 from perfgate.capture.command import (
-    TIMING, capture_environment, nsys_command, pytorch_trace_mode, resolve_trace,
+    TIMING, Rendezvous, capture_environment, nsys_command, pytorch_trace_mode, resolve_trace,
 )
+from perfgate.capture.nodes import job_command, node_commands, node_stem
 from perfgate.capture.nsys_log import failure_cause
 from perfgate.capture.private_dir import Kept
 from perfgate.capture.redaction.launch_folder import clean_artifacts
@@ -43,6 +44,7 @@ from perfgate.system import process_tree
 
 SELF_REPORT_PREFIX = "PERFGATE_SELF_REPORT "
 REPORT_STEM = "trace"
+REPORTS = f"{REPORT_STEM}*.*"      # the reports of a launch: trace.*, or trace-node<i>.* of each node
 TAIL_LINES = 30
 KILL_GRACE_S = 10.0
 # Asked to stop (timeout, Ctrl-C, SIGTERM), nsys gets SIGINT and this long to stop the workload and
@@ -167,12 +169,16 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     run: process_tree.PrivateRun | None = None
     returncode: int | None = None
     session = f"perfgate-{private.name.removeprefix(private_dir.PREFIX)}"
-    cmd = nsys_command(
-        nsys, spec, out / REPORT_STEM, trace=trace, capture_range=settings.capture_range, pytorch=pytorch,
-        extra_args=extra_args, cuda_memory_usage=settings.cuda_memory_usage,
-        wait_primary=supports_option(nsys, "--wait"),
-        session=session if supports_option(nsys, "--session-new") else None,
-    )
+
+    def build(output: Path, name: str | None, rendezvous: Rendezvous | None = None) -> list[str]:
+        return nsys_command(
+            nsys, spec, output, trace=trace, capture_range=settings.capture_range, pytorch=pytorch,
+            extra_args=extra_args, cuda_memory_usage=settings.cuda_memory_usage,
+            wait_primary=supports_option(nsys, "--wait"), session=name, rendezvous=rendezvous)
+
+    named = session if supports_option(nsys, "--session-new") else None
+    cmd = (build(out / REPORT_STEM, named) if spec.nnodes == 1 else    # one nsys per node (capture.nodes)
+           job_command(node_commands(spec, build, out, REPORT_STEM, named, session)))
     env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
     env["TMPDIR"] = str(private / "tmp")
     started = time.monotonic()
@@ -223,7 +229,7 @@ def _wait(run: process_tree.PrivateRun, timeout_s: float) -> tuple[int | None, s
 
 def _no_report(attempt: _Attempt, launch_dir: Path) -> bool:
     """nsys ended (not stopped at the timeout) and left no report: nsys failed, not the workload."""
-    return attempt.returncode is not None and not any(launch_dir.glob(f"{REPORT_STEM}.*"))
+    return attempt.returncode is not None and not any(launch_dir.glob(REPORTS))
 
 
 def _set_aside(launch_dir: Path, n: int) -> None:
@@ -234,7 +240,7 @@ def _set_aside(launch_dir: Path, n: int) -> None:
         if path.is_file():
             stem, suffix = name.rsplit(".", 1)
             path.replace(launch_dir / f"{stem}.attempt-{n}.{suffix}")
-    for report in launch_dir.glob(f"{REPORT_STEM}.*"):   # what nsys wrote of a run it never started
+    for report in launch_dir.glob(REPORTS):   # what nsys wrote of a run it never started
         report.unlink()
 
 
@@ -249,8 +255,9 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
     if attempt.kept.lost:
         text += f"\nperfgate could not keep every file, the artifacts folder is full: {attempt.kept.describe(launch_dir)}"
     tried = f" (after {len(retried) + 1} attempts: {'; '.join(retried)})" if retried else ""
-    report = launch_dir / f"{REPORT_STEM}.nsys-rep"
-    sqlite = launch_dir / f"{REPORT_STEM}.sqlite"
+    stems = [REPORT_STEM] if spec.nnodes == 1 else [node_stem(REPORT_STEM, i) for i in range(spec.nnodes)]
+    report = launch_dir / f"{stems[0]}.nsys-rep"
+    sqlite = launch_dir / f"{stems[0]}.sqlite"
     if attempt.hung:
         raise CaptureError(f"workload {spec.full_name} never ran: {attempt.hung}{tried}; "
                            f"log: {log_path}\n{log_tail(text)}")
@@ -262,7 +269,7 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
             f"log: {log_path}\n{log_tail(text)}"
         )
     if attempt.returncode != 0:
-        if any(launch_dir.glob(f"{REPORT_STEM}.*")):   # nsys wrote a report: the workload's own exit
+        if any(launch_dir.glob(REPORTS)):   # nsys wrote a report: the workload's own exit
             raise WorkloadFailedError(
                 f"workload {spec.full_name} exited with code {attempt.returncode} under nsys; "
                 f"last lines of its output ({log_path}):\n{log_tail(text)}"
@@ -279,6 +286,10 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
             f"nsys exited 0 but wrote no {report.name} in {launch_dir}{tried}{attempt.tmp_note}: it lost its capture "
             f"(its importer could not convert it, or its agent went away); see {log_path}\n{log_tail(text, 10)}"
         )
+    lost = [f"{s}.sqlite" for s in stems if not (launch_dir / f"{s}.sqlite").is_file()]
+    if spec.nnodes > 1 and lost:
+        raise ImporterError(f"nsys wrote no {', '.join(lost)} in {launch_dir}{tried}: a node of the job lost its "
+                            f"capture; see {log_path}\n{log_tail(text, 10)}")
     from perfgate.capture.torch_build import check_ranges_recorded
 
     if sqlite.is_file():
@@ -287,4 +298,5 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
         workload=spec.full_name, run_dir=launch_dir, command=tuple(attempt.cmd), report_path=report,
         sqlite_path=sqlite if sqlite.is_file() else None, log_path=log_path, returncode=attempt.returncode,
         wall_s=attempt.wall_s, self_report=parse_self_report(text), retried=retried,
+        node_sqlite=tuple(launch_dir / f"{s}.sqlite" for s in stems) if spec.nnodes > 1 else (),
     )

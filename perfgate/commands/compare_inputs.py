@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ def identity(path: Path) -> Identity:
     """The Identity of a trace, baseline file, ``result.json`` or ``perfgate-report.json``; an
     unreadable or unknown file says nothing (reading it properly reports its problem)."""
     try:
+        if path.is_dir():          # a job's reports, one per node: what its first says
+            reports = sorted(p for p in path.iterdir() if p.suffix in TRACE_SUFFIXES)
+            return replace(identity(reports[0]), path=path) if reports else Identity(path)
         if path.suffix in TRACE_SUFFIXES:
             sqlite = path if path.suffix == ".sqlite" else path.with_suffix(".sqlite")
             run_result = path.parent.parent / "result.json"    # <run>/launch-<k>/trace.sqlite

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from perfgate.analysis.kernel_names import shortened
 from perfgate.diagnosis.mechanisms import Families, Replacement, families_from_names, merged, replacements
 from perfgate.diagnosis.records import Reason
-from perfgate.records.ranks import RankStats
+from perfgate.records.ranks import RankStats, rank_name
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason
 MIN_PER_STEP = 0.5          # kernel launches (or calls) per step below which a count change is noise
@@ -196,6 +196,7 @@ def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_d
     if len(base) < 2 or len(base) != len(cur):
         return None
     candidates: list[tuple[bool, float, int, str]] = []
+    node = {c.rank: c.node for c in cur}      # a job of several nodes names each rank's node too
     for b, c in zip(base, cur):
         for phase in c.phase_cpu_ms:
             d = c.phase_cpu_ms[phase] - b.phase_cpu_ms.get(phase, 0.0)
@@ -210,10 +211,10 @@ def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_d
             continue
         if len(others) == 1:
             (other, od), = others.items()
-            them = f"rank {other} {od:+.1f} ms/step"
+            them = f"{rank_name(other, node[other])} {od:+.1f} ms/step"
         else:
             them = f"the other ranks at most {max(others.values()):+.1f} ms/step"
         return Reason("straggler", phase, delta,
-                      f"rank {rank} {phase} {delta:+.1f} ms/step ({them}): one slow rank holds every step "
-                      "of the job back", "straggler rank")
+                      f"{rank_name(rank, node[rank])} {phase} {delta:+.1f} ms/step ({them}): one slow rank holds "
+                      "every step of the job back", "straggler rank")
     return None

@@ -120,11 +120,13 @@ class Staleness:
 # ----------------------------------------------------------------------------- the current run
 
 
-def workload_command(module: str, args: Sequence[str], launcher: str = "python", nproc: int = 1) -> str:
+def workload_command(module: str, args: Sequence[str], launcher: str = "python", nproc: int = 1,
+                     nnodes: int = 1) -> str:
     """The workload's command line as a baseline records it (no interpreter path: that is the
-    machine's, not the workload's)."""
+    machine's, not the workload's; a job of several nodes: ``--nnodes``, not its rendezvous)."""
+    where = ["--standalone"] if nnodes == 1 else [f"--nnodes={nnodes}"]
     head = ["python", "-m", module] if launcher != "torchrun" else [
-        "torchrun", "--standalone", f"--nproc-per-node={nproc}", "-m", module]
+        "torchrun", *where, f"--nproc-per-node={nproc}", "-m", module]
     return shlex.join([*head, *args])
 
 
@@ -196,10 +198,10 @@ def _digest(data: bytes) -> str:
 
 
 def current(root: Path, module: str, args: Sequence[str], machine: MachineInfo | None, *,
-            launcher: str = "python", nproc: int = 1) -> Provenance:
+            launcher: str = "python", nproc: int = 1, nnodes: int = 1) -> Provenance:
     """The provenance of a run of ``module`` with ``args`` from the repository at ``root`` on ``machine``."""
     return Provenance(
-        command=workload_command(module, args, launcher, nproc),
+        command=workload_command(module, args, launcher, nproc, nnodes),
         sources=fingerprint(root, source_files(root, module)),
         record_version=RECORD_VERSION,
         software={k: getattr(machine, k) for k in SOFTWARE} if machine is not None else {},

@@ -45,16 +45,29 @@ def explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analy
     return [a for a in base_launches if a.extra.get("capture") != "profile"], list(timing)
 
 
-def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
-    """Analyze one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside it first)."""
+def analyze_file(path: Path | Sequence[Path], options: AnalysisOptions | None = None,
+                 nsys: str | None = None) -> Analysis:
+    """Analyze one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside it first), or a
+    job's traces, one per node (given, or a folder of them), as one job (perfgate/trace/nodes.py)."""
     return _analyzed(path, options, nsys)[0]
 
 
-def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> tuple[Analysis, Trace]:
-    """The diagnosed Analysis of one trace file and the Trace it was made from (loaded once)."""
+def _analyzed(path: Path | Sequence[Path], options: AnalysisOptions | None,
+              nsys: str | None) -> tuple[Analysis, Trace]:
+    """The diagnosed Analysis of one trace file (or one per node) and the Trace it was made from
+    (loaded once)."""
     from perfgate.analysis import AnalysisOptions, analyze
-    from perfgate.trace.export import load_trace
+    from perfgate.trace.nodes import job_reports, load_job
 
+    paths = [path] if isinstance(path, Path) else list(path)
+    if len(paths) == 1 and paths[0].is_dir():
+        paths = job_reports(paths[0])
+    trace = load_job([_export(p, nsys) for p in paths])
+    return diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
+
+
+def _export(path: Path, nsys: str | None) -> Path:
+    """The SQLite export of a trace file (an ``.nsys-rep`` exported beside it first)."""
     if not path.exists():
         raise TraceError(f"{path}: no such file")
     if path.suffix == ".nsys-rep":
@@ -66,8 +79,7 @@ def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> 
             raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
         path = export_sqlite(path, find_nsys(nsys))
-    trace = load_trace(path)
-    return diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
+    return path
 
 
 def load_launch_metrics(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> list[dict[str, float]]:
@@ -141,7 +153,7 @@ class _Side:
 
 
 def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> _Side:
-    if path.suffix in TRACE_SUFFIXES:
+    if path.suffix in TRACE_SUFFIXES or path.is_dir():      # a folder: a job's reports, one per node
         analysis, trace = _analyzed(path, options, nsys)
         return _Side([_trace_metrics(analysis, path)], [analysis], trace)
     doc = _read_json(path)

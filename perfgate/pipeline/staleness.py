@@ -19,7 +19,8 @@ def run_provenance(spec: WorkloadSpec, settings: Settings, machine: MachineInfo 
                    cwd: Path | None = None) -> Provenance:
     """What a run of ``spec`` measures: its command line, its source files' fingerprint, the record
     version and this machine's software (perfgate.gate.provenance)."""
-    return current(cwd or settings.root, spec.module, spec.args, machine, launcher=spec.launcher, nproc=spec.nproc)
+    return current(cwd or settings.root, spec.module, spec.args, machine, launcher=spec.launcher, nproc=spec.nproc,
+                   nnodes=spec.nnodes)
 
 
 def baseline_staleness(baseline: Baseline, spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,

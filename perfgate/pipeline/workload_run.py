@@ -268,7 +268,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
     """``launch_analysis``, with the Capture it analyzed (its wall time, its artifacts)."""
     from perfgate.analysis import analyze
     from perfgate.capture.launch import run_capture
-    from perfgate.trace.export import load_trace
+    from perfgate.trace.nodes import load_job
 
     with GpuMonitor() as monitor:
         capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind,
@@ -281,7 +281,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
                 why = exports[0].read_text(encoding="utf-8", errors="replace").splitlines()[0]
                 raise TraceError(f"{capture.run_dir}: {why} (see {exports[0]})")
         raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
-    trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
+    trace = load_job(capture.node_sqlite or [capture.sqlite_path])   # once, for the analysis and the diagnosis
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
     extra = {**analysis.extra, "launch": k, "capture": kind}
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]

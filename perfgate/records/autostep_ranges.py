@@ -8,7 +8,7 @@ import sys
 
 __all__ = ["BACKWARD", "CHECKPOINT", "DATA_LOAD", "EVALUATION", "INTERLUDE_RANGES", "MARK_BATCH", "MARK_LOADER",
            "MARK_OPTIMIZER_NEW", "MARK_OPTIMIZER_SKIPPED", "MARK_OPTIMIZER_STEP", "NOTE_PREFIX", "OPTIMIZER",
-           "PREFIX", "RANGE_NAMES", "WRAPPED", "note"]
+           "MARK_RANK", "PREFIX", "RANGE_NAMES", "WRAPPED", "note"]
 
 PREFIX = "perfgate/"
 DATA_LOAD = "perfgate/data_load"
@@ -25,6 +25,7 @@ MARK_OPTIMIZER_NEW = "perfgate/optimizer_new"          # :<k>:<class>
 MARK_OPTIMIZER_SKIPPED = "perfgate/optimizer_skipped"  # :<k>
 MARK_BATCH = "perfgate/batch"                          # :<leading dimension>
 MARK_LOADER = "perfgate/loader"                        # :<num_workers>
+MARK_RANK = "perfgate/rank"                            # :<RANK>:<LOCAL_RANK>:<GROUP_RANK> (torchrun's)
 
 NOTE_PREFIX = "perfgate autostep: "
 WRAPPED = "__perfgate_autostep__"  # set on every wrapper, so a module patched twice is wrapped once

@@ -42,6 +42,7 @@ class Capture:
     wall_s: float                     # wall time of the whole nsys run
     self_report: dict[str, Any] | None = None  # the workload's own PERFGATE_SELF_REPORT line, parsed
     retried: tuple[str, ...] = ()     # why nsys failed in the attempts before this one (capture.ATTEMPTS)
+    node_sqlite: tuple[Path, ...] = ()  # a job of several nodes: each node's export (sqlite_path: node 0's)
 
 
 # --------------------------------------------------------------------------- analysis

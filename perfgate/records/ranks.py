@@ -10,13 +10,34 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class RankStats:
     """One process of a multi-process job (perfgate/analysis/ranks.py). ``rank``: the order in which
-    the processes started (torchrun starts local ranks in order: on one node, the RANK)."""
+    the processes started (torchrun starts local ranks in order: on one node, the RANK); in a job of
+    several nodes (one report each: perfgate/trace/nodes.py) the global rank, with its ``node``
+    (torchrun's GROUP_RANK) and ``local_rank``, None on one node."""
 
     rank: int
     pid: int
     steps: int                        # measured steps of this process
     step_time_ms: float               # median iteration period of its measured steps
     phase_cpu_ms: dict[str, float]    # CPU time per step of each phase on this process
+    node: int | None = None           # the node of a multi-node job (its report's place)
+    local_rank: int | None = None     # the rank on its node
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """A process of one node's report in a job of several (perfgate/trace/nodes.py): its node, its
+    pid there, and its ranks (as the process reported them, else by place: node x processes per
+    node + place among the node's processes by pid)."""
+
+    node: int
+    pid: int                          # the pid on its node
+    rank: int | None                  # global rank (None: a process that is no rank, torchrun's agent)
+    local_rank: int | None
+
+
+def rank_name(rank: int, node: int | None = None) -> str:
+    """``rank 3``, or ``node 1 rank 3`` in a job of several nodes: how every report names a rank."""
+    return f"rank {rank}" if node is None else f"node {node} rank {rank}"
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ else:  # pragma: no cover - Python 3.10
 
 LAUNCHERS = ("python", "torchrun")
 WORKLOAD_KEYS = frozenset({
-    "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "batch_size", "step_pattern",
-    "skip_steps", "warmup_steps", "timeout_s", "tolerance", "enabled", "variants", "gate_alone",
+    "module", "args", "cpu_args", "gpu_args", "launcher", "nproc", "nnodes", "rdzv_endpoint", "batch_size",
+    "step_pattern", "skip_steps", "warmup_steps", "timeout_s", "tolerance", "enabled", "variants", "gate_alone",
 })
 
 
@@ -42,6 +42,8 @@ class WorkloadConfig:
     gpu_args: tuple[str, ...] = ()
     launcher: str = "python"
     nproc: int | None = None              # torchrun processes; None: GPU count (2 on CPU)
+    nnodes: int = 1                       # torchrun nodes, each its own nsys report (docs/guides/multi-node.md)
+    rdzv_endpoint: str | None = None      # their c10d rendezvous host[:port]; None: 127.0.0.1, a free port
     batch_size: int | None = None
     step_pattern: str | None = None
     skip_steps: int | None = None         # step ranges the analysis skips per process (key warmup_steps too)
@@ -122,6 +124,12 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
             re.compile(step_pattern)
         except (re.error, TypeError) as exc:
             raise ConfigError(f"{where} step_pattern: not a regular expression: {exc}") from exc
+    nnodes = _optional(spec, "nnodes", "int", where) or 1
+    if nnodes > 1 and launcher != "torchrun":
+        raise ConfigError(f"{where} nnodes: {nnodes} nodes need launcher = \"torchrun\" (got {launcher!r})")
+    rdzv = spec.get("rdzv_endpoint")
+    if rdzv is not None and not (isinstance(rdzv, str) and re.fullmatch(r"[\w.\-\[\]:]+?(:\d{1,5})?", rdzv)):
+        raise ConfigError(f"{where} rdzv_endpoint: expected host or host:port, got {rdzv!r}")
     return WorkloadConfig(
         name=name,
         module=module,
@@ -130,6 +138,8 @@ def parse_workload(name: str, spec: Any, where: str) -> WorkloadConfig:
         gpu_args=_str_list(spec.get("gpu_args", []), f"{where} gpu_args"),
         launcher=launcher,
         nproc=_optional(spec, "nproc", "int", where),
+        nnodes=nnodes,
+        rdzv_endpoint=rdzv,
         batch_size=_optional(spec, "batch_size", "int", where),
         step_pattern=step_pattern,
         skip_steps=_skip_steps(spec, where),

@@ -31,7 +31,9 @@ class WorkloadSpec:
     module: str
     args: tuple[str, ...] = ()
     launcher: str = "python"              # "python" or "torchrun"
-    nproc: int = 1                        # processes (torchrun)
+    nproc: int = 1                        # processes (torchrun), per node
+    nnodes: int = 1                       # torchrun nodes, all on this machine, one nsys report each
+    rdzv_endpoint: str | None = None      # the nodes' c10d rendezvous (None: 127.0.0.1 and a free port)
     batch_size: int | None = None
     step_pattern: str | None = None
     skip_steps: int | None = None         # step ranges of each process the analysis skips (None: its default)
@@ -177,6 +179,8 @@ def _specs_for(config: WorkloadConfig, default_module: str, settings: Settings, 
         args=args,
         launcher=config.launcher,
         nproc=nproc if config.launcher == "torchrun" else 1,
+        nnodes=config.nnodes,
+        rdzv_endpoint=config.rdzv_endpoint,
         batch_size=config.batch_size,
         step_pattern=config.step_pattern,
         skip_steps=config.skip_steps if config.skip_steps is not None else settings.skip_steps,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from perfgate.errors import TraceError
+from perfgate.records.ranks import NodeProcess
 from perfgate.trace import database
 from perfgate.trace.api_calls import SYNC_CALLS, ApiCalls, api_name, scan_runtime
 from perfgate.trace.columns import Columns, factorize, run_starts
@@ -70,6 +71,8 @@ class Trace:
     columns: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
     capacity: dict[str, int] = field(default_factory=dict, repr=False)
     session_start_utc_ns: int | None = None   # wall clock (Unix ns) of timestamp 0 (energy windows)
+    processes: dict[int, NodeProcess] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
     _con: Any = field(default=None, repr=False)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 

@@ -15,7 +15,7 @@ from _thread import _local
 
 from perfgate.records.autostep_ranges import (
     BACKWARD, DATA_LOAD, MARK_BATCH, MARK_LOADER, MARK_OPTIMIZER_NEW, MARK_OPTIMIZER_SKIPPED,
-    MARK_OPTIMIZER_STEP, OPTIMIZER, WRAPPED,
+    MARK_OPTIMIZER_STEP, MARK_RANK, OPTIMIZER, WRAPPED,
 )
 
 TYPE_CHECKING = False
@@ -354,6 +354,17 @@ def _patch_dynamo(inst: Installation, module: ModuleType) -> None:
     inst.skip_frames()
 
 
+def _mark_rank(inst: Installation, module: ModuleType) -> None:
+    """A process torchrun started says which rank it is (``perfgate/rank:RANK:LOCAL_RANK:GROUP_RANK``,
+    once, when torch is imported): how the reports of a job's nodes are told apart
+    (perfgate/trace/nodes.py). Nothing in a process without them (torchrun's agent, a plain run)."""
+    import os
+
+    ranks = [os.environ.get(n, "") for n in ("RANK", "LOCAL_RANK", "GROUP_RANK")]
+    if all(r.isdigit() for r in ranks):
+        inst.mark(f"{MARK_RANK}:{':'.join(ranks)}")
+
+
 TARGETS: dict[str, Callable[[Installation, ModuleType], None]] = {
     "torch.utils.data.dataloader": _patch_dataloader,
     "torch.autograd": _patch_autograd,
@@ -361,4 +372,5 @@ TARGETS: dict[str, Callable[[Installation, ModuleType], None]] = {
     "torch.amp.grad_scaler": _patch_grad_scaler,
     "torch.compiler": _patch_compiler,            # imported by torch after the ones above
     "torch._dynamo.eval_frame": _patch_dynamo,    # loaded by the first torch.compile, if any
+    "torch.distributed": _mark_rank,              # imported by torch
 }
