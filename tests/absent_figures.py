@@ -65,4 +65,4 @@ def launch(case: str, kind: str, k: int = 0, *, energy: bool = True) -> Analysis
     a = as_timing(full) if kind == "timing" else replace(full, gpu=replace(full.gpu, peak_memory_bytes=TRACED_PEAK_BYTES))
     a = _checked(replace(a, extra={**a.extra, "launch": k, "capture": kind}), k, None)
     a = attach_resources(a, nvml_samples(a, start) if energy else [], start)
-    return diagnosed(a, trace)  # type: ignore[arg-type]
+    return diagnosed(a)

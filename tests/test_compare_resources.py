@@ -115,13 +115,14 @@ def test_lost_cuda_graphs_are_named_by_kernels_per_batch(ladder) -> None:
 
 
 def test_a_kernel_regression_smaller_than_the_step_regression_follows_the_step_diagnosis(ladder) -> None:
-    """The real compile-removed pair: kernels +25 %, mean step +32 %: the compile rule leads and the
-    kernels are a note."""
+    """The real compile-removed pair: kernels +25 %, mean step +32 %: the compile change leads (told
+    from the analyses' facts: Triton kernels replaced by eager ones) and the kernels are a note."""
     from perfgate.diagnosis.attribution import explain_regression
 
     full, eager = ladder
     outcome = compare_launches([full.metrics()], [eager.metrics()], ComparePolicy(gate_alone=("kernels_per_step",)))
     assert outcome.row("kernels_per_step").verdict is Verdict.REGRESSED
     attribution = explain_regression(full, eager, outcome)
-    assert "torch.compile disabled" in attribution.first_reason and not attribution.first_reason.startswith("kernels")
+    assert "torch.compile removed" in attribution.first_reason and not attribution.first_reason.startswith("kernels")
+    assert attribution.cause == "compile"
     assert any(n.startswith("also regressed: kernels per batch 346 -> 433") for n in attribution.notes)

@@ -20,7 +20,7 @@ from perfgate.system.process_tree import swallowed_interrupt
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
     from perfgate.gate.compare import ComparePolicy, Outcome
-    from perfgate.trace.export import Trace
+    from perfgate.gate.provenance import Staleness
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
 
@@ -46,12 +46,8 @@ def explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analy
 
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
-    """Analyze one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside it first)."""
-    return _analyzed(path, options, nsys)[0]
-
-
-def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> tuple[Analysis, Trace]:
-    """The diagnosed Analysis of one trace file and the Trace it was made from (loaded once)."""
+    """The diagnosed Analysis of one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside
+    it first)."""
     from perfgate.analysis import AnalysisOptions, analyze
     from perfgate.trace.export import load_trace
 
@@ -66,8 +62,7 @@ def _analyzed(path: Path, options: AnalysisOptions | None, nsys: str | None) -> 
             raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
         path = export_sqlite(path, find_nsys(nsys))
-    trace = load_trace(path)
-    return diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
+    return diagnosed(analyze(load_trace(path), options or AnalysisOptions()))
 
 
 def load_launch_metrics(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> list[dict[str, float]]:
@@ -132,18 +127,17 @@ def _single_result(doc: Any, path: Path) -> Any:
 
 @dataclass(frozen=True)
 class _Side:
-    """One side of a file comparison, read and analyzed once: its per-launch metrics, the launches
-    the attribution reads and, for a trace, the Trace."""
+    """One side of a file comparison, read and analyzed once: its per-launch metrics and the
+    launches the attribution reads."""
 
     metrics: list[dict[str, float]]
     launches: list[Analysis]
-    trace: Trace | None = None
 
 
 def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> _Side:
     if path.suffix in TRACE_SUFFIXES:
-        analysis, trace = _analyzed(path, options, nsys)
-        return _Side([_trace_metrics(analysis, path)], [analysis], trace)
+        analysis = analyze_file(path, options, nsys)
+        return _Side([_trace_metrics(analysis, path)], [analysis])
     doc = _read_json(path)
     metrics = metrics_from_document(doc, path)
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
@@ -207,19 +201,17 @@ def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | N
     clean = outcome.verdict == Verdict.PASS and not any(r.verdict == Verdict.REGRESSED for r in outcome.comparisons)
     if not explain or clean:
         return outcome, None
-    traces = {"baseline_trace": b.trace, "current_trace": c.trace} if b.trace and c.trace else {}
-    return outcome, explain_change(b.launches, c.launches, outcome, **traces)
+    return outcome, explain_change(b.launches, c.launches, outcome)
 
 
-def diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
-    """``analysis`` with ``extra["diagnosis"]`` (a dict) when perfgate.diagnosis can diagnose it;
-    ``trace`` (the Trace the analysis was made from) lets the trace-level rules run too."""
+def diagnosed(analysis: Analysis) -> Analysis:
+    """``analysis`` with ``extra["diagnosis"]`` (a dict) when perfgate.diagnosis can diagnose it."""
     try:
         from perfgate.diagnosis.one_run import diagnose
     except ImportError:
         return analysis
     try:
-        diagnosis = diagnose(analysis, trace).to_dict()
+        diagnosis = diagnose(analysis).to_dict()
     except Exception as exc:  # a diagnosis bug must not fail the gate (a Ctrl-C must stop it)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc
@@ -228,7 +220,7 @@ def diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
 
 
 def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,
-             **traces: Any) -> Any | None:
+                   *, provenance: Staleness | None = None) -> Any | None:
     """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
     an attribution bug must not fail the gate)."""
     try:
@@ -236,7 +228,7 @@ def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Ana
     except ImportError:
         return None
     try:
-        return explain_regression(list(baseline_launches), list(analyses), outcome, **traces)
+        return explain_regression(list(baseline_launches), list(analyses), outcome, provenance=provenance)
     except Exception as exc:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc

@@ -281,7 +281,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
                 why = exports[0].read_text(encoding="utf-8", errors="replace").splitlines()[0]
                 raise TraceError(f"{capture.run_dir}: {why} (see {exports[0]})")
         raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
-    trace = load_trace(capture.sqlite_path)   # once, for the analysis and the diagnosis
+    trace = load_trace(capture.sqlite_path)
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
     extra = {**analysis.extra, "launch": k, "capture": kind}
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
@@ -291,7 +291,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
         extra["self_report"] = capture.self_report
     analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
-    return capture, diagnosed(analysis, trace)
+    return capture, diagnosed(analysis)
 
 
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:

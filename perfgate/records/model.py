@@ -3,8 +3,8 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.records.version, perfgate.records.ranks and
-perfgate.records.steps). Records are frozen dataclasses; every field that carries a quantity has
+Records layer (imports only perfgate.records.version, perfgate.records.ranks,
+perfgate.records.steps and perfgate.records.facts). Records are frozen dataclasses; every field that carries a quantity has
 its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfgate.records.facts import TraceFacts, stored_facts
 from perfgate.records.ranks import CommStats, RankStats
 from perfgate.records.steps import StepStats
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
@@ -131,6 +132,9 @@ class Analysis:
     ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
     rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
     comm: CommStats | None = None      # NCCL kernels in the measured steps, when there are any
+    # what the diagnosis reads from the raw events (perfgate.analysis.facts); written inside the
+    # diagnosis record, not by to_dict (records/facts.py)
+    facts: TraceFacts | None = None
 
     def metrics(self) -> dict[str, float]:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
@@ -198,10 +202,11 @@ class Analysis:
     def from_dict(cls, d: Mapping[str, Any], where: str = "analysis record") -> Analysis:
         """The Analysis of an analysis record (``to_dict``; a baseline's launch record is one whose
         ``steps`` holds no summary: StepStats.from_dict). Keys it does not know go to ``extra``;
-        PerfgateError naming ``where`` for a record of a newer version (perfgate.records.version)."""
+        ``facts`` are those its diagnosis keeps (``stored_facts``). PerfgateError naming ``where``
+        for a record of a newer version (perfgate.records.version)."""
         check_record_version(d, where)
         metrics = d.get("metrics") or {}
-        own = {f.name for f in fields(cls)} - {"extra"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
+        own = {f.name for f in fields(cls)} - {"extra", "facts"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
         return cls(
             source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
             schema_version=d.get("schema_version"), steps=StepStats.from_dict(d.get("steps") or {}, metrics),
@@ -212,7 +217,8 @@ class Analysis:
             processes=int(d.get("processes") or 1), devices=tuple(d.get("devices") or ()),
             warnings=tuple(d.get("warnings") or ()), extra={k: v for k, v in d.items() if k not in own},
             ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
-            rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None)
+            rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None,
+            facts=stored_facts(d))
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:
