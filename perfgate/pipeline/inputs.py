@@ -94,7 +94,11 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     """Per-launch metrics out of a parsed perfgate JSON document (see load_launch_metrics)."""
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
         return parse_baseline(doc, path).launch_metrics
-    doc = _single_result(doc, path)
+    return _result_metrics(_single_result(doc, path), path)
+
+
+def _result_metrics(doc: Any, path: Path) -> list[dict[str, float]]:
+    """Per-launch metrics of one result (or analysis) document."""
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
         launches = [a.get("metrics") if isinstance(a, dict) else None for a in doc["analyses"]]
     elif isinstance(doc, dict) and isinstance(doc.get("metrics"), dict):
@@ -139,10 +143,11 @@ def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) ->
         analysis = analyze_file(path, options, nsys)
         return _Side([_trace_metrics(analysis, path)], [analysis])
     doc = _read_json(path)
-    metrics = metrics_from_document(doc, path)
-    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
-        return _Side(metrics, parse_baseline(doc, path).launch_analyses)
+    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:   # parsed once: metrics and launches
+        baseline = parse_baseline(doc, path)
+        return _Side(baseline.launch_metrics, baseline.launch_analyses)
     doc = _single_result(doc, path)
+    metrics = _result_metrics(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
         check_record_version(doc, str(path), TraceError)      # a result record
         records = [(a, f"{path}: analyses[{k}]") for k, a in enumerate(doc["analyses"]) if isinstance(a, dict)]
