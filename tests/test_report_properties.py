@@ -33,6 +33,7 @@ from perfgate.commands.history import entry_for
 from perfgate.gate.compare import compare_launches
 from perfgate.pipeline.inputs import gate_metrics
 from perfgate.records.model import Analysis, MachineInfo, MetricComparison, Verdict, WorkloadResult
+from perfgate.records.notes import NOTE, SUMMARY, Note
 from perfgate.report.annotations import render_annotations
 from perfgate.report.benchmark_json import render_benchmark_json
 from perfgate.report.github import status_payload
@@ -118,7 +119,8 @@ def results(draw: st.DrawFn) -> WorkloadResult:
                                    gate_metrics(current, profile) if current else gate_metrics([profile], None))
         comparisons = [_thinned(c, draw) if draw(st.booleans()) else c for c in outcome.comparisons
                        if draw(st.integers(0, 4))]   # some rows left out
-    text = st.sampled_from(["", "step_time_ms 10 -> 12 ms\nnote: launch 0: measured steps are not stable"])
+    notes = st.sampled_from([(), (Note(SUMMARY, "step_time_ms 10 -> 12 ms"),
+                                  Note(NOTE, "launch 0: measured steps are not stable"))])
     extra = {key: value for key, value in {
         "baseline_updated": True, "record_command": "perfgate baseline update w",
         "looks": [{"launches": 1, "verdict": "PASS", "elapsed_s": 1.0}], "stopped": "decided",
@@ -129,7 +131,7 @@ def results(draw: st.DrawFn) -> WorkloadResult:
         baseline_path=draw(st.sampled_from([None, Path("baselines/w/cpu-x86_64.json")])),
         baseline_step_times_ms=draw(st.sampled_from([[], [10.0, 11.0, 10.5]])),
         run_dir=draw(st.sampled_from([None, Path(".perfgate/runs/x-w")])),
-        error=draw(st.sampled_from([None, "nsys exited with code 1"])), message=draw(text),
+        error=draw(st.sampled_from([None, "nsys exited with code 1"])), notes=draw(notes),
         variant=draw(st.sampled_from([None, "amp"])), wall_s=draw(st.sampled_from([None, 12.5])),
         extra=extra, strict=draw(st.booleans()), profile=profile)
 

@@ -14,6 +14,7 @@ from perfgate.analysis.resources import attach_resources
 from perfgate.capture.gpu_monitor import Sample
 from perfgate.gate.compare import compare_launches
 from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.records.notes import SUMMARY, Note
 from perfgate.report.charts import render_charts
 from perfgate.report.json_report import render_report_json
 from perfgate.report.json_report import results_from_report
@@ -48,7 +49,7 @@ def results(analysis):
     current = [launch(base, start, w, 4.8) for w in (401.0, 399.0, 400.0)]
     outcome = compare_launches([a.metrics() for a in baseline], [a.metrics() for a in current])
     regressed = WorkloadResult(workload="transformer_lm", verdict=outcome.verdict, comparisons=outcome.comparisons,
-                               analyses=current, message=outcome.summary)
+                               analyses=current, notes=(Note(SUMMARY, outcome.summary),))
     cpu = WorkloadResult(workload="cpu_only", verdict=Verdict.NEW, analyses=[base])
     return regressed, cpu
 

@@ -29,6 +29,7 @@ from perfgate.gate.baseline_lock import recording_lock
 from perfgate.gate.provenance import Staleness, command_line, recording
 from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
 from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
+from perfgate.records.notes import ATTRIBUTION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 from perfgate.system.machine import this_machine
@@ -122,11 +123,11 @@ def run_workload(
             result.extra["stopped"] = reason
             judge(result, spec, settings, baseline, path, policy)
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
-        result.verdict, result.error, result.message = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ""
+        result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
     except PerfgateError as exc:
-        result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
+        result.verdict, result.error, result.notes = Verdict.ERROR, str(exc), ()
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
-        result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
+        result.verdict, result.error, result.notes = Verdict.ERROR, os_error_message(exc), ()
     except Exception as exc:  # a bug must not hide the other workloads' results (a Ctrl-C must stop them)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc
@@ -137,7 +138,7 @@ def run_workload(
                 (result.run_dir / "error.txt").write_text(text)
                 where = f" (traceback in {result.run_dir / 'error.txt'})"
         result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
-        result.message = ""
+        result.notes = ()
     result.wall_s = time.monotonic() - started
     if result.run_dir is not None:
         try:
@@ -179,11 +180,10 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     n = len(result.analyses)
     step = [a.steps.time_ms for a in result.analyses]
     profiled = " + a CUDA profile launch" if result.profile is not None else ""
-    result.message = (f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
-                      f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}")
     warning = noise.warning(spec.full_name)
-    if warning:
-        result.message += f"\nwarning: {warning}"
+    result.notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
+                                  f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
+                    *([Note(WARNING, warning)] if warning else []))
     result.extra["baseline_updated"] = True
     result.extra["noise"] = noise.to_dict()
 
@@ -326,7 +326,7 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
 def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Any, path: Path,
           policy: ComparePolicy) -> None:
     """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
-    launch budget; fills ``result`` (verdict, comparisons, message, attribution)."""
+    launch budget; fills ``result`` (verdict, comparisons, notes, attribution)."""
     from perfgate.gate.compare import compare_launches, timed_launches
     from perfgate.gate.sequential_looks import noise_report
 
@@ -338,26 +338,26 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
     stale = result.extra.get("provenance")   # the baseline measured other code or software: said first
-    result.message = (f"warning: {stale['text']}\n" if stale else "") + outcome.summary
-    notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
-             if w.startswith("launch ")]
-    if notes:
-        result.message += "\nnote: " + "\nnote: ".join(notes)
+    notes = [*([Note(WARNING, stale["text"])] if stale else []), Note(SUMMARY, outcome.summary)]
+    notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
+              if w.startswith("launch ")]
+    result.notes = tuple(notes)
     if baseline is None:
-        result.message += f" (record one with {settings.record_command(spec.full_name)}: {path})"
+        hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"
         others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
         if others:
-            result.message += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
-                               f"this machine is {path.stem}")
+            hint += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
+                     f"this machine is {path.stem}")
+        # the message has always said it at the end of its last line
+        result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
         return
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
     result.extra["noise"] = noise.to_dict()
     if outcome.verdict == Verdict.INCONCLUSIVE:
-        result.message += "\n" + noise.undecided(spec.full_name, outcome.n_current, result.extra.get("stopped"),
-                                                 policy.alpha)
+        result.notes += noise.undecided(spec.full_name, outcome.n_current, result.extra.get("stopped"), policy.alpha)
     warning = noise.warning(spec.full_name)
     if warning:
-        result.message += f"\nwarning: {warning}"
+        result.notes += (Note(WARNING, warning),)
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
         base, cur = explained_launches(baseline.launch_analyses, analyses, result.profile)
@@ -366,7 +366,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
             from perfgate.diagnosis.render import render_attribution_text
 
             result.extra["attribution"] = attribution.to_dict()
-            result.message += "\n" + render_attribution_text(attribution)
+            result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
 
 
 def _write_result(result: WorkloadResult) -> None:

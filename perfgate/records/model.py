@@ -4,7 +4,7 @@
     Capture     Trace     Analysis     WorkloadResult
 
 Records layer (imports only perfgate.records.version, perfgate.records.ranks,
-perfgate.records.steps and perfgate.records.facts). Records are frozen dataclasses; every field that carries a quantity has
+perfgate.records.steps, perfgate.records.facts and perfgate.records.notes). Records are frozen dataclasses; every field that carries a quantity has
 its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.records.facts import TraceFacts, stored_facts
+from perfgate.records.notes import Note, message_text
 from perfgate.records.ranks import CommStats, RankStats
 from perfgate.records.steps import StepStats
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
@@ -319,7 +320,7 @@ class WorkloadResult:
     baseline_step_times_ms: list[float] = field(default_factory=list)  # for per-step charts
     run_dir: Path | None = None
     error: str | None = None
-    message: str = ""                 # one-paragraph explanation (which phase regressed and why)
+    notes: tuple[Note, ...] = ()      # the explanation (which phase regressed and why), one typed note a line
     variant: str | None = None
     wall_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -329,6 +330,11 @@ class WorkloadResult:
     @property
     def name(self) -> str:
         return self.workload if not self.variant else f"{self.workload}[{self.variant}]"
+
+    @property
+    def message(self) -> str:
+        """The notes as one text, as a result record's ``"message"`` writes them (records/notes.py)."""
+        return message_text(self.notes)
 
     @property
     def failed(self) -> bool:

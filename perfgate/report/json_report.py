@@ -13,7 +13,8 @@ Shape (schema version :data:`SCHEMA_VERSION`)::
 Each result is a result record (``result_dict``; ``result.json`` holds one), of the record schema
 (perfgate.records.version, docs/schema.md); the report's ``schema_version`` is the same version.
 ``results_from_report`` reads the ``results`` back into WorkloadResults, their analyses and profile
-launch included (``Analysis.from_dict``): a report re-rendered from it says what the run's said.
+launch included (``Analysis.from_dict``), their notes from the ``message`` (records/notes.py, the one place
+that reads a message's prose): a report re-rendered from it says what the run's said.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from perfgate.errors import PerfgateError
 from perfgate.records.model import (
     Analysis, Direction, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
+from perfgate.records.notes import message_text, notes_from_message
 from perfgate.records.safe_names import RULE, is_safe_name
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
 from perfgate.report.resources import resources_dict
@@ -81,7 +83,8 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
     """A WorkloadResult as JSON-ready data (analyses via ``Analysis.to_dict()``)."""
     return _jsonable({
         VERSION_KEY: RECORD_VERSION, "workload": r.workload, "variant": r.variant, "name": r.name,
-        "verdict": r.verdict, "failed": r.failed, "strict": r.strict, "message": r.message, "error": r.error,
+        "verdict": r.verdict, "failed": r.failed, "strict": r.strict,
+        "message": message_text(r.notes), "error": r.error,
         "run_dir": r.run_dir, "baseline_path": r.baseline_path, "wall_s": r.wall_s,
         "machine": None if r.machine is None else asdict(r.machine),
         "baseline_step_times_ms": list(r.baseline_step_times_ms),
@@ -198,7 +201,7 @@ def _result_from(f: _Fields) -> WorkloadResult:
         baseline_step_times_ms=[float(step_fields.number(str(k), non_negative=True, required=True) or 0.0)
                                 for k in range(len(steps))],   # a null is an error, never a step of 0 ms
         run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
-        error=f.get("error", (str,)), message=f.get("message", (str,), ""), variant=f.name("variant"),
+        error=f.get("error", (str,)), notes=notes_from_message(f.get("message", (str,), "")), variant=f.name("variant"),
         wall_s=f.number("wall_s", non_negative=True),
         # reports from before "strict" say a strict NEW failed only by "failed"
         strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
