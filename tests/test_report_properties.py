@@ -32,7 +32,7 @@ from perfgate.analysis.resources import MEMORY_SOURCES, attach_resources
 from perfgate.commands.history import entry_for
 from perfgate.gate.compare import compare_launches
 from perfgate.pipeline.inputs import gate_metrics
-from perfgate.records.model import Analysis, MachineInfo, MetricComparison, Verdict, WorkloadResult
+from perfgate.records.model import Analysis, LookRecord, MachineInfo, MetricComparison, Verdict, WorkloadResult
 from perfgate.records.notes import NOTE, SUMMARY, Note
 from perfgate.report.annotations import render_annotations
 from perfgate.report.benchmark_json import render_benchmark_json
@@ -123,7 +123,7 @@ def results(draw: st.DrawFn) -> WorkloadResult:
                                   Note(NOTE, "launch 0: measured steps are not stable"))])
     extra = {key: value for key, value in {
         "baseline_updated": True, "record_command": "perfgate baseline update w",
-        "looks": [{"launches": 1, "verdict": "PASS", "elapsed_s": 1.0}], "stopped": "decided",
+        "looks": (LookRecord(1, "PASS", 1.0),), "stopped": "decided",
         "attribution": {"first_reason": "forward +20 %"}}.items() if draw(st.booleans())}
     return WorkloadResult(
         workload="w", verdict=draw(st.sampled_from(list(Verdict))), comparisons=comparisons, analyses=current,
@@ -133,7 +133,7 @@ def results(draw: st.DrawFn) -> WorkloadResult:
         run_dir=draw(st.sampled_from([None, Path(".perfgate/runs/x-w")])),
         error=draw(st.sampled_from([None, "nsys exited with code 1"])), notes=draw(notes),
         variant=draw(st.sampled_from([None, "amp"])), wall_s=draw(st.sampled_from([None, 12.5])),
-        extra=extra, strict=draw(st.booleans()), profile=profile)
+        **extra, strict=draw(st.booleans()), profile=profile)
 
 
 def _measured(r: WorkloadResult, metric: str) -> bool:

@@ -28,7 +28,7 @@ from perfgate.gate.baseline import (
 from perfgate.gate.baseline_lock import recording_lock
 from perfgate.gate.provenance import Staleness, command_line, recording
 from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
-from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
+from perfgate.records.model import Analysis, Capture, LookRecord, Verdict, WorkloadResult
 from perfgate.records.notes import ATTRIBUTION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
@@ -101,7 +101,7 @@ def run_workload(
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
         result.machine = this_machine(settings.nsys, settings.machine_class)
         path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
-        result.extra["record_command"] = settings.record_command(spec.full_name)
+        result.record_command = settings.record_command(spec.full_name)
         policy = compare_policy(settings, spec)
         if update_baseline:
             record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
@@ -114,13 +114,13 @@ def run_workload(
 
                 stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
                 if stale.stale:
-                    result.extra["provenance"] = stale.to_dict()
+                    result.provenance = stale.to_dict()
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
-            result.extra["looks"] = [{"launches": lk.launches, "verdict": str(lk.outcome.verdict),
-                                      "elapsed_s": round(lk.elapsed_s, 3)} for lk in looks]
-            result.extra["stopped"] = reason
+            result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3))
+                                 for lk in looks)
+            result.stopped = reason
             judge(result, spec, settings, baseline, path, policy)
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
         result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
@@ -184,8 +184,8 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     result.notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
                                   f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
                     *([Note(WARNING, warning)] if warning else []))
-    result.extra["baseline_updated"] = True
-    result.extra["noise"] = noise.to_dict()
+    result.baseline_updated = True
+    result.noise = noise.to_dict()
 
 
 class _Launcher:
@@ -337,7 +337,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
                                gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
-    stale = result.extra.get("provenance")   # the baseline measured other code or software: said first
+    stale = result.provenance   # the baseline measured other code or software: said first
     notes = [*([Note(WARNING, stale["text"])] if stale else []), Note(SUMMARY, outcome.summary)]
     notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
               if w.startswith("launch ")]
@@ -352,9 +352,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
         return
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
-    result.extra["noise"] = noise.to_dict()
+    result.noise = noise.to_dict()
     if outcome.verdict == Verdict.INCONCLUSIVE:
-        result.notes += noise.undecided(spec.full_name, outcome.n_current, result.extra.get("stopped"), policy.alpha)
+        result.notes += noise.undecided(spec.full_name, outcome.n_current, result.stopped, policy.alpha)
     warning = noise.warning(spec.full_name)
     if warning:
         result.notes += (Note(WARNING, warning),)
@@ -365,7 +365,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         if attribution is not None:
             from perfgate.diagnosis.render import render_attribution_text
 
-            result.extra["attribution"] = attribution.to_dict()
+            result.attribution = attribution.to_dict()
             result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
 
 

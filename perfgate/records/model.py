@@ -306,6 +306,30 @@ class MetricComparison:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class LookRecord:
+    """One look of a gate run (perfgate.gate.sequential_looks.run_looks), as its result records it:
+    the timing launches taken, the verdict then and the seconds since the run began."""
+
+    launches: int
+    verdict: str
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launches": self.launches, "verdict": self.verdict, "elapsed_s": self.elapsed_s}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> LookRecord | None:
+        """The look of ``d`` when it is exactly one (``to_dict``'s keys and kinds), else None."""
+        if not isinstance(d, Mapping) or set(d) != {"launches", "verdict", "elapsed_s"}:
+            return None
+        launches, verdict, elapsed = d["launches"], d["verdict"], d["elapsed_s"]
+        if (isinstance(launches, int) and not isinstance(launches, bool) and isinstance(verdict, str)
+                and isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool)):
+            return cls(launches, verdict, elapsed)
+        return None
+
+
 @dataclass
 class WorkloadResult:
     """The outcome for one workload (or variant): verdict, per-metric comparisons, the analyses of
@@ -323,9 +347,17 @@ class WorkloadResult:
     notes: tuple[Note, ...] = ()      # the explanation (which phase regressed and why), one typed note a line
     variant: str | None = None
     wall_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     strict: bool = False              # judged in strict mode: a missing baseline (NEW) fails
     profile: Analysis | None = None   # the CUDA-traced profile launch (GPU metrics, diagnosis), if taken
+    # what the gate run says besides its verdict, each written under the result record's "extra"
+    record_command: str | None = None  # how this command records the workload's baseline
+    looks: tuple[LookRecord, ...] = ()  # the gate's looks, one after each timing launch
+    stopped: str | None = None        # why the launches stopped
+    baseline_updated: bool = False    # the run recorded the baseline
+    provenance: dict[str, Any] | None = None   # how the baseline differs from this run (gate.provenance.Staleness)
+    noise: dict[str, Any] | None = None        # the baseline's noise at the budget (gate.sequential_looks.NoiseReport)
+    attribution: dict[str, Any] | None = None  # the reasons of a change (diagnosis.records.Attribution)
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of a result record's "extra", kept as read
 
     @property
     def name(self) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 from perfgate import __version__
 from perfgate.errors import PerfgateError
 from perfgate.records.model import (
-    Analysis, Direction, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
+    Analysis, Direction, LookRecord, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
 from perfgate.records.notes import message_text, notes_from_message
 from perfgate.records.safe_names import RULE, is_safe_name
@@ -92,8 +92,35 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
         "analyses": [a.to_dict() for a in r.analyses],
         "profile": None if r.profile is None else r.profile.to_dict(),
         "resources": resources_dict(r),
-        "extra": r.extra,
+        "extra": _extra_dict(r),
     })
+
+
+def _extra_dict(r: WorkloadResult) -> dict[str, Any]:
+    """A result record's ``extra``: what the gate run says besides its verdict (the keys a result
+    without it leaves out), and the keys of a newer perfgate kept as read."""
+    own = {"record_command": r.record_command, "provenance": r.provenance,
+           "looks": [lk.to_dict() for lk in r.looks] or None, "stopped": r.stopped,
+           "baseline_updated": r.baseline_updated or None, "noise": r.noise, "attribution": r.attribution}
+    return {**r.extra, **{k: v for k, v in own.items() if v is not None}}
+
+
+def _extra_from(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``_extra_dict`` reversed: the WorkloadResult fields of a record's ``extra``; a key whose
+    value is not of its kind stays in ``extra``, as read (written back unchanged)."""
+    rest, out = dict(extra), {}
+    for key in ("record_command", "stopped"):
+        if isinstance(rest.get(key), str):
+            out[key] = rest.pop(key)
+    for key in ("provenance", "noise", "attribution"):
+        if isinstance(rest.get(key), dict):
+            out[key] = rest.pop(key)
+    if rest.get("baseline_updated") is True:
+        out["baseline_updated"] = rest.pop("baseline_updated")
+    looks = [LookRecord.from_dict(lk) for lk in rest.get("looks") or ()] if isinstance(rest.get("looks"), list) else []
+    if looks and all(lk is not None for lk in looks):
+        out["looks"], _ = tuple(looks), rest.pop("looks")
+    return {**out, "extra": rest}
 
 
 def render_report_json(results: Sequence[WorkloadResult]) -> dict[str, Any]:
@@ -205,7 +232,7 @@ def _result_from(f: _Fields) -> WorkloadResult:
         wall_s=f.number("wall_s", non_negative=True),
         # reports from before "strict" say a strict NEW failed only by "failed"
         strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
-        extra=f.get("extra", (dict,), {}),
+        **_extra_from(f.get("extra", (dict,), {})),
         analyses=[_analysis_from(a, f, f"analyses[{k}]") for k, a in enumerate(f.get("analyses", (list,), []))],
         profile=_analysis_from(p, f, "profile") if (p := f.get("profile", (dict,))) else None,
     )

@@ -62,7 +62,7 @@ def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
     to do, and warnings (e.g. a workload too noisy for its tolerance)."""
     lines: list[str] = []
     for r in results:
-        if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
+        if r.baseline_updated or r.verdict is Verdict.INCONCLUSIVE:
             lines += [f"{r.name}: {line}" for n in r.notes for line in n.line().splitlines() if line.strip()]
         elif not r.failed:
             lines += [f"{r.name}: {line}" for n in r.notes if n.severity == WARNING
