@@ -89,8 +89,8 @@ def test_a_memory_regression_is_the_first_reason_when_step_time_passes(ladder) -
     from perfgate.diagnosis.attribution import explain_regression
 
     full, _ = ladder
-    base = replace(full, extra={**full.extra, "resource_metrics": {ALLOC: 4096.0}})
-    cur = replace(full, extra={**full.extra, "resource_metrics": {ALLOC: 4915.2}})
+    base = replace(full, launch=replace(full.launch, resource_metrics={ALLOC: 4096.0}))
+    cur = replace(full, launch=replace(full.launch, resource_metrics={ALLOC: 4915.2}))
     outcome = compare_launches([base.metrics()], [cur.metrics()])
     attribution = explain_regression(base, cur, outcome)
     assert attribution.first_reason.startswith(

@@ -75,7 +75,7 @@ def _launch(case: str, kind: str, k: int, reported: bool, energy: bool) -> Analy
 
     _, start, _ = _analysed(case)
     steps = replace(a.steps, batch_size=64, samples_per_s=64.0 * 1000 / a.steps.summary_ms.mean)
-    with_report = replace(a, steps=steps, extra={**a.extra, "self_report": SELF_REPORT})
+    with_report = replace(a, steps=steps, launch=replace(a.launch, self_report=SELF_REPORT))
     return attach_resources(with_report, nvml_samples(a, start) if energy else [], start)
 
 
@@ -95,13 +95,13 @@ def analyses(draw: st.DrawFn, kind: str = "timing") -> Analysis:
         a = replace(a, steps=replace(a.steps, batch_size=None, samples_per_s=None))
     if draw(st.booleans()):
         a = replace(a, steps=replace(a.steps, range_summary_ms=None, range_durations_ms=()))
-    extra = dict(a.extra)
-    for key in ("energy", "gpu_memory", "resource_metrics", "self_report", "diagnosis", "stability", "capture"):
-        if key in extra and draw(st.booleans()):
-            del extra[key]
-    if "resource_metrics" in extra:
-        extra["resource_metrics"] = {m: v for m, v in extra["resource_metrics"].items() if draw(st.booleans())}
-    return replace(a, extra=extra)
+    launch = a.launch
+    for key in ("energy", "gpu_memory", "resource_metrics", "self_report", "diagnosis", "stability", "kind"):
+        if getattr(launch, key) is not None and draw(st.booleans()):
+            launch = replace(launch, **{key: None})
+    if launch.resource_metrics is not None:
+        launch = replace(launch, resource_metrics={m: v for m, v in launch.resource_metrics.items() if draw(st.booleans())})
+    return replace(a, launch=launch)
 
 
 def _thinned(c: MetricComparison, draw: st.DrawFn) -> MetricComparison:

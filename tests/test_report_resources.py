@@ -39,7 +39,7 @@ def launch(base, start_ns: int, watts: float, allocated_gib: float):
     samples = [Sample(t_s=k * 0.1, gpu=0, sm_mhz=1980, temperature_c=50, reasons=0, wall_ns=lo - 10**9 + k * 10**8,
                       power_mw=int(watts * 1e3), energy_mj=int(watts * 100 * k), util_pct=99) for k in range(60)]
     report = {"gpu_memory": {"max_allocated_bytes": int(allocated_gib * GIB), "max_reserved_bytes": int(6 * GIB)}}
-    return attach_resources(replace(base, extra={**base.extra, "self_report": report}), samples, start_ns)
+    return attach_resources(replace(base, launch=replace(base.launch, self_report=report)), samples, start_ns)
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ def test_steps_are_found_and_measured_as_periods(gated: dict) -> None:
     a = gated["recorded"].analyses[0]
     assert a.steps.basis == "period" and a.steps.count >= 5
     # the loop's own host-timed iteration (PERFGATE_SELF_REPORT) agrees with the period
-    own = a.extra["self_report"]["step_ms_median"] if "self_report" in a.extra else None
+    own = a.launch.self_report["step_ms_median"] if a.launch.self_report is not None else None
     if own is not None:
         assert a.steps.summary_ms.median == pytest.approx(own, rel=0.25)
 

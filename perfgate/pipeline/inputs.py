@@ -39,10 +39,10 @@ def explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analy
                         profile: Analysis | None) -> tuple[list[Analysis], list[Analysis]]:
     """The launches the diagnosis compares: the profile launches of both sides when both have one
     (CUDA-traced, with GPU facts), else the timing launches (like with like, never mixed)."""
-    base_profiles = [a for a in base_launches if a.extra.get("capture") == "profile"]
+    base_profiles = [a for a in base_launches if a.launch.kind == "profile"]
     if profile is not None and base_profiles:
         return base_profiles, [profile]
-    return [a for a in base_launches if a.extra.get("capture") != "profile"], list(timing)
+    return [a for a in base_launches if a.launch.kind != "profile"], list(timing)
 
 
 def analyze_file(path: Path, options: AnalysisOptions | None = None, nsys: str | None = None) -> Analysis:
@@ -210,7 +210,7 @@ def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | N
 
 
 def diagnosed(analysis: Analysis) -> Analysis:
-    """``analysis`` with ``extra["diagnosis"]`` (a dict) when perfgate.diagnosis can diagnose it."""
+    """``analysis`` with ``launch.diagnosis`` (a dict) when perfgate.diagnosis can diagnose it."""
     try:
         from perfgate.diagnosis.one_run import diagnose
     except ImportError:
@@ -220,8 +220,8 @@ def diagnosed(analysis: Analysis) -> Analysis:
     except Exception as exc:  # a diagnosis bug must not fail the gate (a Ctrl-C must stop it)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc
-        return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
-    return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
+        return replace(analysis, launch=replace(analysis.launch, diagnosis_error=f"{type(exc).__name__}: {exc}"))
+    return replace(analysis, launch=replace(analysis.launch, diagnosis=diagnosis))
 
 
 def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,

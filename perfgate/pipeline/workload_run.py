@@ -255,7 +255,7 @@ def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k:
                     cwd: Path | None = None, extra_args: Sequence[str] = (),
                     progress: Progress | None = None) -> Analysis:
     """One launch of ``kind`` (perfgate.capture.command.TIMING or PROFILE) into ``launch_dir``, analyzed,
-    checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
+    checked and diagnosed; ``launch.kind`` says its kind, ``launch.number`` its number. The
     one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.
     ``progress`` hears of a capture taken again after a transient nsys failure."""
     return launch_capture_and_analysis(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args,
@@ -283,13 +283,11 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
         raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
     trace = load_trace(capture.sqlite_path)
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
-    extra = {**analysis.extra, "launch": k, "capture": kind}
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
     notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
     analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
-    if capture.self_report is not None:
-        extra["self_report"] = capture.self_report
-    analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
+    launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report)
+    analysis = _checked(replace(analysis, launch=launch), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
     return capture, diagnosed(analysis)
 
@@ -300,17 +298,17 @@ def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> A
     and whether the GPU throttled. A failed check becomes a warning on the analysis."""
     from perfgate.gate.statistics import stability
 
-    extra, warnings = dict(analysis.extra), list(analysis.warnings)
+    warnings = list(analysis.warnings)
     report = stability(list(analysis.steps.durations_ms))
-    extra["stability"] = asdict(report)
+    facts = replace(analysis.launch, stability=asdict(report))
     if not report.stable:
         warnings.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
     if clocks is not None:
-        extra["gpu_clocks"] = clocks.to_dict()
+        facts = replace(facts, gpu_clocks=clocks.to_dict())
         if clocks.throttled:
             warnings.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
                             f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
-    return replace(analysis, extra=extra, warnings=tuple(warnings))
+    return replace(analysis, launch=facts, warnings=tuple(warnings))
 
 
 def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any] | None) -> AnalysisOptions:

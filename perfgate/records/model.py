@@ -4,7 +4,7 @@
     Capture     Trace     Analysis     WorkloadResult
 
 Records layer (imports only perfgate.records.version, perfgate.records.ranks,
-perfgate.records.steps, perfgate.records.facts and perfgate.records.notes). Records are frozen dataclasses; every field that carries a quantity has
+perfgate.records.steps, perfgate.records.facts, perfgate.records.launch and perfgate.records.notes). Records are frozen dataclasses; every field that carries a quantity has
 its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.records.facts import TraceFacts, stored_facts
+from perfgate.records.launch import Launch
 from perfgate.records.notes import Note, message_text
 from perfgate.records.ranks import CommStats, RankStats
 from perfgate.records.steps import StepStats
@@ -129,13 +130,14 @@ class Analysis:
     processes: int = 1
     devices: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)  # later stages may attach (e.g. "diagnosis")
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of an analysis record, kept as read
     ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
     rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
     comm: CommStats | None = None      # NCCL kernels in the measured steps, when there are any
     # what the diagnosis reads from the raw events (perfgate.analysis.facts); written inside the
     # diagnosis record, not by to_dict (records/facts.py)
     facts: TraceFacts | None = None
+    launch: Launch = field(default_factory=Launch)  # the gate's facts of the launch (records/launch.py)
 
     def metrics(self) -> dict[str, float]:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
@@ -174,12 +176,12 @@ class Analysis:
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
         # memory from the workload's allocator, energy and power from NVML (perfgate.analysis.resources)
-        out.update(self.extra.get("resource_metrics") or {})
+        out.update(self.launch.resource_metrics or {})
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The analysis record: the ``perfgate analyze --format json`` object, each analysis of a
-        result (``extra`` merged into the top level); ``from_dict`` reads it back."""
+        result (``extra`` and the launch's keys merged into the top level); ``from_dict`` reads it back."""
         idle, gpu = self.gpu_idle, self.gpu
         d: dict[str, Any] = {
             VERSION_KEY: RECORD_VERSION, "source": self.source, "nsys_version": self.nsys_version,
@@ -197,17 +199,20 @@ class Analysis:
         if self.comm is not None:
             d["comm"] = asdict(self.comm)
         d.update(self.extra)
+        d.update(self.launch.to_dict())
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "analysis record") -> Analysis:
         """The Analysis of an analysis record (``to_dict``; a baseline's launch record is one whose
-        ``steps`` holds no summary: StepStats.from_dict). Keys it does not know go to ``extra``;
+        ``steps`` holds no summary: StepStats.from_dict). The launch's keys go to ``launch``
+        (``Launch.split``), keys it does not know to ``extra``;
         ``facts`` are those its diagnosis keeps (``stored_facts``). PerfgateError naming ``where``
         for a record of a newer version (perfgate.records.version)."""
         check_record_version(d, where)
         metrics = d.get("metrics") or {}
-        own = {f.name for f in fields(cls)} - {"extra", "facts"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
+        own = {f.name for f in fields(cls)} - {"extra", "facts", "launch"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
+        launch, extra = Launch.split({k: v for k, v in d.items() if k not in own})
         return cls(
             source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
             schema_version=d.get("schema_version"), steps=StepStats.from_dict(d.get("steps") or {}, metrics),
@@ -216,7 +221,7 @@ class Analysis:
             gpu_idle=from_record(GpuIdle, d["gpu_idle"]) if d.get("gpu_idle") else None,
             gpu=from_record(GpuWork, d["gpu"]) if d.get("gpu") else None,
             processes=int(d.get("processes") or 1), devices=tuple(d.get("devices") or ()),
-            warnings=tuple(d.get("warnings") or ()), extra={k: v for k, v in d.items() if k not in own},
+            warnings=tuple(d.get("warnings") or ()), extra=extra, launch=launch,
             ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
             rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None,
             facts=stored_facts(d))
