@@ -32,3 +32,31 @@ def test_an_analysis_of_a_file_alone_writes_none_and_odd_values_stay_as_read() -
     back = Analysis.from_dict(odd)
     assert back.launch == Launch() and back.extra == {"capture": 3, "energy": None, "newer": [1]}
     assert {k: back.to_dict()[k] for k in ("capture", "energy", "newer")} == {"capture": 3, "energy": None, "newer": [1]}
+
+
+def test_the_launchs_notes_end_the_records_warnings_and_read_back() -> None:
+    analysis = make_result("w", "PASS").analyses[0]
+    analysis = replace(analysis, warnings=("launch-like words inside", "skipping 1 warm-up step"),
+                       launch=Launch(number=0, notes=("launch 0: measured steps are not stable (drift)",)))
+    d = analysis.to_dict()
+    assert d["warnings"] == ["launch-like words inside", "skipping 1 warm-up step",
+                             "launch 0: measured steps are not stable (drift)"]
+    back = Analysis.from_dict(d)
+    assert back.warnings == analysis.warnings and back.launch.notes == analysis.launch.notes
+
+
+def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
+    from perfgate.pipeline.workload_run import compare_policy, judge
+    from perfgate.records.notes import NOTE, SUMMARY
+    from perfgate.settings.config import load_settings
+    from perfgate.settings.workloads import WorkloadSpec
+
+    settings, spec = load_settings(tmp_path, env={}), WorkloadSpec(name="w", module="m")
+    result = make_result("w", "PASS")
+    unstable = "launch 0: measured steps are not stable (drift)"
+    result.analyses = [replace(result.analyses[0], warnings=("an analysis warning",),
+                               launch=Launch(number=0, kind="timing", notes=(unstable,)))]
+    judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", compare_policy(settings, spec))
+    assert [n.severity for n in result.notes] == [SUMMARY, NOTE]
+    assert result.notes[1].text.startswith(unstable + " (record one with ")    # the hint ends the last line
+    assert result.message.splitlines()[1].startswith(f"note: {unstable} (record one with ")

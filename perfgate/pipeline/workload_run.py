@@ -285,8 +285,8 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
     notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
-    analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
-    launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report)
+    launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report,
+                     notes=(*analysis.launch.notes, *notes))   # the result's message says so
     analysis = _checked(replace(analysis, launch=launch), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
     return capture, diagnosed(analysis)
@@ -295,20 +295,20 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
     """``analysis`` with the launch's measurement checks: whether its measured steps look stationary
     (no drift, no second level inside the window: stats.stability) and, with NVML, its GPU clocks
-    and whether the GPU throttled. A failed check becomes a warning on the analysis."""
+    and whether the GPU throttled. A failed check becomes a note of the launch (its record's warnings)."""
     from perfgate.gate.statistics import stability
 
-    warnings = list(analysis.warnings)
+    notes = list(analysis.launch.notes)
     report = stability(list(analysis.steps.durations_ms))
     facts = replace(analysis.launch, stability=asdict(report))
     if not report.stable:
-        warnings.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
+        notes.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
     if clocks is not None:
         facts = replace(facts, gpu_clocks=clocks.to_dict())
         if clocks.throttled:
-            warnings.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
-                            f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
-    return replace(analysis, launch=facts, warnings=tuple(warnings))
+            notes.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
+                         f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
+    return replace(analysis, launch=replace(facts, notes=tuple(notes)))
 
 
 def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any] | None) -> AnalysisOptions:
@@ -337,8 +337,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     result.comparisons = list(outcome.comparisons)
     stale = result.provenance   # the baseline measured other code or software: said first
     notes = [*([Note(WARNING, stale["text"])] if stale else []), Note(SUMMARY, outcome.summary)]
-    notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
-              if w.startswith("launch ")]
+    notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.launch.notes]
     result.notes = tuple(notes)
     if baseline is None:
         hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"

@@ -6,11 +6,13 @@ Records layer (stdlib only). An analysis record writes each of them as the top-l
 had (``launch``, ``capture``, ``self_report``, ``stability``, ``gpu_clocks``, ``gpu_memory``,
 ``energy``, ``resource_metrics``, ``diagnosis``, ``diagnosis_error``), only when there is one;
 ``Launch.split`` reads them back, a value of another kind staying in ``Analysis.extra`` as read.
+The launch's notes (``launch <k>: ...``) end the record's ``warnings``; ``split_warnings`` takes
+them back from there, at the edge that reads the record.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: Each field's key in an analysis record, and the kind of its value there.
@@ -34,10 +36,13 @@ class Launch:
     resource_metrics: dict[str, float] | None = None  # what Analysis.metrics() adds: memory, energy, power
     diagnosis: dict[str, Any] | None = None    # the diagnosis record (diagnosis.one_run)
     diagnosis_error: str | None = None         # why the diagnosis failed
+    # what the result's message notes of the launch: a file withheld, a capture taken again,
+    # unstable steps, a throttled GPU (``launch <k>: ...``); written at the end of ``warnings``
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The analysis record's keys of this launch (those it knows)."""
-        return {_KEYS[f.name][0]: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+        return {key: value for name, (key, _) in _KEYS.items() if (value := getattr(self, name)) is not None}
 
     @classmethod
     def split(cls, record: Mapping[str, Any]) -> tuple[Launch, dict[str, Any]]:
@@ -48,3 +53,16 @@ class Launch:
             if isinstance(value, kind) and not isinstance(value, bool):
                 values[name] = rest.pop(key)
         return cls(**values), rest
+
+
+def split_warnings(warnings: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """An analysis record's ``warnings`` as the analysis's own and the launch's notes: the run of
+    ``launch <k>: ...`` warnings that ends them (the only place their words are read)."""
+    k = len(warnings)
+    while k > 0 and warnings[k - 1].startswith(LAUNCH_NOTE):
+        k -= 1
+    return tuple(warnings[:k]), tuple(warnings[k:])
+
+
+#: How each of a launch's notes begins.
+LAUNCH_NOTE = "launch "

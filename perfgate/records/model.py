@@ -12,13 +12,13 @@ its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from perfgate.records.facts import TraceFacts, stored_facts
-from perfgate.records.launch import Launch
+from perfgate.records.launch import Launch, split_warnings
 from perfgate.records.notes import Note, message_text
 from perfgate.records.ranks import CommStats, RankStats
 from perfgate.records.steps import StepStats
@@ -191,7 +191,8 @@ class Analysis:
             "phases": {n: asdict(p) for n, p in self.phases.items()},
             "ranges": {n: asdict(r) for n, r in self.ranges.items()},
             "gpu": None if gpu is None else asdict(gpu), "processes": self.processes,
-            "devices": list(self.devices), "warnings": list(self.warnings), "metrics": self.metrics(),
+            "devices": list(self.devices), "warnings": [*self.warnings, *self.launch.notes],
+            "metrics": self.metrics(),
         }
         if self.ranks:
             d["ranks"] = [asdict(r) for r in self.ranks]
@@ -213,6 +214,7 @@ class Analysis:
         metrics = d.get("metrics") or {}
         own = {f.name for f in fields(cls)} - {"extra", "facts", "launch"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
         launch, extra = Launch.split({k: v for k, v in d.items() if k not in own})
+        warnings, launch_notes = split_warnings([str(w) for w in d.get("warnings") or ()])
         return cls(
             source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
             schema_version=d.get("schema_version"), steps=StepStats.from_dict(d.get("steps") or {}, metrics),
@@ -221,7 +223,7 @@ class Analysis:
             gpu_idle=from_record(GpuIdle, d["gpu_idle"]) if d.get("gpu_idle") else None,
             gpu=from_record(GpuWork, d["gpu"]) if d.get("gpu") else None,
             processes=int(d.get("processes") or 1), devices=tuple(d.get("devices") or ()),
-            warnings=tuple(d.get("warnings") or ()), extra=extra, launch=launch,
+            warnings=warnings, extra=extra, launch=replace(launch, notes=launch_notes),
             ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
             rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None,
             facts=stored_facts(d))
