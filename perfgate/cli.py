@@ -284,10 +284,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from perfgate.analysis.table import render_table
 
         _say(render_table(analysis))
-        if "diagnosis" in analysis.extra:
+        if analysis.launch.diagnosis is not None:
             from perfgate.diagnosis.render import render_diagnosis_text
 
-            _say("\n" + render_diagnosis_text(analysis.extra["diagnosis"]))
+            _say("\n" + render_diagnosis_text(analysis.launch.diagnosis))
     return EXIT_PASS
 
 

@@ -63,6 +63,6 @@ def launch(case: str, kind: str, k: int = 0, *, energy: bool = True) -> Analysis
     full, start, trace = _analysed(case)
     assert start is not None and full.gpu is not None
     a = as_timing(full) if kind == "timing" else replace(full, gpu=replace(full.gpu, peak_memory_bytes=TRACED_PEAK_BYTES))
-    a = _checked(replace(a, extra={**a.extra, "launch": k, "capture": kind}), k, None)
+    a = _checked(replace(a, launch=replace(a.launch, number=k, kind=kind)), k, None)
     a = attach_resources(a, nvml_samples(a, start) if energy else [], start)
-    return diagnosed(a, trace)  # type: ignore[arg-type]
+    return diagnosed(a)

@@ -18,6 +18,7 @@ from nsys_run import run_supervised
 from perfgate.records.model import (
     Analysis, Direction, MachineInfo, MetricComparison, PhaseStats, Tolerance, Verdict, WorkloadResult,
 )
+from perfgate.records.notes import SUMMARY, Note, notes_from_message
 from perfgate.records.steps import StepStats, Summary
 
 SKIP_STEPS = 2
@@ -88,7 +89,7 @@ def real_results(nsys: str, root: Path) -> list[WorkloadResult]:
             workload=name, verdict=outcome.verdict, comparisons=list(outcome.comparisons),
             analyses=[analyses[c] for c in cur], machine=machine,
             baseline_step_times_ms=[ms for b in (base or []) for ms in analyses[b].steps.durations_ms],
-            run_dir=root / cur[0], message=outcome.summary,
+            run_dir=root / cur[0], notes=(Note(SUMMARY, outcome.summary),),
         )
 
     _CACHE["results"] = [
@@ -140,6 +141,6 @@ def make_result(name: str, verdict: Verdict, *, message: str = "", error: str | 
                      make_comparison("phase.forward.cpu_ms", 4.0, forward_ms, fwd_verdict),
                      make_comparison("phase.backward.cpu_ms", 4.0, 4.0, Verdict.PASS)],
         analyses=[make_analysis([step] * 5, {"forward": forward_ms, "backward": 4.0})],
-        baseline_step_times_ms=[10.0] * 5, message=message, error=error,
+        baseline_step_times_ms=[10.0] * 5, notes=notes_from_message(message), error=error,
         run_dir=Path("/runs") / name,
     )

@@ -10,7 +10,7 @@ import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze, intervals, periods, phases, steps
 from perfgate.analysis.idle import _top_gaps, busy_intervals
-from perfgate.diagnosis.kernel_sets import _dense_codes, _distinct
+from perfgate.analysis.kernel_sets import _dense_codes, _distinct
 from perfgate.trace.api_calls import _add_counts
 from perfgate.trace.columns import Columns
 from perfgate.trace.export import load_trace

@@ -36,7 +36,7 @@ def test_covered_length_matches_a_bitmap_on_random_intervals() -> None:
 
 def test_overlap_length_counts_each_interval_inside_the_union_against_a_bitmap() -> None:
     """Overlapping intervals each count their own length inside the union (a copy overlapping
-    kernels: diagnosis.facts); the union is the sorted disjoint one :func:`intervals.union` gives."""
+    kernels: analysis.facts); the union is the sorted disjoint one :func:`intervals.union` gives."""
     rng = np.random.default_rng(3)
     for _ in range(50):
         s = rng.integers(0, 1000, size=20)

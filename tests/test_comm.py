@@ -148,11 +148,10 @@ def test_overlap_length_of_two_unions_equals_every_pair_summed() -> None:
 @pytest.fixture(scope="module")
 def ddp() -> tuple:
     """The capture's communication and its kernels by phase (TraceFacts), as the diagnosis reads them."""
-    from perfgate.diagnosis.one_run import diagnose
-    from perfgate.pipeline.inputs import _analyzed
+    from perfgate.pipeline.inputs import analyze_file
 
-    a, trace = _analyzed(DDP / "trace.sqlite", None, None)
-    return a.comm, diagnose(a, trace).facts["kernels_by_phase"]
+    a = analyze_file(DDP / "trace.sqlite")
+    return a.comm, a.facts.kernels_by_phase
 
 
 def _all_reduces(kernels: dict, per_step: float) -> dict:

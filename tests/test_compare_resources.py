@@ -89,8 +89,8 @@ def test_a_memory_regression_is_the_first_reason_when_step_time_passes(ladder) -
     from perfgate.diagnosis.attribution import explain_regression
 
     full, _ = ladder
-    base = replace(full, extra={**full.extra, "resource_metrics": {ALLOC: 4096.0}})
-    cur = replace(full, extra={**full.extra, "resource_metrics": {ALLOC: 4915.2}})
+    base = replace(full, launch=replace(full.launch, resource_metrics={ALLOC: 4096.0}))
+    cur = replace(full, launch=replace(full.launch, resource_metrics={ALLOC: 4915.2}))
     outcome = compare_launches([base.metrics()], [cur.metrics()])
     attribution = explain_regression(base, cur, outcome)
     assert attribution.first_reason.startswith(
@@ -115,13 +115,14 @@ def test_lost_cuda_graphs_are_named_by_kernels_per_batch(ladder) -> None:
 
 
 def test_a_kernel_regression_smaller_than_the_step_regression_follows_the_step_diagnosis(ladder) -> None:
-    """The real compile-removed pair: kernels +25 %, mean step +32 %: the compile rule leads and the
-    kernels are a note."""
+    """The real compile-removed pair: kernels +25 %, mean step +32 %: the compile change leads (told
+    from the analyses' facts: Triton kernels replaced by eager ones) and the kernels are a note."""
     from perfgate.diagnosis.attribution import explain_regression
 
     full, eager = ladder
     outcome = compare_launches([full.metrics()], [eager.metrics()], ComparePolicy(gate_alone=("kernels_per_step",)))
     assert outcome.row("kernels_per_step").verdict is Verdict.REGRESSED
     attribution = explain_regression(full, eager, outcome)
-    assert "torch.compile disabled" in attribution.first_reason and not attribution.first_reason.startswith("kernels")
+    assert "torch.compile removed" in attribution.first_reason and not attribution.first_reason.startswith("kernels")
+    assert attribution.cause == "compile"
     assert any(n.startswith("also regressed: kernels per batch 346 -> 433") for n in attribution.notes)

@@ -16,7 +16,6 @@ from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.render import render_attribution_text
 from perfgate.gate.provenance import Staleness
 from perfgate.pipeline.inputs import analyze_file, compare_and_explain
-from perfgate.trace.export import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TRACES, CORPUS, BASELINES = FIXTURES / "traces", FIXTURES / "corpus", FIXTURES.parent.parent / "baselines"
@@ -119,8 +118,7 @@ def test_a_stale_baseline_is_said_first_and_what_the_software_may_explain_is_nam
     base, cur = CORPUS / "base" / "trace.sqlite", CORPUS / "amp_off" / "trace.sqlite"
     options = AnalysisOptions(skip_steps=5)
     stale = Staleness(code=("workloads/train.py changed",), environment=("torch 2.11.0 -> 2.12.0",))
-    a = explain_regression(analyze_file(base, options), analyze_file(cur, options), baseline_trace=load_trace(base),
-                           current_trace=load_trace(cur), provenance=stale)
+    a = explain_regression(analyze_file(base, options), analyze_file(cur, options), provenance=stale)
     text = render_attribution_text(a)
     assert text.splitlines()[0] == ("baseline: the baseline was recorded from other code: workloads/train.py "
                                     "changed; torch 2.11.0 -> 2.12.0")
@@ -131,7 +129,7 @@ def test_a_stale_baseline_is_said_first_and_what_the_software_may_explain_is_nam
 def test_a_slower_loader_without_workers_is_not_told_as_the_same_0_workers() -> None:
     """The zoo's mnist and vae (num_workers=0 on the CPU) read "with the same 0 DataLoader workers"."""
     from perfgate.diagnosis.account import _with_workers
-    from perfgate.diagnosis.facts import TraceFacts
+    from perfgate.records.facts import TraceFacts
     from perfgate.diagnosis.records import Reason
 
     reason = Reason("data_loading", "data_load", 24.7, "data_load +24.7 ms/step")

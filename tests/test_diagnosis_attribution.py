@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from perfgate.diagnosis.attribution import explain_regression
-from perfgate.diagnosis.facts import TraceFacts
 from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.render import render_attribution_text
+from perfgate.records.facts import TraceFacts
 from perfgate.gate.baseline import BaselineLaunch
 from perfgate.records.model import (
     Analysis, Direction, GpuIdle, GpuWork, IdleGap, KernelStat, MetricComparison, PhaseStats, Tolerance,
@@ -84,13 +84,13 @@ def test_removing_a_ladder_rung_names_it_as_the_cause(rung: str) -> None:
 def test_removing_the_copy_stream_is_named_from_trace_facts_kept_with_the_baseline() -> None:
     facts = {"steps": STEPS, "h2d_copy_ms_per_step": 0.4, "h2d_on_compute_stream_fraction": 0.0,
              "h2d_overlap_fraction": 0.95, "idle_ms_per_step": 0.5, "idle_by_phase_ms": {"forward": 0.5}}
-    baseline = make_analysis(FAST)
-    stored = {**baseline.to_dict(), "diagnosis": diagnose(baseline, facts=TraceFacts.from_dict(facts)).to_dict()}
+    baseline = replace(make_analysis(FAST), facts=TraceFacts.from_dict(facts))
+    stored = {**baseline.to_dict(), "diagnosis": diagnose(baseline).to_dict()}
     current = make_analysis(with_phase(h2d=1.5), idle_ms=1.5)
     cur_facts = TraceFacts.from_dict({**facts, "h2d_on_compute_stream_fraction": 1.0,
                                       "h2d_overlap_fraction": 0.0, "idle_ms_per_step": 1.5,
                                       "idle_by_phase_ms": {"h2d": 1.0, "forward": 0.5}})
-    current = replace(current, extra={"diagnosis": diagnose(current, facts=cur_facts)})
+    current = replace(current, facts=cur_facts)
     attribution = explain_regression(Analysis.from_dict(json.loads(json.dumps(stored))), current)
     assert attribution.cause == "overlap stream"
     assert attribution.first_reason.startswith("h2d +1.0 ms/step (GPU idle while h2d open): H2D copies "

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import analyze_trace
-from perfgate.diagnosis.evidence import is_elementwise, is_fp32_matmul, is_half_matmul, is_triton
+from perfgate.analysis.kernel_classes import is_elementwise, is_fp32_matmul, is_half_matmul, is_triton
 from perfgate.records.model import Analysis
 
 TOY = Path(__file__).resolve().parent / "fixtures" / "traces" / "toy-h100" / "trace.sqlite"

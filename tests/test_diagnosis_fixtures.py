@@ -10,11 +10,9 @@ import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis.attribution import explain_regression
-from perfgate.diagnosis.facts import trace_facts
 from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import CPU_ONLY_NOTE
 from perfgate.diagnosis.render import render_attribution_text, render_diagnosis_text
-from perfgate.trace.export import load_trace
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
 CASES = sorted(p.name for p in TRACES.glob("*") if (p / "trace.sqlite").is_file()) if TRACES.is_dir() else []
@@ -57,14 +55,12 @@ def _options(case: str) -> AnalysisOptions:
 def case(request: pytest.FixtureRequest):
     name = request.param
     path = TRACES / name / "trace.sqlite"
-    analysis = analyze_trace(path, _options(name))
-    trace = load_trace(path)
-    return name, analysis, trace
+    return name, analyze_trace(path, _options(name))
 
 
 def test_trace_facts_agree_with_the_analysis_of_the_same_trace(case) -> None:
-    name, analysis, trace = case
-    facts = trace_facts(trace, analysis)
+    name, analysis = case
+    facts = analysis.facts
     assert facts.steps == analysis.steps.count
     if analysis.gpu is None:
         assert facts.gpu_ops == 0 and facts.idle_ms_per_step is None
@@ -78,8 +74,8 @@ def test_trace_facts_agree_with_the_analysis_of_the_same_trace(case) -> None:
 
 
 def test_diagnosis_of_each_capture_is_json_and_readable(case) -> None:
-    name, analysis, trace = case
-    d = diagnose(analysis, trace)
+    name, analysis = case
+    d = diagnose(analysis)
     doc = json.loads(json.dumps(d.to_dict()))
     assert doc["bottleneck"] == d.bottleneck and doc["facts"]["steps"] == analysis.steps.count
     assert render_diagnosis_text(d).startswith(f"bottleneck: {d.bottleneck}")
@@ -90,7 +86,7 @@ def test_diagnosis_of_each_capture_is_json_and_readable(case) -> None:
 def test_known_captures_get_their_known_bottleneck_and_findings(name: str) -> None:
     expected = EXPECTED[name]
     path = TRACES / name / "trace.sqlite"
-    d = diagnose(analyze_trace(path, _options(name)), load_trace(path))
+    d = diagnose(analyze_trace(path, _options(name)))
     fired = set(d.rules_fired)
     assert d.bottleneck == expected["bottleneck"]
     assert expected["fires"] <= fired
@@ -105,7 +101,7 @@ def test_ladder_rung_removed_is_named(faster: str, slower: str, cause: str) -> N
     if not all(p.is_file() for p in paths):
         pytest.skip(f"ladder captures {faster}/{slower} not committed yet")
     base, cur = (analyze_trace(p) for p in paths)
-    a = explain_regression(base, cur, baseline_trace=load_trace(paths[0]), current_trace=load_trace(paths[1]))
+    a = explain_regression(base, cur)
     if a.step_mean_delta_ms > 0:
         assert a.cause == cause, render_attribution_text(a)
     else:   # the removal made this step faster: the reasons say what did; it is named as going the other way

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze
-from perfgate.diagnosis.facts import trace_facts
-from perfgate.diagnosis.mechanisms import GRAPH_NAME, family_of, replacements
+from perfgate.analysis.kernel_families import GRAPH_NAME, family_of
+from perfgate.diagnosis.mechanisms import replacements
 from perfgate.trace.export import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -50,7 +50,7 @@ def _families(capture: str) -> dict:
     if not path.is_file():
         pytest.skip(f"{capture} not unpacked")
     trace = load_trace(path)
-    return trace_facts(trace, analyze(trace, AnalysisOptions(skip_steps=5))).kernels_by_family
+    return analyze(trace, AnalysisOptions(skip_steps=5)).facts.kernels_by_family
 
 
 @pytest.mark.parametrize("capture, place, family, name", EXPECTED, ids=[f"{c}-{f}" for c, _, f, _ in EXPECTED])

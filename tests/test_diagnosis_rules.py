@@ -3,16 +3,17 @@ around their thresholds."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from perfgate.diagnosis import rules
-from perfgate.diagnosis.facts import TraceFacts
 from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.records import (
     CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
 )
 from perfgate.diagnosis.render import render_diagnosis_text
+from perfgate.records.facts import TraceFacts
 from perfgate.records.model import Analysis, GpuIdle, GpuWork, IdleGap, KernelStat, PhaseStats
 from perfgate.records.steps import StepStats, Summary
 
@@ -82,7 +83,7 @@ def test_pageable_copies_answer_the_same_from_the_trace_and_from_its_baseline_re
     assert from_record.gpu is not None and from_record.gpu.pageable_copies == a.gpu.pageable_copies
     assert (rules.pageable_copies(a) is not None) is fires
     assert (rules.pageable_copies(from_record) is not None) is fires
-    assert ("pageable_copies" in {f["rule"] for f in a.extra["diagnosis"]["findings"]}) is fires
+    assert ("pageable_copies" in {f["rule"] for f in a.launch.diagnosis["findings"]}) is fires
 
 
 @pytest.mark.parametrize("per_step, fires", [(0.9, False), (1.0, True)])
@@ -284,7 +285,7 @@ def test_idle_while_loading_data_makes_a_gpu_run_data_loading_bound() -> None:
 def test_unoverlapped_h2d_copies_make_a_run_copy_bound() -> None:
     facts = TraceFacts(steps=STEPS, idle_ms_per_step=3.0, idle_by_phase_ms={"h2d": 3.0},
                        h2d_copy_ms_per_step=2.0, h2d_overlap_fraction=0.0)
-    d = diagnose(gpu_run(h2d_ms_per_step=2.0), facts=facts)
+    d = diagnose(replace(gpu_run(h2d_ms_per_step=2.0), facts=facts))
     assert d.bottleneck == H2D_COPY
     assert d.scores[H2D_COPY] == pytest.approx(0.5)
 
@@ -292,14 +293,14 @@ def test_unoverlapped_h2d_copies_make_a_run_copy_bound() -> None:
 def test_host_waiting_in_syncs_with_an_idle_gpu_is_synchronization_bound() -> None:
     facts = TraceFacts(steps=STEPS, idle_ms_per_step=4.0, sync_ms_per_step=4.0, sync_calls_per_step=3,
                        idle_by_phase_ms={"(no phase)": 4.0})
-    d = diagnose(gpu_run(sync_calls_per_step=3.0), facts=facts)
+    d = diagnose(replace(gpu_run(sync_calls_per_step=3.0), facts=facts))
     assert d.bottleneck == SYNCHRONIZATION
 
 
 def test_idle_while_launching_in_forward_backward_is_cpu_launch_bound() -> None:
     facts = TraceFacts(steps=STEPS, idle_ms_per_step=5.0,
                        idle_by_phase_ms={"forward": 3.0, "backward": 1.5, "data_load": 0.5})
-    d = diagnose(gpu_run(), facts=facts)
+    d = diagnose(replace(gpu_run(), facts=facts))
     assert d.bottleneck == CPU_LAUNCH
     assert d.scores[CPU_LAUNCH] == pytest.approx(0.45)
 

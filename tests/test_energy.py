@@ -199,15 +199,15 @@ def test_energy_and_allocator_memory_attach_to_a_real_trace_analysis(gpu_analysi
                for k in range(int((hi - lo) / 10**8) + 25)]            # 500 W from 1 s before to after
     report = {"gpu_memory": {"max_allocated_bytes": 3 * 2**30, "max_reserved_bytes": 4 * 2**30},
               "window_unix_ns": [lo - 2 * MS, hi]}                    # the workload's own clock: 2 ms earlier
-    attached = attach_resources(replace(analysis, extra={**analysis.extra, "self_report": report}), samples, start)
+    attached = attach_resources(replace(analysis, launch=replace(analysis.launch, self_report=report)), samples, start)
     window_s = (steps.window_end_ns - steps.window_start_ns) / 1e9
     metrics = attached.metrics()
     assert metrics["energy.per_step_j"] == pytest.approx(500 * window_s / steps.count, rel=1e-6)
     assert metrics["energy.per_sample_j"] == pytest.approx(500 * window_s / (steps.count * 32), rel=1e-6)
     assert metrics["gpu_memory.peak_allocated_mib"] == 3072.0 and metrics["gpu_memory.peak_reserved_mib"] == 4096.0
-    assert attached.extra["energy"]["source"] == "energy counter"
-    assert attached.extra["energy"]["clock_offset_ms"] == pytest.approx(2.0)
-    assert attached.extra["gpu_memory"]["gpu_memory.peak_allocated_mib"]["source"].startswith("torch allocator")
+    assert attached.launch.energy["source"] == "energy counter"
+    assert attached.launch.energy["clock_offset_ms"] == pytest.approx(2.0)
+    assert attached.launch.gpu_memory["gpu_memory.peak_allocated_mib"]["source"].startswith("torch allocator")
     assert "gpu_memory.peak_traced_mib" not in metrics                 # this capture had no --cuda-memory-usage
 
 
@@ -217,7 +217,7 @@ def test_without_nvml_or_a_clock_the_energy_is_absent_and_says_why(gpu_analysis)
                                 ([Sample(0.0, 0, 1980, 50, 0, wall_ns=1, energy_mj=1)], None, NO_CLOCK),
                                 ([Sample(0.0, 0, 1980, 50, 0, wall_ns=1, energy_mj=1)], trace.session_start_utc_ns, NOT_COVERED)):
         attached = attach_resources(analysis, samples, start)
-        assert attached.extra["energy"] == {"unavailable": why}
+        assert attached.launch.energy == {"unavailable": why}
         assert not any(m.startswith("energy.") for m in attached.metrics())       # absent, not zero
     assert allocator_memory({"gpu_memory": {"max_allocated_bytes": 0, "max_reserved_bytes": True}}) == {}
     assert allocator_memory(None) == {} and allocator_memory({"gpu_memory": "n/a"}) == {}

@@ -312,12 +312,10 @@ def test_the_workers_of_a_loader_made_anew_each_epoch_are_counted_once(captured:
     """A loop with 2 DataLoader workers, its iterator re-created every epoch, was told "DataLoader
     workers went from 16 to 0" (worker processes counted over the whole capture): the fact the
     diagnosis states is the workers of the iterator in use, from autostep's loader marks."""
-    from perfgate.diagnosis.facts import trace_facts
-
     analysis, _ = captured["epochs"]
     assert analysis.steps.count == _measured(36)
     trace = load_trace(Path(analysis.source))
-    assert trace_facts(trace, analysis).dataloader_workers == 2
+    assert analysis.facts.dataloader_workers == 2
     assert list(trace.marks["text"]).count("perfgate/loader:2") == 6
 
 

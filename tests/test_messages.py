@@ -71,7 +71,7 @@ def test_the_record_command_and_options_follow_the_command_in_use(tmp_path: Path
     assert pytest_settings.record_command("w") == "pytest --perfgate --perfgate-update-baselines --perfgate-workload w"
     # a NEW result's annotation says how to record, as the run that made it would
     new = WorkloadResult(workload="w", verdict=Verdict.NEW, analyses=[make_analysis([10.0, 11.0], {})],
-                         extra={"record_command": pytest_settings.record_command("w")})
+                         record_command=pytest_settings.record_command("w"))
     [line] = render_annotations([new])
     assert line.endswith("record one: `pytest --perfgate --perfgate-update-baselines --perfgate-workload w`")
     [line] = render_annotations([WorkloadResult(workload="w", verdict=Verdict.NEW)])   # an older report

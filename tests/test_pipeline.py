@@ -56,7 +56,7 @@ def test_run_directory_keeps_launch_artifacts_and_result_json(gate) -> None:
 
 def test_same_measurements_pass_against_their_baseline(gate) -> None:
     settings, spec, recorded = gate
-    result = replace(recorded, comparisons=[], extra={})
+    result = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
     judge(result, spec, settings, load_baseline(recorded.baseline_path), recorded.baseline_path,
           compare_policy(settings, spec))
     assert result.verdict == Verdict.PASS
@@ -67,12 +67,12 @@ def test_same_measurements_pass_against_their_baseline(gate) -> None:
 def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
     settings, spec, recorded = gate
     strict = replace(settings, strict=True)
-    result = replace(recorded, comparisons=[], extra={})
+    result = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
     judge(result, spec, strict, None, settings.baseline_dir / "absent.json", compare_policy(strict, spec))
     assert result.verdict == Verdict.NEW
     assert "--perfgate-update-baselines" in result.message
     assert result.strict and result.failed
-    lenient = replace(recorded, comparisons=[], extra={})
+    lenient = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
     judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json", compare_policy(settings, spec))
     assert lenient.verdict == Verdict.NEW and not lenient.failed
 
@@ -142,4 +142,4 @@ def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_
     torch = f"; torch 0.0.1 -> {result.machine.torch}" if result.machine.torch else ""
     assert result.message.splitlines()[0] == \
         f"warning: the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
-    assert result.extra["provenance"]["code"] == ["workloads/resnet_cifar.py changed"]
+    assert result.provenance["code"] == ["workloads/resnet_cifar.py changed"]

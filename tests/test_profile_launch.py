@@ -18,7 +18,7 @@ TRACES = Path(__file__).parent / "fixtures" / "traces"
 def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: Path) -> None:
     timing = analyze_file(TRACES / "cpu-train-loop" / "trace.sqlite")        # nvtx only
     profile = analyze_file(TRACES / "gpu-transformer" / "trace.sqlite")      # CUDA traced
-    profile = replace(profile, extra={**profile.extra, "capture": "profile"})
+    profile = replace(profile, launch=replace(profile.launch, kind="profile"))
     side = gate_metrics([timing, timing], profile)
     assert len(side) == 3 and side[0] == timing.metrics()
     gpu = side[2]
@@ -42,9 +42,9 @@ def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: 
     assert idle is not None and idle.verdict == Verdict.PASS and outcome.row("step_time_ms").baseline is not None
 
     base, cur = explained_launches(back.launch_analyses, [timing, timing], profile)
-    assert [a.extra["capture"] for a in base] == ["profile"] and cur == [profile]
+    assert [a.launch.kind for a in base] == ["profile"] and cur == [profile]
     base, cur = explained_launches(back.launch_analyses, [timing], None)    # no current profile: timing
-    assert [a.extra["capture"] for a in base] == ["timing", "timing"] and cur == [timing]
+    assert [a.launch.kind for a in base] == ["timing", "timing"] and cur == [timing]
 
 
 def test_a_baseline_profile_launch_is_diagnosed_against_its_own_step_time(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_a_baseline_profile_launch_is_diagnosed_against_its_own_step_time(tmp_pa
 
     runs = json.loads((Path(__file__).parent / "fixtures" / "records" / "ddp-h200-nosync.json").read_text())["runs"]
     base, cur, timing = (Analysis.from_dict(runs[n]["analysis"]) for n in ("baseline", "no_sync dropped", "rerun"))
-    timing = replace(timing, extra={**timing.extra, "capture": "timing"})    # a stand-in timing launch
+    timing = replace(timing, launch=replace(timing.launch, kind="timing"))    # a stand-in timing launch
     machine = MachineInfo("test-x2", None, 2, None, None, None, None)
     back = load_baseline(write_baseline(tmp_path / "b.json", baseline_from_analyses(
         "ddp", [timing], machine, {"command": "test"}, profile=base)))

@@ -32,7 +32,8 @@ from perfgate.analysis.resources import MEMORY_SOURCES, attach_resources
 from perfgate.commands.history import entry_for
 from perfgate.gate.compare import compare_launches
 from perfgate.pipeline.inputs import gate_metrics
-from perfgate.records.model import Analysis, MachineInfo, MetricComparison, Verdict, WorkloadResult
+from perfgate.records.model import Analysis, LookRecord, MachineInfo, MetricComparison, Verdict, WorkloadResult
+from perfgate.records.notes import NOTE, SUMMARY, Note
 from perfgate.report.annotations import render_annotations
 from perfgate.report.benchmark_json import render_benchmark_json
 from perfgate.report.github import status_payload
@@ -74,7 +75,7 @@ def _launch(case: str, kind: str, k: int, reported: bool, energy: bool) -> Analy
 
     _, start, _ = _analysed(case)
     steps = replace(a.steps, batch_size=64, samples_per_s=64.0 * 1000 / a.steps.summary_ms.mean)
-    with_report = replace(a, steps=steps, extra={**a.extra, "self_report": SELF_REPORT})
+    with_report = replace(a, steps=steps, launch=replace(a.launch, self_report=SELF_REPORT))
     return attach_resources(with_report, nvml_samples(a, start) if energy else [], start)
 
 
@@ -94,13 +95,13 @@ def analyses(draw: st.DrawFn, kind: str = "timing") -> Analysis:
         a = replace(a, steps=replace(a.steps, batch_size=None, samples_per_s=None))
     if draw(st.booleans()):
         a = replace(a, steps=replace(a.steps, range_summary_ms=None, range_durations_ms=()))
-    extra = dict(a.extra)
-    for key in ("energy", "gpu_memory", "resource_metrics", "self_report", "diagnosis", "stability", "capture"):
-        if key in extra and draw(st.booleans()):
-            del extra[key]
-    if "resource_metrics" in extra:
-        extra["resource_metrics"] = {m: v for m, v in extra["resource_metrics"].items() if draw(st.booleans())}
-    return replace(a, extra=extra)
+    launch = a.launch
+    for key in ("energy", "gpu_memory", "resource_metrics", "self_report", "diagnosis", "stability", "kind"):
+        if getattr(launch, key) is not None and draw(st.booleans()):
+            launch = replace(launch, **{key: None})
+    if launch.resource_metrics is not None:
+        launch = replace(launch, resource_metrics={m: v for m, v in launch.resource_metrics.items() if draw(st.booleans())})
+    return replace(a, launch=launch)
 
 
 def _thinned(c: MetricComparison, draw: st.DrawFn) -> MetricComparison:
@@ -118,10 +119,11 @@ def results(draw: st.DrawFn) -> WorkloadResult:
                                    gate_metrics(current, profile) if current else gate_metrics([profile], None))
         comparisons = [_thinned(c, draw) if draw(st.booleans()) else c for c in outcome.comparisons
                        if draw(st.integers(0, 4))]   # some rows left out
-    text = st.sampled_from(["", "step_time_ms 10 -> 12 ms\nnote: launch 0: measured steps are not stable"])
+    notes = st.sampled_from([(), (Note(SUMMARY, "step_time_ms 10 -> 12 ms"),
+                                  Note(NOTE, "launch 0: measured steps are not stable"))])
     extra = {key: value for key, value in {
         "baseline_updated": True, "record_command": "perfgate baseline update w",
-        "looks": [{"launches": 1, "verdict": "PASS", "elapsed_s": 1.0}], "stopped": "decided",
+        "looks": (LookRecord(1, "PASS", 1.0),), "stopped": "decided",
         "attribution": {"first_reason": "forward +20 %"}}.items() if draw(st.booleans())}
     return WorkloadResult(
         workload="w", verdict=draw(st.sampled_from(list(Verdict))), comparisons=comparisons, analyses=current,
@@ -129,9 +131,9 @@ def results(draw: st.DrawFn) -> WorkloadResult:
         baseline_path=draw(st.sampled_from([None, Path("baselines/w/cpu-x86_64.json")])),
         baseline_step_times_ms=draw(st.sampled_from([[], [10.0, 11.0, 10.5]])),
         run_dir=draw(st.sampled_from([None, Path(".perfgate/runs/x-w")])),
-        error=draw(st.sampled_from([None, "nsys exited with code 1"])), message=draw(text),
+        error=draw(st.sampled_from([None, "nsys exited with code 1"])), notes=draw(notes),
         variant=draw(st.sampled_from([None, "amp"])), wall_s=draw(st.sampled_from([None, 12.5])),
-        extra=extra, strict=draw(st.booleans()), profile=profile)
+        **extra, strict=draw(st.booleans()), profile=profile)
 
 
 def _measured(r: WorkloadResult, metric: str) -> bool:

@@ -14,6 +14,7 @@ from perfgate.analysis.resources import attach_resources
 from perfgate.capture.gpu_monitor import Sample
 from perfgate.gate.compare import compare_launches
 from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.records.notes import SUMMARY, Note
 from perfgate.report.charts import render_charts
 from perfgate.report.json_report import render_report_json
 from perfgate.report.json_report import results_from_report
@@ -38,7 +39,7 @@ def launch(base, start_ns: int, watts: float, allocated_gib: float):
     samples = [Sample(t_s=k * 0.1, gpu=0, sm_mhz=1980, temperature_c=50, reasons=0, wall_ns=lo - 10**9 + k * 10**8,
                       power_mw=int(watts * 1e3), energy_mj=int(watts * 100 * k), util_pct=99) for k in range(60)]
     report = {"gpu_memory": {"max_allocated_bytes": int(allocated_gib * GIB), "max_reserved_bytes": int(6 * GIB)}}
-    return attach_resources(replace(base, extra={**base.extra, "self_report": report}), samples, start_ns)
+    return attach_resources(replace(base, launch=replace(base.launch, self_report=report)), samples, start_ns)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def results(analysis):
     current = [launch(base, start, w, 4.8) for w in (401.0, 399.0, 400.0)]
     outcome = compare_launches([a.metrics() for a in baseline], [a.metrics() for a in current])
     regressed = WorkloadResult(workload="transformer_lm", verdict=outcome.verdict, comparisons=outcome.comparisons,
-                               analyses=current, message=outcome.summary)
+                               analyses=current, notes=(Note(SUMMARY, outcome.summary),))
     cpu = WorkloadResult(workload="cpu_only", verdict=Verdict.NEW, analyses=[base])
     return regressed, cpu
 

@@ -15,6 +15,7 @@ from perfgate.gate.sequential_looks import (
     LaunchBudget, detectable_change, launch_noise, noise_report, run_looks,
 )
 from perfgate.records.model import Tolerance, Verdict
+from perfgate.records.notes import SUMMARY, TO_DECIDE, WHY, Note, message_text
 
 POLICY = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.03)}, alpha=0.01)
 
@@ -162,11 +163,13 @@ def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
                                  POLICY, budget)
     outcome = looks[-1].outcome
     assert outcome.verdict == Verdict.INCONCLUSIVE and len(looks) == 10
-    text = noise_report(noisy, budget, POLICY).undecided("w", outcome.n_current, reason, POLICY.alpha)
+    why = noise_report(noisy, budget, POLICY).undecided("w", outcome.n_current, reason, POLICY.alpha)
+    assert [n.severity for n in why] == [WHY, TO_DECIDE]
+    text = message_text(why)
     assert "not significant after 10 launches (max_launches (10) reached; each look needs p < 0.0023," in text
     assert "launch-to-launch noise 8." in text and "raise max_launches (now 10)" in text
     assert "`perfgate history w --refresh-baseline`" in text
-    result = WorkloadResult(workload="w", verdict=Verdict.INCONCLUSIVE, message=outcome.summary + "\n" + text)
+    result = WorkloadResult(workload="w", verdict=Verdict.INCONCLUSIVE, notes=(Note(SUMMARY, outcome.summary), *why))
     lines = render_summary([result])
     assert any(line.startswith("w: why: the change is beyond tolerance") for line in lines)
     assert any(line.startswith("w: to decide: raise max_launches") for line in lines)

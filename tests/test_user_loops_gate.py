@@ -73,7 +73,7 @@ def test_steps_are_found_and_measured_as_periods(gated: dict) -> None:
     a = gated["recorded"].analyses[0]
     assert a.steps.basis == "period" and a.steps.count >= 5
     # the loop's own host-timed iteration (PERFGATE_SELF_REPORT) agrees with the period
-    own = a.extra["self_report"]["step_ms_median"] if "self_report" in a.extra else None
+    own = a.launch.self_report["step_ms_median"] if a.launch.self_report is not None else None
     if own is not None:
         assert a.steps.summary_ms.median == pytest.approx(own, rel=0.25)
 
@@ -125,7 +125,7 @@ def test_slower_input_pipeline_is_regressed_and_named(gated: dict) -> None:
         base_range = base.steps.range_summary_ms.median
         range_grown = cur.steps.range_summary_ms.median - base_range
         assert range_grown < 0.5 * grown + base_range * max(0.0, factor - 1.0), (range_grown, grown, loads)
-    first = slowed.extra["attribution"]["first_reason"]
+    first = slowed.attribution["first_reason"]
     assert first.startswith(phase) or first.startswith("between steps"), first
 
 

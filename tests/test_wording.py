@@ -11,6 +11,7 @@ import numpy as np
 from perfgate.gate.compare import compare_launches
 from perfgate.gate.wording import describe, fmt_metric_change, fmt_stats, fmt_tolerance
 from perfgate.records.model import Direction, MetricComparison, Tolerance, Verdict, WorkloadResult
+from perfgate.records.notes import SUMMARY, Note
 from perfgate.report.markdown import render_markdown
 from perfgate.report.terminal import failure_message
 
@@ -31,7 +32,7 @@ def regressed_result() -> WorkloadResult:
                                launches(5, 2, step=112.0, forward=42.0, idle=0.40))
     assert outcome.verdict is Verdict.REGRESSED
     return WorkloadResult(workload="w", verdict=outcome.verdict, comparisons=outcome.comparisons,
-                          message=outcome.summary)
+                          notes=(Note(SUMMARY, outcome.summary),))
 
 
 def test_the_summary_line_and_the_reports_write_each_row_the_same_way() -> None:

@@ -1,4 +1,5 @@
-"""Trace -> Analysis: steps, phases, NVTX range totals, GPU idle and GPU work.
+"""Trace -> Analysis: steps, phases, NVTX range totals, GPU idle and GPU work, and the facts the
+diagnosis reads from the raw events (TraceFacts): the diagnosis takes the Analysis alone.
 
 ``analyze_trace(path, AnalysisOptions())`` is the entry point; docs/analysis.md defines every
 number it produces."""
@@ -10,11 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from perfgate.analysis.comm import comm_stats
+from perfgate.analysis.facts import trace_facts
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
 from perfgate.analysis.loop import batch_sizes
 from perfgate.analysis.periods import iteration_periods, step_stats
-from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats, steps_key
+from perfgate.analysis.phases import attribute_gpu_time, phase_instances, phase_stats
 from perfgate.analysis.projection import project_ranges
 from perfgate.analysis.ranges import range_stats
 from perfgate.analysis.ranks import node_spread_ms, rank_stats, relabeled_comm
@@ -59,19 +61,20 @@ def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()
 
 
 def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
-    """The analysis of an already loaded trace (pure: the trace's frames are not modified)."""
+    """The analysis of an already loaded trace (pure: the trace's frames are not modified), with
+    the TraceFacts of its measured window (``Analysis.facts``)."""
     sel = select_steps(trace.nvtx, options.step_pattern, options.skip_steps, str(trace.path), trace.marks)
     measured = sel.measured
     lo, hi = sel.window
     busy = projected = work = None
     ops = trace.ops
     if len(ops):
-        ops, api = trace.gpu((lo, hi))       # joined once, shared with the diagnosis
+        ops, api = trace.gpu((lo, hi))       # joined once, shared with the facts
     period_ns = iteration_periods(sel, ops if len(ops) else None)
     batches = batch_sizes(trace.nvtx, trace.marks) if options.batch_size is None else None
     steps = step_stats(sel, options.batch_size, period_ns, batches)
     total_step_ns = int(period_ns.sum())
-    instances = trace.memo(("phases", steps_key(measured)), lambda: phase_instances(trace.nvtx, measured))
+    instances = phase_instances(trace.nvtx, measured)
     if len(ops):
         busy = attribute_gpu_time(instances, ops)
         # only the phase instances' own ranges are looked up in the projection
@@ -80,8 +83,8 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         work = gpu_work(ops, api, trace.strings, trace.memory_events, lo, hi, steps.count,
                         options.top_kernels)
     phases = phase_stats(instances, steps.count, total_step_ns, busy, projected)
-    # the devices' busy intervals in the window, shared with the diagnosis
-    device_busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(ops, lo, hi)) if len(ops) else None
+    # the devices' busy intervals in the window, shared with the facts
+    device_busy = busy_intervals(ops, lo, hi) if len(ops) else None
     idle = gpu_idle(ops, trace.nvtx, lo, hi, options.longest_gaps, device_busy)
     devices = tuple(device_label(d) for d in np.unique(ops.device_id))
     ranks, skew = rank_stats(measured, period_ns, instances, trace.processes)
@@ -89,6 +92,9 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
     nodes = () if spread is None else (f"after that alignment the nodes' k-th measured steps start {spread:.3f} ms "
                                        "apart (median over steps; DDP keeps ranks in step: about the alignment's "
                                        "error)",)
+    comm = relabeled_comm(comm_stats(ops, trace.strings, measured), ranks) if len(ops) else None
+    del ops, busy, projected
+    facts = trace_facts(trace, steps, work, measured, instances, device_busy)
     return Analysis(
         source=str(trace.path),
         nsys_version=trace.nsys_version,
@@ -103,8 +109,9 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         warnings=trace.notes + nodes + sel.warnings + _source_note(sel),
         ranks=ranks,
         rank_skew_ms=skew,
-        comm=relabeled_comm(comm_stats(ops, trace.strings, measured), ranks) if len(ops) else None,
+        comm=comm,
         extra={} if spread is None else {"node_step_spread_ms": spread},
+        facts=facts,
     )
 
 

@@ -68,7 +68,7 @@ def phase_instances(nvtx: Columns, measured: Columns) -> Columns:
 
 def steps_key(steps: Columns) -> tuple[bytes, ...]:
     """What ``phase_instances(nvtx, steps)`` depends on in ``steps``, as a hashable key: equal
-    keys, equal instances (``Trace.memo`` shares them between the analysis and the diagnosis)."""
+    keys, equal instances (the facts reuse the analysis's when their iterations are the same)."""
     ends = steps["period_end"] if "period_end" in steps else steps["end"]
     return tuple(np.ascontiguousarray(c, dtype=np.int64).tobytes()
                  for c in (steps["row_id"], steps["start"], steps["end"], ends, steps["global_tid"]))

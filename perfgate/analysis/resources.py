@@ -15,7 +15,7 @@ Each memory metric names its source:
 Energy and power come from perfgate.analysis.energy over the NVML samples perfgate.capture.gpu_monitor took during
 the launch: ``energy.per_sample_j``, ``energy.per_step_j``, ``energy.power_mean_w``,
 ``energy.power_peak_w``. Without NVML or a GPU these metrics are absent (never zero), and
-``Analysis.extra["energy"]`` says why.
+``Analysis.launch.energy`` says why.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def allocator_memory(self_report: Mapping[str, Any] | None) -> dict[str, float]:
 
 
 def energy_of(analysis: Analysis, samples: Sequence[Any], session_start_utc_ns: int | None) -> dict[str, Any]:
-    """``Analysis.extra["energy"]``: the EnergyReport's dict over the measured window, or
+    """``Analysis.launch.energy``: the EnergyReport's dict over the measured window, or
     ``{"unavailable": why}``."""
     if not samples:
         return {"unavailable": NO_NVML}
@@ -80,24 +80,24 @@ def clock_offset_ms(analysis: Analysis, session_start_utc_ns: int) -> float | No
     """How far the trace's measured window, placed on the wall clock, starts from where the workload
     says its measured steps began (``window_unix_ns`` in its self-report; None without one): a check
     of the clock that places the energy window (a few ms: the first step range opens just after)."""
-    reported = (analysis.extra.get("self_report") or {}).get("window_unix_ns")
+    reported = (analysis.launch.self_report or {}).get("window_unix_ns")
     if not (isinstance(reported, list) and len(reported) == 2 and all(isinstance(x, int) for x in reported)):
         return None
     return (session_start_utc_ns + analysis.steps.window_start_ns - reported[0]) / 1e6
 
 
 def attach_resources(analysis: Analysis, samples: Sequence[Any], session_start_utc_ns: int | None) -> Analysis:
-    """``analysis`` with ``extra["gpu_memory"]`` (each source's peak), ``extra["energy"]`` and
-    ``extra["resource_metrics"]`` (what Analysis.metrics() adds to the gate's metrics)."""
-    memory = allocator_memory(analysis.extra.get("self_report"))
+    """``analysis`` with ``launch.gpu_memory`` (each source's peak), ``launch.energy`` and
+    ``launch.resource_metrics`` (what Analysis.metrics() adds to the gate's metrics)."""
+    memory = allocator_memory(analysis.launch.self_report)
     energy = energy_of(analysis, samples, session_start_utc_ns)
     metrics = {**memory, **energy.get("metrics", {})}
-    extra = {**analysis.extra, "energy": energy, "resource_metrics": metrics}
+    launch = replace(analysis.launch, energy=energy, resource_metrics=metrics)
     traced = analysis.gpu.peak_memory_bytes if analysis.gpu is not None else None
     everything = {**memory, **({TRACED: traced / MIB} if traced is not None else {})}
     if everything:
-        extra["gpu_memory"] = {m: {"mib": v, "source": MEMORY_SOURCES[m]} for m, v in everything.items()}
-    return replace(analysis, extra=extra)
+        launch = replace(launch, gpu_memory={m: {"mib": v, "source": MEMORY_SOURCES[m]} for m, v in everything.items()})
+    return replace(analysis, launch=launch)
 
 
 def headline_memory(metrics: Mapping[str, float]) -> tuple[str, float] | None:

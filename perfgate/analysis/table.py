@@ -73,8 +73,8 @@ def render_table(analysis: Analysis) -> str:
         out += _table(["GPU", "ms", "CPU ranges open"],
                       [[gp.device, _fmt(gp.duration_ms), " > ".join(gp.cpu_ranges) or "-"]
                        for gp in a.gpu_idle.longest_gaps])
-    if a.warnings:
-        out += [""] + [f"warning: {w}" for w in a.warnings]
+    if a.warnings or a.launch.notes:
+        out += [""] + [f"warning: {w}" for w in (*a.warnings, *a.launch.notes)]
     return "\n".join(out) + "\n"
 
 

@@ -2,7 +2,7 @@
 while a launch runs.
 
 A launch whose GPU slowed down for thermal or hardware reasons measured the machine, not the code:
-the gate marks it (``Analysis.extra["gpu_clocks"]["throttled"]``) and says so in the result. The
+the gate marks it (``Analysis.launch.gpu_clocks["throttled"]``) and says so in the result. The
 same samples give the launch's energy over its measured steps (perfgate.analysis.energy). NVML comes from
 ``nvidia-ml-py`` (module ``pynvml``) behind :class:`NvmlReader`; without it, or without a GPU,
 monitoring is a no-op.

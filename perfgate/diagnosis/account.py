@@ -11,13 +11,13 @@ from dataclasses import replace
 from perfgate.diagnosis.comm import without_communication
 from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MECHANISM_ORDER, MODEL_PHASE, differences
 from perfgate.diagnosis.evidence import BETWEEN_STEPS, data_phase, gpu_active, idle_ms_per_step, step_mean_ms
-from perfgate.diagnosis.facts import STEP_CODE, TraceFacts
 from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
 from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
 from perfgate.diagnosis.records import Finding, KernelDelta, PhaseDelta, Reason
 from perfgate.diagnosis.rules import RULE_BY_ID
 from perfgate.gate.provenance import Staleness
+from perfgate.records.facts import STEP_CODE, TraceFacts
 from perfgate.records.model import Analysis
 
 MIN_REASON_MS = 0.01            # deltas below this (ms/step) are not named as a reason

@@ -6,8 +6,7 @@ Phase CPU times per step add up to the mean step time together with the step's s
 step-time delta exactly."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from perfgate.diagnosis import resources
@@ -15,9 +14,9 @@ from perfgate.diagnosis import account
 from perfgate.diagnosis.comm import collectives_changed, comm_reason, leads, runs_per_step
 from perfgate.diagnosis.differences import straggler_reason
 from perfgate.diagnosis.evidence import gap_idle_by_phase_ms, idle_ms_per_step, phase_ms, step_mean_ms
-from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping
-from perfgate.diagnosis.records import Attribution, Diagnosis, Finding, KernelDelta, PhaseDelta
+from perfgate.diagnosis.records import Attribution, Finding, KernelDelta, PhaseDelta
 from perfgate.gate.provenance import Staleness
+from perfgate.records.facts import TraceFacts
 from perfgate.records.model import Analysis, MetricComparison, Verdict
 
 KERNEL_DELTAS_SHOWN = 10
@@ -28,20 +27,13 @@ def _pick(values: Sequence[Any], key: Callable[[Any], float]) -> Any:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _one(value: Analysis | Sequence[Analysis]) -> tuple[Analysis, TraceFacts | None, Diagnosis | None]:
-    """An Analysis (the median launch of a sequence), its stored facts and stored diagnosis."""
+def _one(value: Analysis | Sequence[Analysis]) -> Analysis:
+    """An Analysis (the median launch of a sequence)."""
     if isinstance(value, Analysis):
-        analysis = value
-    elif not value:
+        return value
+    if not value:
         raise ValueError("explain_regression: an empty sequence of launches")
-    else:
-        analysis = median_launch(value)
-    stored = analysis.extra.get("diagnosis")
-    if isinstance(stored, Diagnosis):
-        facts = TraceFacts.from_dict(stored.facts) if stored.facts else None
-        return analysis, facts, stored
-    facts = facts_from_mapping({"diagnosis": stored}) if isinstance(stored, Mapping) else None
-    return analysis, facts, None
+    return median_launch(value)
 
 
 def _phase_deltas(base: Analysis, cur: Analysis) -> tuple[PhaseDelta, ...]:
@@ -86,29 +78,20 @@ def explain_regression(
     current: Analysis | Sequence[Analysis],
     comparisons: Sequence[MetricComparison] | Any | None = None,
     *,
-    baseline_trace: Any | None = None,
-    current_trace: Any | None = None,
     provenance: Staleness | None = None,
 ) -> Attribution:
     """Attribute the change from ``baseline`` to ``current``, slower or faster. Each side is an
     Analysis or a sequence of launches (the median launch by mean step time is used; a baseline's
     launches: ``Baseline.launch_analyses``, a file's: ``Analysis.from_dict``). ``comparisons``:
-    MetricComparison rows or an object with ``.comparisons`` (compare.Outcome). Traces, when given,
-    sharpen the rules (see TraceFacts). ``provenance``: how the baseline differs from this run's
-    code and software (perfgate.gate.provenance), said first; the reasons a software change may explain
-    too are named."""
+    MetricComparison rows or an object with ``.comparisons`` (compare.Outcome). Each side's facts
+    (``Analysis.facts``, TraceFacts) sharpen the rules. ``provenance``: how the baseline differs
+    from this run's code and software (perfgate.gate.provenance), said first; the reasons a
+    software change may explain too are named."""
     from perfgate.diagnosis.one_run import diagnose
 
-    base, base_facts, base_diag = _one(baseline)
-    cur, cur_facts, cur_diag = _one(current)
-    if base_diag is None or baseline_trace is not None:
-        base_diag = diagnose(base, baseline_trace, facts=base_facts)
-    if cur_diag is None or current_trace is not None:
-        cur_diag = diagnose(cur, current_trace, facts=cur_facts)
-    if base_facts is None and base_diag.facts:
-        base_facts = TraceFacts.from_dict(base_diag.facts)
-    if cur_facts is None and cur_diag.facts:
-        cur_facts = TraceFacts.from_dict(cur_diag.facts)
+    base, cur = _one(baseline), _one(current)
+    base_facts, cur_facts = base.facts, cur.facts
+    base_diag, cur_diag = diagnose(base), diagnose(cur)
 
     before = {f.rule for f in base_diag.findings}
     after = {f.rule for f in cur_diag.findings}

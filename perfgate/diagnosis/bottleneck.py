@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 from perfgate.diagnosis.checks import SMALL_KERNEL_US  # unattributed idle counts as launch idle below it
 from perfgate.diagnosis.evidence import (
-    COMPUTE_PHASES, data_phase, H2D_PHASE, OUTSIDE_PHASES, gap_idle_by_phase_ms, gpu_active,
-    idle_ms_per_step, phase_ms, phase_share, step_mean_ms,
+    COMPUTE_PHASES, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, phase_ms, phase_share,
+    step_mean_ms,
 )
-from perfgate.diagnosis.facts import TraceFacts
 from perfgate.diagnosis.records import (
     CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
     UNDETERMINED,
 )
+from perfgate.records.facts import H2D_PHASE, OUTSIDE_PHASES, TraceFacts
 from perfgate.records.model import Analysis
 
 COMPUTE_BOUND_IDLE_MAX = 0.15   # GPU idle fraction at or below which the run is GPU compute bound ...

@@ -7,12 +7,13 @@ The first five mirror ``nsys analyze`` (cuda_memcpy_async, cuda_memcpy_sync, cud
 gpu_gaps, gpu_time_util); the rest are PyTorch training-loop rules."""
 from __future__ import annotations
 
+from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.evidence import (
-    COMPUTE_PHASES, data_phase, H2D_PHASE, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step,
-    innermost_phase, kernel_class_counts, kernel_class_ms, phase_ms, phase_share, step_mean_ms,
+    COMPUTE_PHASES, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, innermost_phase, phase_ms,
+    phase_share, step_mean_ms,
 )
-from perfgate.diagnosis.facts import TraceFacts
 from perfgate.diagnosis.records import Finding
+from perfgate.records.facts import H2D_PHASE, TraceFacts
 from perfgate.records.model import Analysis
 
 # --- thresholds (a rule fires when its value is >= a *_MIN or <= a *_MAX) ---------------------

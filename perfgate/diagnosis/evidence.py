@@ -1,12 +1,13 @@
 """What the diagnosis reads from an Analysis: per-step quantities, GPU idle time by the phase open
-on the CPU, kernel-name classes (precision, Triton, elementwise). Pure functions; no pandas."""
+on the CPU. Pure functions; no pandas."""
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.records.model import Analysis, KernelStat
+from perfgate.records.facts import OUTSIDE_PHASES
+from perfgate.records.model import Analysis
 
 DATA_PHASE = "data_load"
 # Other names loops give their data-loading range (seed 003's ``__next__ N``, ...): the data phase of
@@ -14,18 +15,7 @@ DATA_PHASE = "data_load"
 DATA_PHASE_RE = re.compile(r"__next__|data|loader|fetch|next_batch", re.IGNORECASE)
 DATA_FETCH_RE = re.compile(r"__next__|loader|fetch|next_batch|data[ _-]?load", re.IGNORECASE)
 BETWEEN_STEPS = "between_steps"   # analysis.steps.BETWEEN_STEPS (no pandas import here)
-H2D_PHASE = "h2d"
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
-OUTSIDE_PHASES = "(no phase)"     # idle while only the step range (or nothing) was open
-
-# Kernel-name classes. Half/low precision first: a name matching it is never counted as fp32.
-HALF_PRECISION_RE = re.compile(
-    r"h884|h1688|h16816|hmma|f16|fp16|bf16|half|e4m3|e5m2|fp8|i8816|imma", re.IGNORECASE)
-MATMUL_RE = re.compile(
-    r"gemm|conv|fprop|dgrad|wgrad|xmma|cutlass|winograd|matmul",
-    re.IGNORECASE)
-TRITON_RE = re.compile(r"triton", re.IGNORECASE)
-ELEMENTWISE_RE = re.compile(r"elementwise|reduce_kernel|vectorized|unrolled|pointwise", re.IGNORECASE)
 
 
 # ----------------------------------------------------------------------------- per-step quantities
@@ -91,54 +81,3 @@ def data_phase(analysis: Analysis) -> str:
 def phase_ms(analysis: Analysis, name: str) -> float:
     p = analysis.phases.get(name)
     return 0.0 if p is None else float(p.cpu_per_step_ms)
-
-
-# ----------------------------------------------------------------------------- kernel names
-
-
-def is_half_precision(name: str) -> bool:
-    return HALF_PRECISION_RE.search(name) is not None
-
-
-def is_fp32_matmul(name: str) -> bool:
-    """A GEMM/convolution kernel whose name shows no half/low-precision type (fp32 or TF32)."""
-    return MATMUL_RE.search(name) is not None and not is_half_precision(name)
-
-
-def is_half_matmul(name: str) -> bool:
-    return MATMUL_RE.search(name) is not None and is_half_precision(name)
-
-
-def is_triton(name: str) -> bool:
-    return TRITON_RE.search(name) is not None
-
-
-def is_elementwise(name: str) -> bool:
-    return ELEMENTWISE_RE.search(name) is not None and not is_triton(name)
-
-
-def kernel_class_ms(kernels: tuple[KernelStat, ...]) -> dict[str, float]:
-    """Total ms of ``kernels`` by class: fp32_matmul, half_matmul, triton, elementwise, all."""
-    out = {"fp32_matmul": 0.0, "half_matmul": 0.0, "triton": 0.0, "elementwise": 0.0, "all": 0.0}
-    for k in kernels:
-        out["all"] += k.total_ms
-        if is_half_matmul(k.name):
-            out["half_matmul"] += k.total_ms
-        elif is_fp32_matmul(k.name):
-            out["fp32_matmul"] += k.total_ms
-        if is_triton(k.name):
-            out["triton"] += k.total_ms
-        if is_elementwise(k.name):
-            out["elementwise"] += k.total_ms
-    return out
-
-
-def kernel_class_counts(kernels: tuple[KernelStat, ...]) -> dict[str, int]:
-    """Kernel launch counts of ``kernels`` by class: triton, elementwise, half, all."""
-    out = {"triton": 0, "elementwise": 0, "half": 0, "all": 0}
-    for k in kernels:
-        out["all"] += k.count
-        out["triton"] += k.count if is_triton(k.name) else 0
-        out["elementwise"] += k.count if is_elementwise(k.name) else 0
-        out["half"] += k.count if is_half_precision(k.name) else 0
-    return out

@@ -9,8 +9,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from perfgate.diagnosis.evidence import BETWEEN_STEPS
-from perfgate.diagnosis.facts import STEP_CODE
 from perfgate.diagnosis.records import PhaseDelta, Reason
+from perfgate.records.facts import STEP_CODE
 
 MIN_MS = 0.05                  # ms/step below which a phase's change is not a reason
 MIN_SHARE = 0.02               # ... nor below this share of the step-time change

@@ -1,17 +1,9 @@
-"""Mechanisms, not kernel names: the kernel families PyTorch training launches (attention paths,
-GEMM and convolution precisions, cuDNN's convolution kernels, NCCL, fused / foreach / per-parameter
-optimizers, Triton kernels, CUDA graph replays, normalization, dropout, the loss, eager elementwise
-kernels), matched by name, and a change of family told as a replacement:
+"""Mechanisms, not kernel names: a change of kernel family (perfgate.analysis.kernel_families:
+attention paths, GEMM and convolution precisions, optimizers, Triton kernels, CUDA graph replays,
+...) told as a replacement:
 
     attention: cuDNN fused attention (12 kernels/step, 1.92 ms) -> unfused math attention (softmax
     +6/step, 0.41 ms): F.scaled_dot_product_attention no longer takes a fused path (...)?
-
-Names are matched on a kernel's demangled name where the trace has one (``cutlass::Kernel2<cutlass_80_
-simt_sgemm_...>`` says fp32; its short name ``Kernel2`` says nothing), else on its short name. The
-patterns were checked on the committed captures of nsys 2025.3.1 (tests/fixtures/corpus,
-tests/fixtures/traces) and nsys 2026.2.1 (../shared/fixtures): tests/test_diagnosis_mechanisms.py.
-cuBLASLt's Hopper ``nvjet_*`` kernels name no type; they ran only on bf16/fp16 inputs in those
-captures (fp32 and TF32 GEMMs ran ``*_f32f32_*`` / ``*tf32*`` kernels), so they count as bf16/fp16.
 
 Pure functions on the per-place tables of ``TraceFacts.kernels_by_family``: place -> family ->
 kernel name -> [launches, ms] per step."""
@@ -21,96 +13,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from perfgate.analysis.kernel_families import BY_ID, family_of
+
 #: family -> kernel name -> [launches, ms] per step (one place)
 Families = Mapping[str, Mapping[str, list[float]]]
-GRAPH_NAME = "(CUDA graph replay)"       # a CUDA graph launched as one GPU op (nsys's graph mode)
 MIN_PER_STEP = 0.5                       # launches per step below which a family is absent
 CHANGE_SHARE = 0.25                      # a family shrank or grew: by at least this share of its launches
 SHOWN = 3
-
-
-@dataclass(frozen=True)
-class Family:
-    """Kernels that do one thing one way: ``role`` (what they do: attention, matmul, ...),
-    ``words`` (how a reason names them), ``pattern`` (searched in the kernel's name)."""
-
-    id: str
-    role: str
-    words: str
-    pattern: re.Pattern[str]
-
-
-def _f(id: str, role: str, words: str, pattern: str) -> Family:
-    return Family(id, role, words, re.compile(pattern, re.IGNORECASE))
-
-
-HALF = r"bf16|f16|fp16|half|bfloat16|float16|h884|h1688|h16816|hmma|e4m3|e5m2|fp8|nvjet"
-CONV = r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|nchwToNhwc|nhwcToNchw|__5x_cudnn|cudnn::engines"
-GEMM = r"gemm|nvjet|gemv|cublas|splitKreduce"
-#: Every family, in the order they are tried (the first whose pattern matches names the kernel).
-FAMILIES: tuple[Family, ...] = (
-    _f("graph", "graphs", "CUDA graph replays", re.escape(GRAPH_NAME)),
-    _f("nccl", "communication", "NCCL collectives", r"nccl"),
-    _f("triton", "compiled", "Triton kernels (torch.compile)", r"triton"),
-    _f("attention.cudnn", "attention", "cuDNN fused attention (SDPA)",
-       r"fort_native_sdpa|_sdpa_|cudnn::fusion::(compute_dot_do_o|convert_dq)"),
-    _f("attention.flash", "attention", "flash attention (SDPA)", r"pytorch_flash|flash_fwd|flash_bwd|flash_attn"),
-    _f("attention.mem_efficient", "attention", "memory-efficient attention (SDPA)",
-       r"fmha_cutlass|MemEffAttention|efficient_attention"),
-    _f("loss", "loss", "the loss (log-softmax, NLL)",
-       r"nll_loss|LogSoftMax|cross_entropy|softmax_warp_\w+<[^,]+, [^,]+, [^,]+, \(int\)\d+, \(bool\)1"),
-    _f("softmax", "softmax", "softmax", r"softmax"),
-    _f("conv.layout", "convolution", "cuDNN layout transforms", r"nchwToNhwc|nhwcToNchw"),
-    _f("conv.helper", "convolution", "cuDNN helper kernels", r"ReduceSplitK|init_device_workspace|cask_plugin"),
-    _f("conv.half", "convolution", "bf16/fp16 convolutions", rf"(?=.*({CONV}))(?=.*({HALF}))"),
-    _f("conv.tf32", "convolution", "TF32 convolutions", rf"(?=.*({CONV}))(?=.*tf32)"),
-    _f("conv.fp32", "convolution", "fp32 convolutions", CONV),
-    _f("matmul.half", "matmul", "bf16/fp16 GEMMs (tensor cores)", rf"(?=.*({GEMM}))(?=.*({HALF}))"),
-    _f("matmul.tf32", "matmul", "TF32 GEMMs", rf"(?=.*({GEMM}))(?=.*(tf32|s1688gemm|s16816gemm))"),
-    _f("matmul.splitk", "matmul", "cuBLAS split-K reductions", r"splitKreduce"),
-    _f("matmul.fp32", "matmul", "fp32 GEMMs (no tensor cores)", rf"{GEMM}|sgemm"),
-    _f("optimizer.fused", "optimizer", "fused optimizer kernels",
-       r"Fused\w*(Adam|Sgd|Adagrad)|FusedOptimizerTensorListMetadata|fused_(adam|sgd)"),
-    _f("optimizer.foreach", "optimizer", "foreach (multi-tensor) kernels", r"multi_tensor_apply"),
-    _f("norm.layer", "normalization", "fused layer-norm kernels", r"layer_norm|LayerNorm|GammaBeta|rms_?norm"),
-    _f("norm.batch", "normalization", "batch-norm kernels", r"batch_norm|BatchNorm|bn_fw|bn_bw"),
-    _f("dropout", "dropout", "dropout kernels", r"dropout"),
-    _f("elementwise", "elementwise", "eager elementwise/reduce kernels",
-       r"elementwise|vectorized|unrolled|reduce_kernel|CatArray|Fill|copy|pointwise|index|gather|scatter"),
-)
-BY_ID: dict[str, Family] = {f.id: f for f in FAMILIES}
-OPTIMIZER_PLACE = re.compile(r"optim", re.IGNORECASE)
-PER_PARAMETER = Family("optimizer.per_parameter", "optimizer", "a per-parameter loop (one elementwise kernel per "
-                       "tensor)", re.compile("$^"))
-BY_ID[PER_PARAMETER.id] = PER_PARAMETER
-GENERIC_SHORT = frozenset({"Kernel", "Kernel2", "kernel"})
-_TEMPLATE_NAME = re.compile(r"Kernel2?<(?:\w+::)*(\w*(?:gemm|Gemm|Conv|dgrad|wgrad|fprop|Reduce)\w*)")
-_SHAPE = re.compile(r"GemmShape<\(int\)(\d+), \(int\)(\d+), \(int\)(\d+)>")
-
-
-def family_of(name: str, place: str | None = None) -> str | None:
-    """The family id of a kernel called ``name`` (demangled where known) launched in ``place``;
-    None for a kernel of no known family. Eager elementwise kernels launched in an optimizer phase
-    are a per-parameter optimizer loop."""
-    for family in FAMILIES:
-        if family.pattern.search(name):
-            if family.id == "elementwise" and place is not None and OPTIMIZER_PLACE.search(place):
-                return PER_PARAMETER.id
-            return family.id
-    return None
-
-
-def display_name(short: str, demangled: str | None) -> str:
-    """The name a reason shows: the short name, or for a generic one (``Kernel2``) the template it
-    instantiates (``cutlass_80_simt_sgemm_256x128_8x4_nt_align1``, ``ImplicitGemmConvolution
-    128x64x32``)."""
-    if short not in GENERIC_SHORT or not demangled:
-        return short
-    m = _TEMPLATE_NAME.search(demangled)
-    if m is None:
-        return short
-    shape = _SHAPE.search(demangled)
-    return m.group(1) + (f" {'x'.join(shape.groups())}" if shape else "")
 
 
 def families_from_names(kernels: Mapping[str, list[float]], place: str | None = None) -> dict[str, dict[str, list[float]]]:
@@ -203,7 +112,7 @@ def _kernels(base: Families, cur: Families, ids: tuple[str, ...], sign: int) -> 
     """Kernels of ``ids`` whose launches fell (sign -1) or rose (+1), largest change first."""
     names: dict[str, tuple[float, float]] = {}
     for f in ids:
-        for name in {*base.get(f, {}), *cur.get(f, {})}:
+        for name in dict.fromkeys([*base.get(f, {}), *cur.get(f, {})]):   # in order: equal changes keep theirs
             b = base.get(f, {}).get(name, [0.0, 0.0])
             c = cur.get(f, {}).get(name, [0.0, 0.0])
             d = (c[0] - b[0], c[1] - b[1])

@@ -1,27 +1,18 @@
 """The diagnosis of one run: its bottleneck class with the evidence, and the rules that fired."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from perfgate.diagnosis.bottleneck import classify
 from perfgate.diagnosis.evidence import gpu_active
-from perfgate.diagnosis.facts import TraceFacts, facts_from_mapping, trace_facts
 from perfgate.diagnosis.records import Diagnosis
 from perfgate.diagnosis.rules import run_rules
 from perfgate.records.model import Analysis
 
-if TYPE_CHECKING:
-    from perfgate.trace.export import Trace
 
-
-def diagnose(a: Analysis, trace: Trace | None = None, *, facts: TraceFacts | None = None) -> Diagnosis:
-    """Bottleneck class, evidence and findings of one run. ``trace`` (the Trace the analysis was
-    made from) lets the rules read raw events; ``facts`` passes TraceFacts computed before; without
-    either, the facts a diagnosis stored with the analysis (``extra["diagnosis"]``, read back) count."""
-    if facts is None and trace is not None:
-        facts = trace_facts(trace, a)
-    if facts is None:
-        facts = facts_from_mapping(a.extra)
+def diagnose(a: Analysis) -> Diagnosis:
+    """Bottleneck class, evidence and findings of one run, from its Analysis alone: the rules that
+    read raw events read them as ``a.facts`` (made in the analysis pass, or read back with a stored
+    analysis record); without facts, those rules fall back on what the rest of the Analysis says."""
+    facts = a.facts
     verdict = classify(a, facts)
     findings = run_rules(a, facts)
     return Diagnosis(bottleneck=verdict.bottleneck, confidence=round(verdict.confidence, 4),

@@ -13,9 +13,9 @@ from perfgate.diagnosis.checks import (
     low_gpu_utilization, no_mixed_precision, not_compiled, pageable_copies, synchronizing_api_calls,
     synchronous_copies, warmup_in_window,
 )
-from perfgate.diagnosis.evidence import COMPUTE_PHASES, H2D_PHASE, data_phase, idle_ms_per_step, phase_ms
-from perfgate.diagnosis.facts import TraceFacts
+from perfgate.diagnosis.evidence import COMPUTE_PHASES, data_phase, idle_ms_per_step, phase_ms
 from perfgate.diagnosis.records import Finding
+from perfgate.records.facts import H2D_PHASE, TraceFacts
 from perfgate.records.model import Analysis
 
 Check = Callable[[Analysis, "TraceFacts | None"], "Finding | None"]

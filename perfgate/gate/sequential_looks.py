@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import ConfigError
 from perfgate.records.model import Tolerance
+from perfgate.records.notes import TO_DECIDE, WHY, Note
 
 if TYPE_CHECKING:
     from perfgate.gate.compare import ComparePolicy, Outcome
@@ -191,18 +192,19 @@ class NoiseReport:
                 f"{self.describe()}. Raise max_launches, widen the tolerance, or make the workload steadier "
                 "(more measured steps, fixed clocks, no other load)")
 
-    def undecided(self, workload: str, launches: int, stopped: str | None, alpha: float) -> str:
+    def undecided(self, workload: str, launches: int, stopped: str | None, alpha: float) -> tuple[Note, Note]:
         """Why a run that ended INCONCLUSIVE after ``launches`` could not decide (``stopped``: why it
-        stopped; ``alpha``: the whole run's false-alarm budget), and what to do about it."""
+        stopped; ``alpha``: the whole run's false-alarm budget), and what to do about it: a WHY and
+        a TO_DECIDE note."""
         s = "es" if launches != 1 else ""
-        why = (f"why: the change is beyond tolerance but not significant after {launches} launch{s} "
+        why = (f"the change is beyond tolerance but not significant after {launches} launch{s} "
                f"({stopped or 'budget spent'}; each look needs p < {self.alpha:.2g}, α {alpha:g} spread over the "
                f"budget's looks); {self.describe()}.")
-        todo = (f"to decide: raise max_launches (now {self.max_launches}) or budget_s, rerun on a quieter machine, "
+        todo = (f"raise max_launches (now {self.max_launches}) or budget_s, rerun on a quieter machine, "
                 "compare in the same job with `perfgate ab` (drift since the baseline was recorded cannot show "
                 f"there), or build the baseline from several runs (`perfgate history {workload} --refresh-baseline`, "
                 "with history_dir set) so that its noise holds the drift between runs")
-        return f"{why}\n{todo}"
+        return Note(WHY, why), Note(TO_DECIDE, todo)
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": NOISE_METRIC, "noise": self.noise, "n_baseline": self.n_baseline,

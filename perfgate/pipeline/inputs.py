@@ -20,7 +20,7 @@ from perfgate.system.process_tree import swallowed_interrupt
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
     from perfgate.gate.compare import ComparePolicy, Outcome
-    from perfgate.trace.export import Trace
+    from perfgate.gate.provenance import Staleness
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
 
@@ -39,23 +39,17 @@ def explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analy
                         profile: Analysis | None) -> tuple[list[Analysis], list[Analysis]]:
     """The launches the diagnosis compares: the profile launches of both sides when both have one
     (CUDA-traced, with GPU facts), else the timing launches (like with like, never mixed)."""
-    base_profiles = [a for a in base_launches if a.extra.get("capture") == "profile"]
+    base_profiles = [a for a in base_launches if a.launch.kind == "profile"]
     if profile is not None and base_profiles:
         return base_profiles, [profile]
-    return [a for a in base_launches if a.extra.get("capture") != "profile"], list(timing)
+    return [a for a in base_launches if a.launch.kind != "profile"], list(timing)
 
 
 def analyze_file(path: Path | Sequence[Path], options: AnalysisOptions | None = None,
                  nsys: str | None = None) -> Analysis:
-    """Analyze one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside it first), or a
-    job's traces, one per node (given, or a folder of them), as one job (perfgate/trace/nodes.py)."""
-    return _analyzed(path, options, nsys)[0]
-
-
-def _analyzed(path: Path | Sequence[Path], options: AnalysisOptions | None,
-              nsys: str | None) -> tuple[Analysis, Trace]:
-    """The diagnosed Analysis of one trace file (or one per node) and the Trace it was made from
-    (loaded once)."""
+    """The diagnosed Analysis of one trace (``.sqlite``, or ``.nsys-rep`` exported to SQLite beside
+    it first), or of a job's traces, one per node (given, or a folder of them), as one job
+    (perfgate/trace/nodes.py)."""
     from perfgate.analysis import AnalysisOptions, analyze
     from perfgate.trace.nodes import job_reports, load_job
 
@@ -63,7 +57,7 @@ def _analyzed(path: Path | Sequence[Path], options: AnalysisOptions | None,
     if len(paths) == 1 and paths[0].is_dir():
         paths = job_reports(paths[0])
     trace = load_job([_export(p, nsys) for p in paths])
-    return diagnosed(analyze(trace, options or AnalysisOptions()), trace), trace
+    return diagnosed(analyze(trace, options or AnalysisOptions()))
 
 
 def _export(path: Path, nsys: str | None) -> Path:
@@ -111,7 +105,11 @@ def metrics_from_document(doc: Any, path: Path) -> list[dict[str, float]]:
     """Per-launch metrics out of a parsed perfgate JSON document (see load_launch_metrics)."""
     if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
         return parse_baseline(doc, path).launch_metrics
-    doc = _single_result(doc, path)
+    return _result_metrics(_single_result(doc, path), path)
+
+
+def _result_metrics(doc: Any, path: Path) -> list[dict[str, float]]:
+    """Per-launch metrics of one result (or analysis) document."""
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
         launches = [a.get("metrics") if isinstance(a, dict) else None for a in doc["analyses"]]
     elif isinstance(doc, dict) and isinstance(doc.get("metrics"), dict):
@@ -144,23 +142,23 @@ def _single_result(doc: Any, path: Path) -> Any:
 
 @dataclass(frozen=True)
 class _Side:
-    """One side of a file comparison, read and analyzed once: its per-launch metrics, the launches
-    the attribution reads and, for a trace, the Trace."""
+    """One side of a file comparison, read and analyzed once: its per-launch metrics and the
+    launches the attribution reads."""
 
     metrics: list[dict[str, float]]
     launches: list[Analysis]
-    trace: Trace | None = None
 
 
 def _load_side(path: Path, options: AnalysisOptions | None, nsys: str | None) -> _Side:
     if path.suffix in TRACE_SUFFIXES or path.is_dir():      # a folder: a job's reports, one per node
-        analysis, trace = _analyzed(path, options, nsys)
-        return _Side([_trace_metrics(analysis, path)], [analysis], trace)
+        analysis = analyze_file(path, options, nsys)
+        return _Side([_trace_metrics(analysis, path)], [analysis])
     doc = _read_json(path)
-    metrics = metrics_from_document(doc, path)
-    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:
-        return _Side(metrics, parse_baseline(doc, path).launch_analyses)
+    if isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT:   # parsed once: metrics and launches
+        baseline = parse_baseline(doc, path)
+        return _Side(baseline.launch_metrics, baseline.launch_analyses)
     doc = _single_result(doc, path)
+    metrics = _result_metrics(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("analyses"), list):
         check_record_version(doc, str(path), TraceError)      # a result record
         records = [(a, f"{path}: analyses[{k}]") for k, a in enumerate(doc["analyses"]) if isinstance(a, dict)]
@@ -219,28 +217,26 @@ def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | N
     clean = outcome.verdict == Verdict.PASS and not any(r.verdict == Verdict.REGRESSED for r in outcome.comparisons)
     if not explain or clean:
         return outcome, None
-    traces = {"baseline_trace": b.trace, "current_trace": c.trace} if b.trace and c.trace else {}
-    return outcome, explain_change(b.launches, c.launches, outcome, **traces)
+    return outcome, explain_change(b.launches, c.launches, outcome)
 
 
-def diagnosed(analysis: Analysis, trace: Trace | None = None) -> Analysis:
-    """``analysis`` with ``extra["diagnosis"]`` (a dict) when perfgate.diagnosis can diagnose it;
-    ``trace`` (the Trace the analysis was made from) lets the trace-level rules run too."""
+def diagnosed(analysis: Analysis) -> Analysis:
+    """``analysis`` with ``launch.diagnosis`` (a dict) when perfgate.diagnosis can diagnose it."""
     try:
         from perfgate.diagnosis.one_run import diagnose
     except ImportError:
         return analysis
     try:
-        diagnosis = diagnose(analysis, trace).to_dict()
+        diagnosis = diagnose(analysis).to_dict()
     except Exception as exc:  # a diagnosis bug must not fail the gate (a Ctrl-C must stop it)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc
-        return replace(analysis, extra={**analysis.extra, "diagnosis_error": f"{type(exc).__name__}: {exc}"})
-    return replace(analysis, extra={**analysis.extra, "diagnosis": diagnosis})
+        return replace(analysis, launch=replace(analysis.launch, diagnosis_error=f"{type(exc).__name__}: {exc}"))
+    return replace(analysis, launch=replace(analysis.launch, diagnosis=diagnosis))
 
 
 def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,
-             **traces: Any) -> Any | None:
+                   *, provenance: Staleness | None = None) -> Any | None:
     """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
     an attribution bug must not fail the gate)."""
     try:
@@ -248,7 +244,7 @@ def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Ana
     except ImportError:
         return None
     try:
-        return explain_regression(list(baseline_launches), list(analyses), outcome, **traces)
+        return explain_regression(list(baseline_launches), list(analyses), outcome, provenance=provenance)
     except Exception as exc:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc

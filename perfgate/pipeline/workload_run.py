@@ -28,7 +28,8 @@ from perfgate.gate.baseline import (
 from perfgate.gate.baseline_lock import recording_lock
 from perfgate.gate.provenance import Staleness, command_line, recording
 from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
-from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
+from perfgate.records.model import Analysis, Capture, LookRecord, Verdict, WorkloadResult
+from perfgate.records.notes import ATTRIBUTION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 from perfgate.system.machine import this_machine
@@ -100,7 +101,7 @@ def run_workload(
         result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
         result.machine = this_machine(settings.nsys, settings.machine_class)
         path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
-        result.extra["record_command"] = settings.record_command(spec.full_name)
+        result.record_command = settings.record_command(spec.full_name)
         policy = compare_policy(settings, spec)
         if update_baseline:
             record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
@@ -113,20 +114,20 @@ def run_workload(
 
                 stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
                 if stale.stale:
-                    result.extra["provenance"] = stale.to_dict()
+                    result.provenance = stale.to_dict()
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
-            result.extra["looks"] = [{"launches": lk.launches, "verdict": str(lk.outcome.verdict),
-                                      "elapsed_s": round(lk.elapsed_s, 3)} for lk in looks]
-            result.extra["stopped"] = reason
+            result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3))
+                                 for lk in looks)
+            result.stopped = reason
             judge(result, spec, settings, baseline, path, policy)
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
-        result.verdict, result.error, result.message = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ""
+        result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
     except PerfgateError as exc:
-        result.verdict, result.error, result.message = Verdict.ERROR, str(exc), ""
+        result.verdict, result.error, result.notes = Verdict.ERROR, str(exc), ()
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
-        result.verdict, result.error, result.message = Verdict.ERROR, os_error_message(exc), ""
+        result.verdict, result.error, result.notes = Verdict.ERROR, os_error_message(exc), ()
     except Exception as exc:  # a bug must not hide the other workloads' results (a Ctrl-C must stop them)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc
@@ -137,7 +138,7 @@ def run_workload(
                 (result.run_dir / "error.txt").write_text(text)
                 where = f" (traceback in {result.run_dir / 'error.txt'})"
         result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
-        result.message = ""
+        result.notes = ()
     result.wall_s = time.monotonic() - started
     if result.run_dir is not None:
         try:
@@ -179,13 +180,12 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     n = len(result.analyses)
     step = [a.steps.time_ms for a in result.analyses]
     profiled = " + a CUDA profile launch" if result.profile is not None else ""
-    result.message = (f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
-                      f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}")
     warning = noise.warning(spec.full_name)
-    if warning:
-        result.message += f"\nwarning: {warning}"
-    result.extra["baseline_updated"] = True
-    result.extra["noise"] = noise.to_dict()
+    result.notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
+                                  f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
+                    *([Note(WARNING, warning)] if warning else []))
+    result.baseline_updated = True
+    result.noise = noise.to_dict()
 
 
 class _Launcher:
@@ -255,7 +255,7 @@ def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k:
                     cwd: Path | None = None, extra_args: Sequence[str] = (),
                     progress: Progress | None = None) -> Analysis:
     """One launch of ``kind`` (perfgate.capture.command.TIMING or PROFILE) into ``launch_dir``, analyzed,
-    checked and diagnosed; ``extra["capture"]`` says its kind, ``extra["launch"]`` its number. The
+    checked and diagnosed; ``launch.kind`` says its kind, ``launch.number`` its number. The
     one capture-and-analyze path of the gate, ``perfgate ab`` and ``perfgate calibrate``.
     ``progress`` hears of a capture taken again after a transient nsys failure."""
     return launch_capture_and_analysis(spec, settings, launch_dir, k, kind, cwd=cwd, extra_args=extra_args,
@@ -281,36 +281,34 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
                 why = exports[0].read_text(encoding="utf-8", errors="replace").splitlines()[0]
                 raise TraceError(f"{capture.run_dir}: {why} (see {exports[0]})")
         raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
-    trace = load_job(capture.node_sqlite or [capture.sqlite_path])   # once, for the analysis and the diagnosis
+    trace = load_job(capture.node_sqlite or [capture.sqlite_path])   # one report, or one per node
     analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
-    extra = {**analysis.extra, "launch": k, "capture": kind}
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
     notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
-    analysis = replace(analysis, warnings=(*analysis.warnings, *notes))  # the result's message says so
-    if capture.self_report is not None:
-        extra["self_report"] = capture.self_report
-    analysis = _checked(replace(analysis, extra=extra), k, monitor.report())
+    launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report,
+                     notes=(*analysis.launch.notes, *notes))   # the result's message says so
+    analysis = _checked(replace(analysis, launch=launch), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
-    return capture, diagnosed(analysis, trace)
+    return capture, diagnosed(analysis)
 
 
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
     """``analysis`` with the launch's measurement checks: whether its measured steps look stationary
     (no drift, no second level inside the window: stats.stability) and, with NVML, its GPU clocks
-    and whether the GPU throttled. A failed check becomes a warning on the analysis."""
+    and whether the GPU throttled. A failed check becomes a note of the launch (its record's warnings)."""
     from perfgate.gate.statistics import stability
 
-    extra, warnings = dict(analysis.extra), list(analysis.warnings)
+    notes = list(analysis.launch.notes)
     report = stability(list(analysis.steps.durations_ms))
-    extra["stability"] = asdict(report)
+    facts = replace(analysis.launch, stability=asdict(report))
     if not report.stable:
-        warnings.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
+        notes.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
     if clocks is not None:
-        extra["gpu_clocks"] = clocks.to_dict()
+        facts = replace(facts, gpu_clocks=clocks.to_dict())
         if clocks.throttled:
-            warnings.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
-                            f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
-    return replace(analysis, extra=extra, warnings=tuple(warnings))
+            notes.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
+                         f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")
+    return replace(analysis, launch=replace(facts, notes=tuple(notes)))
 
 
 def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any] | None) -> AnalysisOptions:
@@ -326,7 +324,7 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
 def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Any, path: Path,
           policy: ComparePolicy) -> None:
     """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
-    launch budget; fills ``result`` (verdict, comparisons, message, attribution)."""
+    launch budget; fills ``result`` (verdict, comparisons, notes, attribution)."""
     from perfgate.gate.compare import compare_launches, timed_launches
     from perfgate.gate.sequential_looks import noise_report
 
@@ -337,27 +335,26 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
                                gate_metrics(analyses, result.profile), look_policy)
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
-    stale = result.extra.get("provenance")   # the baseline measured other code or software: said first
-    result.message = (f"warning: {stale['text']}\n" if stale else "") + outcome.summary
-    notes = [w for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.warnings
-             if w.startswith("launch ")]
-    if notes:
-        result.message += "\nnote: " + "\nnote: ".join(notes)
+    stale = result.provenance   # the baseline measured other code or software: said first
+    notes = [*([Note(WARNING, stale["text"])] if stale else []), Note(SUMMARY, outcome.summary)]
+    notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.launch.notes]
+    result.notes = tuple(notes)
     if baseline is None:
-        result.message += f" (record one with {settings.record_command(spec.full_name)}: {path})"
+        hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"
         others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
         if others:
-            result.message += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
-                               f"this machine is {path.stem}")
+            hint += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
+                     f"this machine is {path.stem}")
+        # the message has always said it at the end of its last line
+        result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
         return
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
-    result.extra["noise"] = noise.to_dict()
+    result.noise = noise.to_dict()
     if outcome.verdict == Verdict.INCONCLUSIVE:
-        result.message += "\n" + noise.undecided(spec.full_name, outcome.n_current, result.extra.get("stopped"),
-                                                 policy.alpha)
+        result.notes += noise.undecided(spec.full_name, outcome.n_current, result.stopped, policy.alpha)
     warning = noise.warning(spec.full_name)
     if warning:
-        result.message += f"\nwarning: {warning}"
+        result.notes += (Note(WARNING, warning),)
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
         base, cur = explained_launches(baseline.launch_analyses, analyses, result.profile)
@@ -365,8 +362,8 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         if attribution is not None:
             from perfgate.diagnosis.render import render_attribution_text
 
-            result.extra["attribution"] = attribution.to_dict()
-            result.message += "\n" + render_attribution_text(attribution)
+            result.attribution = attribution.to_dict()
+            result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
 
 
 def _write_result(result: WorkloadResult) -> None:

@@ -3,8 +3,8 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.records.version, perfgate.records.ranks and
-perfgate.records.steps). Records are frozen dataclasses; every field that carries a quantity has
+Records layer (imports only perfgate.records.version, perfgate.records.ranks,
+perfgate.records.steps, perfgate.records.facts, perfgate.records.launch and perfgate.records.notes). Records are frozen dataclasses; every field that carries a quantity has
 its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
@@ -12,11 +12,14 @@ its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfgate.records.facts import TraceFacts, stored_facts
+from perfgate.records.launch import Launch, split_warnings
+from perfgate.records.notes import Note, message_text
 from perfgate.records.ranks import CommStats, RankStats
 from perfgate.records.steps import StepStats
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
@@ -128,10 +131,14 @@ class Analysis:
     processes: int = 1
     devices: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)  # later stages may attach (e.g. "diagnosis")
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of an analysis record, kept as read
     ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
     rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
     comm: CommStats | None = None      # NCCL kernels in the measured steps, when there are any
+    # what the diagnosis reads from the raw events (perfgate.analysis.facts); written inside the
+    # diagnosis record, not by to_dict (records/facts.py)
+    facts: TraceFacts | None = None
+    launch: Launch = field(default_factory=Launch)  # the gate's facts of the launch (records/launch.py)
 
     def metrics(self) -> dict[str, float]:
         """Flat metric values, named as in METRICS / tolerances (``phase.<name>.cpu_ms``...)."""
@@ -170,12 +177,12 @@ class Analysis:
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
         # memory from the workload's allocator, energy and power from NVML (perfgate.analysis.resources)
-        out.update(self.extra.get("resource_metrics") or {})
+        out.update(self.launch.resource_metrics or {})
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The analysis record: the ``perfgate analyze --format json`` object, each analysis of a
-        result (``extra`` merged into the top level); ``from_dict`` reads it back."""
+        result (``extra`` and the launch's keys merged into the top level); ``from_dict`` reads it back."""
         idle, gpu = self.gpu_idle, self.gpu
         d: dict[str, Any] = {
             VERSION_KEY: RECORD_VERSION, "source": self.source, "nsys_version": self.nsys_version,
@@ -185,7 +192,8 @@ class Analysis:
             "phases": {n: asdict(p) for n, p in self.phases.items()},
             "ranges": {n: asdict(r) for n, r in self.ranges.items()},
             "gpu": None if gpu is None else asdict(gpu), "processes": self.processes,
-            "devices": list(self.devices), "warnings": list(self.warnings), "metrics": self.metrics(),
+            "devices": list(self.devices), "warnings": [*self.warnings, *self.launch.notes],
+            "metrics": self.metrics(),
         }
         if self.ranks:
             d["ranks"] = [asdict(r) for r in self.ranks]
@@ -193,16 +201,21 @@ class Analysis:
         if self.comm is not None:
             d["comm"] = asdict(self.comm)
         d.update(self.extra)
+        d.update(self.launch.to_dict())
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "analysis record") -> Analysis:
         """The Analysis of an analysis record (``to_dict``; a baseline's launch record is one whose
-        ``steps`` holds no summary: StepStats.from_dict). Keys it does not know go to ``extra``;
-        PerfgateError naming ``where`` for a record of a newer version (perfgate.records.version)."""
+        ``steps`` holds no summary: StepStats.from_dict). The launch's keys go to ``launch``
+        (``Launch.split``), keys it does not know to ``extra``;
+        ``facts`` are those its diagnosis keeps (``stored_facts``). PerfgateError naming ``where``
+        for a record of a newer version (perfgate.records.version)."""
         check_record_version(d, where)
         metrics = d.get("metrics") or {}
-        own = {f.name for f in fields(cls)} - {"extra"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
+        own = {f.name for f in fields(cls)} - {"extra", "facts", "launch"} | {VERSION_KEY, "gpu_idle_fraction", "metrics"}
+        launch, extra = Launch.split({k: v for k, v in d.items() if k not in own})
+        warnings, launch_notes = split_warnings([str(w) for w in d.get("warnings") or ()])
         return cls(
             source=str(d.get("source", "<dict>")), nsys_version=d.get("nsys_version"),
             schema_version=d.get("schema_version"), steps=StepStats.from_dict(d.get("steps") or {}, metrics),
@@ -211,9 +224,10 @@ class Analysis:
             gpu_idle=from_record(GpuIdle, d["gpu_idle"]) if d.get("gpu_idle") else None,
             gpu=from_record(GpuWork, d["gpu"]) if d.get("gpu") else None,
             processes=int(d.get("processes") or 1), devices=tuple(d.get("devices") or ()),
-            warnings=tuple(d.get("warnings") or ()), extra={k: v for k, v in d.items() if k not in own},
+            warnings=warnings, extra=extra, launch=replace(launch, notes=launch_notes),
             ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
-            rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None)
+            rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None,
+            facts=stored_facts(d))
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:
@@ -300,6 +314,30 @@ class MetricComparison:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class LookRecord:
+    """One look of a gate run (perfgate.gate.sequential_looks.run_looks), as its result records it:
+    the timing launches taken, the verdict then and the seconds since the run began."""
+
+    launches: int
+    verdict: str
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launches": self.launches, "verdict": self.verdict, "elapsed_s": self.elapsed_s}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> LookRecord | None:
+        """The look of ``d`` when it is exactly one (``to_dict``'s keys and kinds), else None."""
+        if not isinstance(d, Mapping) or set(d) != {"launches", "verdict", "elapsed_s"}:
+            return None
+        launches, verdict, elapsed = d["launches"], d["verdict"], d["elapsed_s"]
+        if (isinstance(launches, int) and not isinstance(launches, bool) and isinstance(verdict, str)
+                and isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool)):
+            return cls(launches, verdict, elapsed)
+        return None
+
+
 @dataclass
 class WorkloadResult:
     """The outcome for one workload (or variant): verdict, per-metric comparisons, the analyses of
@@ -314,16 +352,29 @@ class WorkloadResult:
     baseline_step_times_ms: list[float] = field(default_factory=list)  # for per-step charts
     run_dir: Path | None = None
     error: str | None = None
-    message: str = ""                 # one-paragraph explanation (which phase regressed and why)
+    notes: tuple[Note, ...] = ()      # the explanation (which phase regressed and why), one typed note a line
     variant: str | None = None
     wall_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     strict: bool = False              # judged in strict mode: a missing baseline (NEW) fails
     profile: Analysis | None = None   # the CUDA-traced profile launch (GPU metrics, diagnosis), if taken
+    # what the gate run says besides its verdict, each written under the result record's "extra"
+    record_command: str | None = None  # how this command records the workload's baseline
+    looks: tuple[LookRecord, ...] = ()  # the gate's looks, one after each timing launch
+    stopped: str | None = None        # why the launches stopped
+    baseline_updated: bool = False    # the run recorded the baseline
+    provenance: dict[str, Any] | None = None   # how the baseline differs from this run (gate.provenance.Staleness)
+    noise: dict[str, Any] | None = None        # the baseline's noise at the budget (gate.sequential_looks.NoiseReport)
+    attribution: dict[str, Any] | None = None  # the reasons of a change (diagnosis.records.Attribution)
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of a result record's "extra", kept as read
 
     @property
     def name(self) -> str:
         return self.workload if not self.variant else f"{self.workload}[{self.variant}]"
+
+    @property
+    def message(self) -> str:
+        """The notes as one text, as a result record's ``"message"`` writes them (records/notes.py)."""
+        return message_text(self.notes)
 
     @property
     def failed(self) -> bool:

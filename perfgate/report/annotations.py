@@ -29,9 +29,8 @@ DEFAULT_RECORD = "perfgate baseline update"
 
 def hint(result: WorkloadResult) -> str:
     """What to do about a warning verdict, in the words of the command that ran (its
-    ``extra["record_command"]``, set by the pipeline)."""
-    record = result.extra.get("record_command")
-    return _WARNING_HINTS[result.verdict].format(record=record if isinstance(record, str) else DEFAULT_RECORD)
+    ``record_command``, set by the pipeline)."""
+    return _WARNING_HINTS[result.verdict].format(record=result.record_command or DEFAULT_RECORD)
 
 
 def escape_data(text: str) -> str:

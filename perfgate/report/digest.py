@@ -113,7 +113,7 @@ def _headline_step(result: WorkloadResult) -> MetricComparison | None:
 def digest(result: WorkloadResult) -> Digest:
     """The headline numbers of ``result``; falls back to the analyses when no comparison exists."""
     step = _headline_step(result)
-    recorded = bool(result.extra.get("baseline_updated"))   # the run is the baseline: nothing to compare
+    recorded = result.baseline_updated   # the run is the baseline: nothing to compare
     base = step.baseline if step else None if recorded else _median(list(result.baseline_step_times_ms))
     cur = step.current if step and step.current is not None else _current_metric(result, STEP_METRIC)
     change = step.change if step else (cur / base - 1 if cur is not None and base else None)

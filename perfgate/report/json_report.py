@@ -13,7 +13,8 @@ Shape (schema version :data:`SCHEMA_VERSION`)::
 Each result is a result record (``result_dict``; ``result.json`` holds one), of the record schema
 (perfgate.records.version, docs/schema.md); the report's ``schema_version`` is the same version.
 ``results_from_report`` reads the ``results`` back into WorkloadResults, their analyses and profile
-launch included (``Analysis.from_dict``): a report re-rendered from it says what the run's said.
+launch included (``Analysis.from_dict``), their notes from the ``message`` (records/notes.py, the one place
+that reads a message's prose): a report re-rendered from it says what the run's said.
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from typing import Any
 from perfgate import __version__
 from perfgate.errors import PerfgateError
 from perfgate.records.model import (
-    Analysis, Direction, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
+    Analysis, Direction, LookRecord, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
+from perfgate.records.notes import message_text, notes_from_message
 from perfgate.records.safe_names import RULE, is_safe_name
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
 from perfgate.report.resources import resources_dict
@@ -81,7 +83,8 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
     """A WorkloadResult as JSON-ready data (analyses via ``Analysis.to_dict()``)."""
     return _jsonable({
         VERSION_KEY: RECORD_VERSION, "workload": r.workload, "variant": r.variant, "name": r.name,
-        "verdict": r.verdict, "failed": r.failed, "strict": r.strict, "message": r.message, "error": r.error,
+        "verdict": r.verdict, "failed": r.failed, "strict": r.strict,
+        "message": message_text(r.notes), "error": r.error,
         "run_dir": r.run_dir, "baseline_path": r.baseline_path, "wall_s": r.wall_s,
         "machine": None if r.machine is None else asdict(r.machine),
         "baseline_step_times_ms": list(r.baseline_step_times_ms),
@@ -89,8 +92,35 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
         "analyses": [a.to_dict() for a in r.analyses],
         "profile": None if r.profile is None else r.profile.to_dict(),
         "resources": resources_dict(r),
-        "extra": r.extra,
+        "extra": _extra_dict(r),
     })
+
+
+def _extra_dict(r: WorkloadResult) -> dict[str, Any]:
+    """A result record's ``extra``: what the gate run says besides its verdict (the keys a result
+    without it leaves out), and the keys of a newer perfgate kept as read."""
+    own = {"record_command": r.record_command, "provenance": r.provenance,
+           "looks": [lk.to_dict() for lk in r.looks] or None, "stopped": r.stopped,
+           "baseline_updated": r.baseline_updated or None, "noise": r.noise, "attribution": r.attribution}
+    return {**r.extra, **{k: v for k, v in own.items() if v is not None}}
+
+
+def _extra_from(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``_extra_dict`` reversed: the WorkloadResult fields of a record's ``extra``; a key whose
+    value is not of its kind stays in ``extra``, as read (written back unchanged)."""
+    rest, out = dict(extra), {}
+    for key in ("record_command", "stopped"):
+        if isinstance(rest.get(key), str):
+            out[key] = rest.pop(key)
+    for key in ("provenance", "noise", "attribution"):
+        if isinstance(rest.get(key), dict):
+            out[key] = rest.pop(key)
+    if rest.get("baseline_updated") is True:
+        out["baseline_updated"] = rest.pop("baseline_updated")
+    looks = [LookRecord.from_dict(lk) for lk in rest.get("looks") or ()] if isinstance(rest.get("looks"), list) else []
+    if looks and all(lk is not None for lk in looks):
+        out["looks"], _ = tuple(looks), rest.pop("looks")
+    return {**out, "extra": rest}
 
 
 def render_report_json(results: Sequence[WorkloadResult]) -> dict[str, Any]:
@@ -198,11 +228,11 @@ def _result_from(f: _Fields) -> WorkloadResult:
         baseline_step_times_ms=[float(step_fields.number(str(k), non_negative=True, required=True) or 0.0)
                                 for k in range(len(steps))],   # a null is an error, never a step of 0 ms
         run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
-        error=f.get("error", (str,)), message=f.get("message", (str,), ""), variant=f.name("variant"),
+        error=f.get("error", (str,)), notes=notes_from_message(f.get("message", (str,), "")), variant=f.name("variant"),
         wall_s=f.number("wall_s", non_negative=True),
         # reports from before "strict" say a strict NEW failed only by "failed"
         strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
-        extra=f.get("extra", (dict,), {}),
+        **_extra_from(f.get("extra", (dict,), {})),
         analyses=[_analysis_from(a, f, f"analyses[{k}]") for k, a in enumerate(f.get("analyses", (list,), []))],
         profile=_analysis_from(p, f, "profile") if (p := f.get("profile", (dict,))) else None,
     )

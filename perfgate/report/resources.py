@@ -24,7 +24,7 @@ MEMORY_COLUMNS = ("peak GPU memory", "energy/sample")
 
 
 def _launch(a: Analysis) -> dict[str, Any]:
-    return {"metrics": a.metrics(), "energy": a.extra.get("energy"), "gpu_memory": a.extra.get("gpu_memory")}
+    return {"metrics": a.metrics(), "energy": a.launch.energy, "gpu_memory": a.launch.gpu_memory}
 
 
 def launches(result: WorkloadResult) -> list[dict[str, Any]]:

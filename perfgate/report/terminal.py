@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
 from perfgate.records.model import Verdict, WorkloadResult
+from perfgate.records.notes import WARNING
 from perfgate.report.digest import STEP_MEAN_METRIC, digest, fmt_step, fmt_worst_phase, steps_from
 from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
@@ -61,10 +62,11 @@ def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
     to do, and warnings (e.g. a workload too noisy for its tolerance)."""
     lines: list[str] = []
     for r in results:
-        if r.extra.get("baseline_updated") or r.verdict is Verdict.INCONCLUSIVE:
-            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.strip()]
+        if r.baseline_updated or r.verdict is Verdict.INCONCLUSIVE:
+            lines += [f"{r.name}: {line}" for n in r.notes for line in n.line().splitlines() if line.strip()]
         elif not r.failed:
-            lines += [f"{r.name}: {line}" for line in r.message.splitlines() if line.startswith("warning:")]
+            lines += [f"{r.name}: {line}" for n in r.notes if n.severity == WARNING
+                      for line in n.line().splitlines() if line.strip()]
         steps = steps_from(r)
         if steps:
             lines.append(f"{r.name}: steps: {steps}")

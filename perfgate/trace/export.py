@@ -90,17 +90,6 @@ class Trace:
                                   if self._con is not None else empty_ops())
         return self._cache["ops"]
 
-    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """``compute()``, made once per ``key`` for this trace: what the analysis and the diagnosis
-        both need (``("busy", window)``: ``analysis.idle.busy_intervals`` of a window)."""
-        if key not in self._cache:
-            self._cache[key] = compute()
-        return self._cache[key]
-
-    def forget(self, key: Any) -> None:
-        """Drop what ``memo`` made for ``key`` (its memory), when no later stage needs it."""
-        self._cache.pop(key, None)
-
     @property
     def has_gpu(self) -> bool:
         return len(self.ops) > 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.diagnosis.facts import STEP_CODE  # the words a reason uses for the step's own code
+from perfgate.records.facts import STEP_CODE  # the words a reason uses for the step's own code
 
 try:
     import tomllib

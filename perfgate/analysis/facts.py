@@ -1,24 +1,24 @@
-"""TraceFacts: the few things the rules need that an Analysis does not keep, read from the raw
-events of a Trace (per measured step unless named otherwise). Stored in ``Diagnosis.to_dict()
-["facts"]`` so that a baseline that keeps the diagnosis keeps them too."""
+"""TraceFacts of one trace (perfgate.records.facts): what the diagnosis's rules need that the rest
+of an Analysis does not keep, read from the raw events of the measured window in the analysis pass
+(``analyze`` passes what it made already: the phase instances, the devices' busy intervals)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfgate.analysis import intervals
 from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
+from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
+from perfgate.analysis.kernel_sets import kernel_set_changes
 from perfgate.analysis.loop import loader_workers
 from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
-from perfgate.diagnosis.evidence import H2D_PHASE, OUTSIDE_PHASES, kernel_class_counts, kernel_class_ms
-from perfgate.diagnosis.kernel_sets import kernel_set_changes
-from perfgate.records.model import Analysis, KernelStat
+from perfgate.records.facts import H2D_PHASE, OUTSIDE_PHASES, STEP_CODE, TraceFacts
+from perfgate.records.model import GpuWork, KernelStat
+from perfgate.records.steps import StepStats
 from perfgate.trace.api_calls import SYNC_CALLS, api_name
 from perfgate.trace.columns import Columns, factorize
 from perfgate.trace.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
@@ -26,63 +26,11 @@ from perfgate.trace.gpu_ops import GRAPH, KERNEL, MEMCPY, GpuOps
 if TYPE_CHECKING:
     from perfgate.trace.export import Trace
 
-
-@dataclass(frozen=True)
-class TraceFacts:
-    steps: int                                         # measured steps the facts are divided by
-    gpu_ops: int = 0                                   # kernels + copies + memsets in the window
-    kernels_per_step: float = 0.0
-    kernel_ms_by_class: dict[str, float] = field(default_factory=dict)    # per step
-    kernel_count_by_class: dict[str, float] = field(default_factory=dict)  # per step
-    median_kernel_us: float | None = None
-    h2d_copies_per_step: float = 0.0
-    h2d_copy_ms_per_step: float = 0.0
-    h2d_on_compute_stream_fraction: float | None = None  # H2D copy time on a stream that runs kernels
-    h2d_overlap_fraction: float | None = None            # H2D copy time overlapping kernels (same GPU)
-    sync_calls_per_step: float = 0.0
-    sync_ms_per_step: float = 0.0
-    h2d_syncs_per_step: float = 0.0                    # sync calls made inside the h2d phase
-    sync_memcpy_per_step: float = 0.0                  # cudaMemcpy (no Async) calls
-    idle_ms_per_step: float | None = None
-    idle_by_phase_ms: dict[str, float] = field(default_factory=dict)  # innermost phase open on the CPU
-    kernel_set_changes: int = 0                        # steps whose kernel-name set differs from the usual one
-    cpu_only_steps: int = 0                            # measured steps with no GPU op at all (GPU runs)
-    # where work is launched: phase (STEP_CODE for the step's own code outside its phases) ->
-    # kernel name -> [launches, ms] per step; sync calls per step by phase
-    kernels_by_phase: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    # the same by kernel family (perfgate.diagnosis.mechanisms): place -> family -> name -> [launches, ms]
-    kernels_by_family: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
-    syncs_by_phase: dict[str, float] = field(default_factory=dict)
-    d2h_copies_per_step: float = 0.0
-    fp64_kernels_per_step: float = 0.0                 # kernels whose full name has a double type
-    dataloader_workers: int | None = None              # pt_data_worker processes (None: not recorded)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TraceFacts:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def facts_from_mapping(value: Any) -> TraceFacts | None:
-    """TraceFacts out of an ``Analysis.to_dict()``-like mapping that carries a diagnosis."""
-    if isinstance(value, TraceFacts):
-        return value
-    if not isinstance(value, Mapping):
-        return None
-    diag = value.get("diagnosis")
-    raw = diag.get("facts") if isinstance(diag, Mapping) else value.get("facts")
-    if isinstance(raw, Mapping) and "steps" in raw:
-        return TraceFacts.from_dict(raw)
-    return None
+Busy = dict[int, tuple[np.ndarray, np.ndarray]]   # device -> its busy intervals (analysis.idle.busy_intervals)
 
 
 # ----------------------------------------------------------------------------- from a Trace
 
-#: Where work launched inside a measured iteration but in none of its phases is said to happen.
-STEP_CODE = "the step's own code (outside its phases)"
 D2H_COPY_KIND = 2
 
 SYNC_APIS = SYNC_CALLS
@@ -138,11 +86,11 @@ def _launched_in(ops: GpuOps, lo: int, hi: int) -> np.ndarray:
     return out
 
 
-def _window_idle(trace: Trace, launched: GpuOps, phases: Columns, lo: int,
-                 hi: int) -> tuple[int, float, dict[str, float], int] | None:
+def _window_idle(launched: GpuOps, phases: Columns, lo: int, hi: int,
+                 busy: Busy | None) -> tuple[int, float, dict[str, float], int] | None:
     """(ops overlapping [lo, hi], their idle ns summed over devices, idle ns by phase, devices),
-    None when no op overlaps the window. The devices' busy intervals are the analysis's
-    (``Trace.memo``); the ops are read a block at a time for their (device, process) pairs."""
+    None when no op overlaps the window. ``busy``: the devices' busy intervals the analysis made
+    (made here when None); the ops are read a block at a time for their (device, process) pairs."""
     count = 0
     pairs: set[tuple[int, int]] = set()
     for at in range(0, len(launched), BLOCK):
@@ -153,8 +101,8 @@ def _window_idle(trace: Trace, launched: GpuOps, phases: Columns, lo: int,
         pairs.update((int(k) >> 32, int(k) & 0xFFFFFFFF) for k in np.unique(key))
     if count == 0:
         return None
-    busy = trace.memo(("busy", (lo, hi)), lambda: busy_intervals(launched, lo, hi))
-    trace.forget(("busy", (lo, hi)))     # no later stage needs them: freed on return (peak memory)
+    if busy is None:
+        busy = busy_intervals(launched, lo, hi)
     devices = sorted({d for d, _ in pairs})
     idle_ns, idle_phase_ns = _idle_by_phase(
         {d: busy[d] for d in devices}, {d: np.array(sorted(p for dd, p in pairs if dd == d)) for d in devices},
@@ -201,20 +149,27 @@ def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return rank[codes], [distinct[k] for k in order]
 
 
-def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
-    """TraceFacts of the measured window of ``analysis``, read from the raw events of ``trace``
-    (the GPU ops and API calls of that window are the ones the analysis read: ``Trace.gpu``)."""
-    n = max(analysis.steps.count, 1)
-    lo, hi = analysis.steps.window_start_ns, analysis.steps.window_end_ns
+def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: Columns, instances: Columns,
+                busy: Busy | None = None) -> TraceFacts:
+    """TraceFacts of the measured window of ``stats``, read from the raw events of ``trace`` (the
+    GPU ops and API calls of that window are the ones the analysis read: ``Trace.gpu``).
+    ``measured``, ``instances``: the analysis's measured steps and their phase instances (used
+    where the iterations found again from ``stats`` are those); ``busy``: the devices' busy
+    intervals in the window, when the analysis made them."""
+    n = max(stats.count, 1)
+    lo, hi = stats.window_start_ns, stats.window_end_ns
     workers = _dataloader_workers(trace, lo, hi)
     if not trace.has_gpu:
         return TraceFacts(steps=n, dataloader_workers=workers)
     launched, api = trace.gpu((lo, hi))
-    steps = measured_iterations(trace.nvtx, analysis.steps, trace.marks)
-    phases = (trace.memo(("phases", steps_key(steps)), lambda: phase_instances(trace.nvtx, steps)) if len(steps)
-              else steps.assign(phase=np.zeros(0, dtype=object)))
+    steps = measured_iterations(trace.nvtx, stats, trace.marks)
+    if not len(steps):
+        phases = steps.assign(phase=np.zeros(0, dtype=object))
+    else:
+        phases = instances if steps_key(steps) == steps_key(measured) else phase_instances(trace.nvtx, steps)
     # idle first: its per-op arrays are freed before the kernels' are made (peak memory)
-    window = _window_idle(trace, launched, phases, lo, hi)
+    window = _window_idle(launched, phases, lo, hi, busy)
+    del busy
     if window is None:
         return TraceFacts(steps=n, dataloader_workers=workers)
     gpu_ops, idle_ns, idle_phase_ns, ndev = window
@@ -237,10 +192,10 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
     klaunch = launched.call_time(ki)
     # sums of whole ns, made ms once: exact, whatever the order of the kernels
     ids, counts, totals = intervals.group_sums(kname, dur_ns)
-    stats = tuple(KernelStat(name=trace.string(i), count=c, total_ms=t / 1e6)
-                  for i, c, t in zip(ids.tolist(), counts.tolist(), totals.tolist()))
-    class_ms = {k: v / n for k, v in kernel_class_ms(stats).items()}
-    class_counts = {k: v / n for k, v in kernel_class_counts(stats).items()}
+    kernel_stats = tuple(KernelStat(name=trace.string(i), count=c, total_ms=t / 1e6)
+                         for i, c, t in zip(ids.tolist(), counts.tolist(), totals.tolist()))
+    class_ms = {k: v / n for k, v in kernel_class_ms(kernel_stats).items()}
+    class_counts = {k: v / n for k, v in kernel_class_counts(kernel_stats).items()}
     kernels = int(ki.size)
     del ki
 
@@ -274,7 +229,7 @@ def trace_facts(trace: Trace, analysis: Analysis) -> TraceFacts:
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers,
         steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
-        kernels_per_step=analysis.gpu.kernels_per_step if analysis.gpu is not None else kernels / n,
+        kernels_per_step=gpu.kernels_per_step if gpu is not None else kernels / n,
         kernel_ms_by_class=class_ms, kernel_count_by_class=class_counts,
         median_kernel_us=float(np.median(dur_ms) * 1000) if dur_ms.size else None,
         h2d_copies_per_step=int(c.size) / n, h2d_copy_ms_per_step=copy_ns / 1e6 / n,
@@ -317,8 +272,8 @@ def _kernels_by_family(trace: Trace, ops: GpuOps, rows: tuple[np.ndarray, np.nda
                        places: list[str], phases: Columns, steps: Columns, dur_ns: np.ndarray,
                        n: int) -> dict[str, dict[str, dict[str, list[float]]]]:
     """TraceFacts.kernels_by_family: the kernels (``rows[0]`` of ``ops``, at ``place``) and CUDA
-    graph launches (``rows[1]``) by place and family (perfgate.diagnosis.kernel_families)."""
-    from perfgate.diagnosis.kernel_families import by_family, kernel_labels
+    graph launches (``rows[1]``) by place and family (perfgate.analysis.kernel_families)."""
+    from perfgate.analysis.kernel_families import by_family, kernel_labels
 
     ki, gi = rows
     found = kernel_labels(trace, ops.pid[ki], ops.correlation_id[ki], ops.start[ki], ops.name_id[ki])

@@ -1,0 +1,68 @@
+"""What the gate knows of one launch besides its trace (``Analysis.launch``): which launch it was,
+its capture kind, the workload's self-report, the measurement checks, the resources and the
+diagnosis.
+
+Records layer (stdlib only). An analysis record writes each of them as the top-level key it always
+had (``launch``, ``capture``, ``self_report``, ``stability``, ``gpu_clocks``, ``gpu_memory``,
+``energy``, ``resource_metrics``, ``diagnosis``, ``diagnosis_error``), only when there is one;
+``Launch.split`` reads them back, a value of another kind staying in ``Analysis.extra`` as read.
+The launch's notes (``launch <k>: ...``) end the record's ``warnings``; ``split_warnings`` takes
+them back from there, at the edge that reads the record.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Each field's key in an analysis record, and the kind of its value there.
+_KEYS = {"number": ("launch", int), "kind": ("capture", str), "self_report": ("self_report", dict),
+         "stability": ("stability", dict), "gpu_clocks": ("gpu_clocks", dict), "gpu_memory": ("gpu_memory", dict),
+         "energy": ("energy", dict), "resource_metrics": ("resource_metrics", dict),
+         "diagnosis": ("diagnosis", dict), "diagnosis_error": ("diagnosis_error", str)}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch's facts besides its trace; None: not known (an analysis of a file alone)."""
+
+    number: int | None = None                  # the timing launch's number (the profile launch's 0)
+    kind: str | None = None                    # perfgate.capture.command.TIMING or PROFILE
+    self_report: dict[str, Any] | None = None  # the workload's PERFGATE_SELF_REPORT line, parsed
+    stability: dict[str, Any] | None = None    # whether its measured steps look stationary (gate.statistics)
+    gpu_clocks: dict[str, Any] | None = None   # NVML's clocks and throttling (capture.gpu_monitor)
+    gpu_memory: dict[str, Any] | None = None   # each memory source's peak (analysis.resources)
+    energy: dict[str, Any] | None = None       # energy over the measured window, or why not (analysis.resources)
+    resource_metrics: dict[str, float] | None = None  # what Analysis.metrics() adds: memory, energy, power
+    diagnosis: dict[str, Any] | None = None    # the diagnosis record (diagnosis.one_run)
+    diagnosis_error: str | None = None         # why the diagnosis failed
+    # what the result's message notes of the launch: a file withheld, a capture taken again,
+    # unstable steps, a throttled GPU (``launch <k>: ...``); written at the end of ``warnings``
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The analysis record's keys of this launch (those it knows)."""
+        return {key: value for name, (key, _) in _KEYS.items() if (value := getattr(self, name)) is not None}
+
+    @classmethod
+    def split(cls, record: Mapping[str, Any]) -> tuple[Launch, dict[str, Any]]:
+        """The Launch of a record's keys, and the keys it does not take (as read)."""
+        rest, values = dict(record), {}
+        for name, (key, kind) in _KEYS.items():
+            value = rest.get(key)
+            if isinstance(value, kind) and not isinstance(value, bool):
+                values[name] = rest.pop(key)
+        return cls(**values), rest
+
+
+def split_warnings(warnings: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """An analysis record's ``warnings`` as the analysis's own and the launch's notes: the run of
+    ``launch <k>: ...`` warnings that ends them (the only place their words are read)."""
+    k = len(warnings)
+    while k > 0 and warnings[k - 1].startswith(LAUNCH_NOTE):
+        k -= 1
+    return tuple(warnings[:k]), tuple(warnings[k:])
+
+
+#: How each of a launch's notes begins.
+LAUNCH_NOTE = "launch "

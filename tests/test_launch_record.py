@@ -1,0 +1,62 @@
+"""The gate's facts of one launch are typed (``Analysis.launch``, records/launch.py); an analysis
+record writes them as the top-level keys it always had and reads them back."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from perfgate.records.launch import Launch
+from perfgate.records.model import Analysis
+from report_results import make_result
+
+LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability={"stable": True, "reasons": []},
+                gpu_clocks={"throttled": False}, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
+                energy={"unavailable": "no NVML"}, resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
+                diagnosis={"findings": []}, diagnosis_error="ValueError: x")
+KEYS = {"launch", "capture", "self_report", "stability", "gpu_clocks", "gpu_memory", "energy",
+        "resource_metrics", "diagnosis", "diagnosis_error"}
+
+
+def test_the_launch_is_the_records_top_level_keys_and_reads_back() -> None:
+    analysis = replace(make_result("w", "PASS").analyses[0], launch=LAUNCH)
+    d = analysis.to_dict()
+    assert KEYS <= set(d) and (d["launch"], d["capture"]) == (2, "timing")
+    assert d["metrics"]["gpu_memory.peak_allocated_mib"] == 1.0          # the resources are gate metrics
+    back = Analysis.from_dict(d)
+    assert back.launch == LAUNCH and not set(back.extra) & KEYS
+
+
+def test_an_analysis_of_a_file_alone_writes_none_and_odd_values_stay_as_read() -> None:
+    analysis = make_result("w", "PASS").analyses[0]
+    assert not KEYS & set(analysis.to_dict())
+    odd = {**analysis.to_dict(), "capture": 3, "energy": None, "newer": [1]}
+    back = Analysis.from_dict(odd)
+    assert back.launch == Launch() and back.extra == {"capture": 3, "energy": None, "newer": [1]}
+    assert {k: back.to_dict()[k] for k in ("capture", "energy", "newer")} == {"capture": 3, "energy": None, "newer": [1]}
+
+
+def test_the_launchs_notes_end_the_records_warnings_and_read_back() -> None:
+    analysis = make_result("w", "PASS").analyses[0]
+    analysis = replace(analysis, warnings=("launch-like words inside", "skipping 1 warm-up step"),
+                       launch=Launch(number=0, notes=("launch 0: measured steps are not stable (drift)",)))
+    d = analysis.to_dict()
+    assert d["warnings"] == ["launch-like words inside", "skipping 1 warm-up step",
+                             "launch 0: measured steps are not stable (drift)"]
+    back = Analysis.from_dict(d)
+    assert back.warnings == analysis.warnings and back.launch.notes == analysis.launch.notes
+
+
+def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
+    from perfgate.pipeline.workload_run import compare_policy, judge
+    from perfgate.records.notes import NOTE, SUMMARY
+    from perfgate.settings.config import load_settings
+    from perfgate.settings.workloads import WorkloadSpec
+
+    settings, spec = load_settings(tmp_path, env={}), WorkloadSpec(name="w", module="m")
+    result = make_result("w", "PASS")
+    unstable = "launch 0: measured steps are not stable (drift)"
+    result.analyses = [replace(result.analyses[0], warnings=("an analysis warning",),
+                               launch=Launch(number=0, kind="timing", notes=(unstable,)))]
+    judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", compare_policy(settings, spec))
+    assert [n.severity for n in result.notes] == [SUMMARY, NOTE]
+    assert result.notes[1].text.startswith(unstable + " (record one with ")    # the hint ends the last line
+    assert result.message.splitlines()[1].startswith(f"note: {unstable} (record one with ")
