@@ -114,15 +114,22 @@ def main(argv: list[str] | None = None) -> int:
     spec = replace(spec, args=(*base_args, *no_sync),
                    nproc=args.nproc or max(spec.nproc, 2))
     results: dict[str, WorkloadResult] = {}
+    changes: dict[str, str] = {}
+    where = (f"ranks on {gpus} GPU{'s' if gpus != 1 else ''} ({args.backend or 'nccl'})" if gpu
+             else "CPU processes (gloo)")
 
-    def run(name: str, run_spec: Any, **kwargs: Any) -> None:   # each run's verdict printed as it ends
+    def run(name: str, change: str, run_spec: Any, **kwargs: Any) -> None:
+        """One gate run; its verdict printed and results.md/results.json written as it ends, so that a run
+        stopped at a time limit keeps the runs it finished."""
         started = time.monotonic()
         results[name] = r = run_workload(run_spec, settings, **kwargs)
+        changes[name] = change
         print(f"ddp_ranks: {name}: {r.verdict} after {time.monotonic() - started:.0f} s", flush=True)
+        write(out, f"# ddp: {spec.nproc} {where}\n", results, changes)
 
-    run("baseline", spec, update_baseline=True)
+    run("baseline", "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), spec, update_baseline=True)
     if not args.comm_only:
-        run("rerun", spec)
+        run("rerun", "unchanged", spec)
     base = _shown(results["baseline"])
     step_ms = base.steps.summary_ms.median if base is not None else 50.0
     # the straggler sleeps in every forward: half a step in all on GPUs; on a CPU five (the other
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     slow_ms = max((0.5 if gpu else 5.0) * step_ms / micro, 10.0)
     slow = ("--slow-rank", str(spec.nproc - 1), "--slow-phase", "forward", "--slow-ms", f"{slow_ms:.0f}")
     if not args.comm_only:
-        run("straggler", replace(spec, args=(*spec.args, *slow)))
+        run("straggler", " ".join(slow), replace(spec, args=(*spec.args, *slow)))
     env: dict[str, str] = {}
     if args.comm == "no_sync":   # the same micro-batches, each all-reduced: no_sync() dropped
         comm_name, comm = "no_sync dropped", ("--accumulate", args.micro_steps)
@@ -143,13 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         comm_name, comm = "small buckets", ("--bucket-cap-mb", args.bucket_cap_mb)
         comm_spec = replace(spec, args=(*spec.args, *comm))
     with mock.patch.dict(os.environ, env):   # the capture's environment is this process's (perfgate.capture.launch)
-        run(comm_name, comm_spec)
-    changes = {"baseline": "recorded" + (f" ({' '.join(no_sync)})" if no_sync else ""), "rerun": "unchanged",
-               "straggler": " ".join(slow), comm_name: " ".join(comm)}
-    where = (f"ranks on {gpus} GPU{'s' if gpus != 1 else ''} ({args.backend or 'nccl'})" if gpu
-             else "CPU processes (gloo)")
-    md = [f"# ddp: {spec.nproc} {where}\n",
-          "| run | change | verdict | step ms (baseline -> current) | first reason |", "|---|---|---|---|---|"]
+        run(comm_name, " ".join(comm), comm_spec)
+    print((out / "results.md").read_text())
+    return 0
+
+
+def write(out: Path, title: str, results: dict[str, WorkloadResult], changes: dict[str, str]) -> None:
+    """``out/results.md``: each run's verdict, failing rows, first reason and per-rank table;
+    ``out/results.json``: the same with each shown analysis whole."""
+    md = [title, "| run | change | verdict | step ms (baseline -> current) | first reason |", "|---|---|---|---|---|"]
     doc: dict[str, Any] = {}
     for name, r in results.items():
         row = next((c for c in r.comparisons if c.metric == "step_time_ms"), None)
@@ -169,8 +178,6 @@ def main(argv: list[str] | None = None) -> int:
                    rank_table(shown)]
     (out / "results.md").write_text("\n".join(md) + "\n")
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=str))
-    print("\n".join(md))
-    return 0
 
 
 if __name__ == "__main__":
