@@ -154,10 +154,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Decision:
-    """Per-metric verdict with the reason in words."""
+    """Per-metric verdict with the reason in words. ``significant_within_tolerance``: a PASS whose
+    change is significantly worse but within the tolerance (the summary names such metrics)."""
 
     verdict: Verdict
     note: str
+    significant_within_tolerance: bool = False
 
 
 def decide(
@@ -198,7 +200,8 @@ def decide(
     if p_worse < alpha:
         if worse:
             return Decision(Verdict.REGRESSED, f"significant (p={p_worse:.2g}) and beyond tolerance")
-        return Decision(Verdict.PASS, f"significant (p={p_worse:.2g}) but within tolerance")
+        return Decision(Verdict.PASS, f"significant (p={p_worse:.2g}) but within tolerance",
+                        significant_within_tolerance=True)
     if worse:
         return Decision(Verdict.INCONCLUSIVE, f"beyond tolerance but not significant (p={p_worse:.2g}): more launches needed")
     if p_better < alpha and better:
