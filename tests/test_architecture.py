@@ -203,16 +203,14 @@ def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dic
 
 
 def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
-    """errors, records.ranks, records.steps, records.facts, records.notes and records.launch import
-    nothing of perfgate; records.version (the record version) only errors; records.model only the
-    version, ranks, steps, facts, notes and launch."""
-    allowed = {"perfgate.errors": set(), "perfgate.records.ranks": {"perfgate.records"},
-               "perfgate.records.steps": {"perfgate.records"}, "perfgate.records.facts": {"perfgate.records"},
-               "perfgate.records.notes": {"perfgate.records"}, "perfgate.records.launch": {"perfgate.records"},
+    """errors and the records beside the model (ranks, steps, facts, notes, launch, staleness,
+    noise, diagnosis) import nothing of perfgate; records.version (the record version) only errors;
+    records.model only those records and the version."""
+    leaves = ("ranks", "steps", "facts", "notes", "launch", "staleness", "noise", "diagnosis")
+    allowed = {"perfgate.errors": set(), **{f"perfgate.records.{leaf}": {"perfgate.records"} for leaf in leaves},
                "perfgate.records.version": {"perfgate.records", "perfgate.errors"},
-               "perfgate.records.model": {"perfgate.records", "perfgate.records.version", "perfgate.records.ranks",
-                                          "perfgate.records.steps", "perfgate.records.facts",
-                                          "perfgate.records.notes", "perfgate.records.launch"}}
+               "perfgate.records.model": {"perfgate.records", "perfgate.records.version",
+                                          *(f"perfgate.records.{leaf}" for leaf in leaves)}}
     assert set(allowed) <= set(module_names(PACKAGE))
     assert [e for e in graph[0] if e.source in allowed and e.target not in allowed[e.source]] == []
 

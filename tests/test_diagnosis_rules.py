@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.diagnosis import rules
 from perfgate.diagnosis.one_run import diagnose
-from perfgate.diagnosis.records import (
+from perfgate.records.diagnosis import (
     CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
 )
 from perfgate.diagnosis.render import render_diagnosis_text

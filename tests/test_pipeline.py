@@ -142,4 +142,4 @@ def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_
     torch = f"; torch 0.0.1 -> {result.machine.torch}" if result.machine.torch else ""
     assert result.message.splitlines()[0] == \
         f"warning: the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
-    assert result.provenance["code"] == ["workloads/resnet_cifar.py changed"]
+    assert result.provenance is not None and result.provenance.code == ("workloads/resnet_cifar.py changed",)

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
-from perfgate.gate.provenance import (
-    Provenance, Staleness, current, differences, source_files, workload_command,
-)
+from perfgate.gate.provenance import Provenance, current, differences, source_files, workload_command
 from perfgate.records.model import MachineInfo
+from perfgate.records.staleness import Staleness
 
 MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver="580.1", cuda="13.0",
                       torch="2.11.0", nsys="2025.3.1")

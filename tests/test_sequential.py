@@ -12,7 +12,7 @@ import pytest
 from perfgate.errors import ConfigError
 from perfgate.gate.compare import ComparePolicy, compare_launches
 from perfgate.gate.sequential_looks import (
-    LaunchBudget, detectable_change, launch_noise, noise_report, run_looks,
+    LaunchBudget, detectable_change, launch_noise, noise_report, noise_warning, run_looks, undecided,
 )
 from perfgate.records.model import Tolerance, Verdict
 from perfgate.records.notes import SUMMARY, TO_DECIDE, WHY, Note, message_text
@@ -143,11 +143,11 @@ def test_adaptive_looks_keep_the_false_alarm_rate_below_alpha_where_unsplit_look
 def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -> None:
     rng = np.random.default_rng(5)
     steady = noise_report(launches(rng, 5, 0.001), LaunchBudget(1, 5), POLICY)
-    assert not steady.too_noisy and steady.warning("w") is None
+    assert not steady.too_noisy and noise_warning(steady, "w", POLICY) is None
     assert "caught 9 times in 10 from +3." in steady.describe()
     noisy = noise_report(launches(rng, 5, 0.08), LaunchBudget(1, 5), POLICY)
-    assert noisy.too_noisy and noisy.detectable > 0.1
-    assert "w is too noisy for its step-time tolerance of 3 %" in noisy.warning("w")
+    assert noisy.too_noisy and noisy.detectable_change is not None and noisy.detectable_change > 0.1
+    assert "w is too noisy for its step-time tolerance of 3 %" in (noise_warning(noisy, "w", POLICY) or "")
     assert "record 2 or more" in noise_report(launches(rng, 1, 0.01), LaunchBudget(), POLICY).describe()
 
 
@@ -163,7 +163,7 @@ def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
                                  POLICY, budget)
     outcome = looks[-1].outcome
     assert outcome.verdict == Verdict.INCONCLUSIVE and len(looks) == 10
-    why = noise_report(noisy, budget, POLICY).undecided("w", outcome.n_current, reason, POLICY.alpha)
+    why = undecided(noise_report(noisy, budget, POLICY), "w", outcome.n_current, reason, POLICY.alpha)
     assert [n.severity for n in why] == [WHY, TO_DECIDE]
     text = message_text(why)
     assert "not significant after 10 launches (max_launches (10) reached; each look needs p < 0.0023," in text

@@ -14,7 +14,7 @@ from perfgate.diagnosis.checks import (
     synchronous_copies, warmup_in_window,
 )
 from perfgate.diagnosis.evidence import COMPUTE_PHASES, data_phase, idle_ms_per_step, phase_ms
-from perfgate.diagnosis.records import Finding
+from perfgate.records.diagnosis import Finding
 from perfgate.records.facts import H2D_PHASE, TraceFacts
 from perfgate.records.model import Analysis
 

@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import ConfigError
 from perfgate.records.model import Tolerance
+from perfgate.records.noise import NOISE_METRIC, NoiseReport
 from perfgate.records.notes import TO_DECIDE, WHY, Note
 
 if TYPE_CHECKING:
     from perfgate.gate.compare import ComparePolicy, Outcome
 
-#: The metric whose launch-to-launch noise sizes the gate.
-NOISE_METRIC = "step_time_ms"
 #: The chance of catching a slowdown that :func:`detectable_change` reports.
 POWER = 0.9
 
@@ -153,63 +152,30 @@ def detectable_change(noise: float, n_baseline: int, n_current: int, alpha: floa
     return math.expm1(max(significant, beyond))
 
 
-@dataclass(frozen=True)
-class NoiseReport:
-    """What a workload's noise means for the gate at its budget."""
+def noise_warning(report: NoiseReport, workload: str, policy: ComparePolicy) -> str | None:
+    """What to say when ``workload`` is too noisy for its step-time tolerance (``report.too_noisy``)."""
+    if not report.too_noisy:
+        return None
+    from perfgate.gate.wording import fmt_tolerance
 
-    noise: float | None                 # launch-to-launch log-sd of step time (≈ CV)
-    n_baseline: int
-    max_launches: int
-    alpha: float                        # per look
-    tolerance: Tolerance
-    detectable: float | None            # relative slowdown caught 9 in 10 at max_launches
+    return (f"{workload} is too noisy for its step-time tolerance of "
+            f"{fmt_tolerance(policy.tolerance_for(NOISE_METRIC), 'ms')}: {report.describe()}. Raise max_launches, "
+            "widen the tolerance, or make the workload steadier (more measured steps, fixed clocks, no other load)")
 
-    @property
-    def too_noisy(self) -> bool:
-        """Whether a slowdown a little beyond the tolerance cannot be established at the budget:
-        the noise alone needs more than the tolerance plus half of it."""
-        rel = self.tolerance.rel
-        if self.detectable is None or rel is None or not math.isfinite(rel):
-            return False
-        return self.detectable > 1.5 * rel + 1e-12
 
-    def describe(self) -> str:
-        if self.noise is None:
-            return (f"launch-to-launch noise unknown ({self.n_baseline} baseline launch"
-                    f"{'es' if self.n_baseline != 1 else ''}; record 2 or more to estimate it)")
-        text = f"launch-to-launch noise {self.noise * 100:.2f} % ({self.n_baseline} baseline launches)"
-        if self.detectable is not None:
-            text += (f"; a slowdown is caught 9 times in 10 from +{self.detectable * 100:.1f} % "
-                     f"at up to {self.max_launches} launch{'es' if self.max_launches != 1 else ''}")
-        return text
-
-    def warning(self, workload: str) -> str | None:
-        if not self.too_noisy:
-            return None
-        from perfgate.gate.wording import fmt_tolerance
-
-        return (f"{workload} is too noisy for its step-time tolerance of {fmt_tolerance(self.tolerance, 'ms')}: "
-                f"{self.describe()}. Raise max_launches, widen the tolerance, or make the workload steadier "
-                "(more measured steps, fixed clocks, no other load)")
-
-    def undecided(self, workload: str, launches: int, stopped: str | None, alpha: float) -> tuple[Note, Note]:
-        """Why a run that ended INCONCLUSIVE after ``launches`` could not decide (``stopped``: why it
-        stopped; ``alpha``: the whole run's false-alarm budget), and what to do about it: a WHY and
-        a TO_DECIDE note."""
-        s = "es" if launches != 1 else ""
-        why = (f"the change is beyond tolerance but not significant after {launches} launch{s} "
-               f"({stopped or 'budget spent'}; each look needs p < {self.alpha:.2g}, α {alpha:g} spread over the "
-               f"budget's looks); {self.describe()}.")
-        todo = (f"raise max_launches (now {self.max_launches}) or budget_s, rerun on a quieter machine, "
-                "compare in the same job with `perfgate ab` (drift since the baseline was recorded cannot show "
-                f"there), or build the baseline from several runs (`perfgate history {workload} --refresh-baseline`, "
-                "with history_dir set) so that its noise holds the drift between runs")
-        return Note(WHY, why), Note(TO_DECIDE, todo)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": NOISE_METRIC, "noise": self.noise, "n_baseline": self.n_baseline,
-                "max_launches": self.max_launches, "alpha_per_look": self.alpha,
-                "tolerance_rel": self.tolerance.rel, "detectable_change": self.detectable}
+def undecided(report: NoiseReport, workload: str, launches: int, stopped: str | None, alpha: float) -> tuple[Note, Note]:
+    """Why a run that ended INCONCLUSIVE after ``launches`` could not decide (``stopped``: why it
+    stopped; ``alpha``: the whole run's false-alarm budget), and what to do about it: a WHY and a
+    TO_DECIDE note."""
+    s = "es" if launches != 1 else ""
+    why = (f"the change is beyond tolerance but not significant after {launches} launch{s} "
+           f"({stopped or 'budget spent'}; each look needs p < {report.alpha_per_look:.2g}, α {alpha:g} spread over "
+           f"the budget's looks); {report.describe()}.")
+    todo = (f"raise max_launches (now {report.max_launches}) or budget_s, rerun on a quieter machine, "
+            "compare in the same job with `perfgate ab` (drift since the baseline was recorded cannot show "
+            f"there), or build the baseline from several runs (`perfgate history {workload} --refresh-baseline`, "
+            "with history_dir set) so that its noise holds the drift between runs")
+    return Note(WHY, why), Note(TO_DECIDE, todo)
 
 
 def noise_report(baseline: Sequence[Mapping[str, float]], budget: LaunchBudget,
@@ -219,9 +185,9 @@ def noise_report(baseline: Sequence[Mapping[str, float]], budget: LaunchBudget,
     n = sum(1 for m in baseline if NOISE_METRIC in m)
     alpha = budget.look_alpha(policy.alpha, n)
     tolerance = policy.tolerance_for(NOISE_METRIC)
-    return NoiseReport(noise=noise, n_baseline=n, max_launches=budget.max_launches, alpha=alpha,
-                       tolerance=tolerance,
-                       detectable=detectable_change(noise, n, budget.max_launches, alpha, tolerance)
+    return NoiseReport(metric=NOISE_METRIC, noise=noise, n_baseline=n, max_launches=budget.max_launches,
+                       alpha_per_look=alpha, tolerance_rel=tolerance.rel,
+                       detectable_change=detectable_change(noise, n, budget.max_launches, alpha, tolerance)
                        if noise is not None else None)
 
 

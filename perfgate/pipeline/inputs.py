@@ -20,7 +20,8 @@ from perfgate.system.process_tree import swallowed_interrupt
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
     from perfgate.gate.compare import ComparePolicy, Outcome
-    from perfgate.gate.provenance import Staleness
+    from perfgate.records.diagnosis import Attribution
+    from perfgate.records.staleness import Staleness
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
 
@@ -205,7 +206,7 @@ def compare_files(baseline: Path, current: Path, policy: ComparePolicy | None = 
 
 def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | None = None,
                         options: AnalysisOptions | None = None, nsys: str | None = None, *,
-                        explain: bool = True) -> tuple[Outcome, Any | None]:
+                        explain: bool = True) -> tuple[Outcome, Attribution | None]:
     """Compare two files (each a trace, a result JSON or a baseline file, read once) and, unless the
     outcome is a PASS without any regressed row, the diagnosis Attribution of the change (phase
     deltas, newly firing rules, kernel changes; None when it cannot be made)."""
@@ -236,7 +237,7 @@ def diagnosed(analysis: Analysis) -> Analysis:
 
 
 def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,
-                   *, provenance: Staleness | None = None) -> Any | None:
+                   *, provenance: Staleness | None = None) -> Attribution | None:
     """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
     an attribution bug must not fail the gate)."""
     try:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import Baseline, load_baseline
-from perfgate.gate.provenance import Provenance, Staleness, current, differences
+from perfgate.gate.provenance import Provenance, current, differences
+from perfgate.records.staleness import Staleness
 from perfgate.records.model import MachineInfo
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec, discover_workloads

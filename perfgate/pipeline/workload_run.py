@@ -26,7 +26,7 @@ from perfgate.gate.baseline import (
     baseline_from_analyses, baseline_path, check_identity, load_baseline, write_baseline,
 )
 from perfgate.gate.baseline_lock import recording_lock
-from perfgate.gate.provenance import Staleness, command_line, recording
+from perfgate.gate.provenance import command_line, recording
 from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
 from perfgate.records.model import Analysis, Capture, LookRecord, Verdict, WorkloadResult
 from perfgate.records.notes import ATTRIBUTION, NOTE, SUMMARY, WARNING, Note
@@ -114,7 +114,7 @@ def run_workload(
 
                 stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
                 if stale.stale:
-                    result.provenance = stale.to_dict()
+                    result.provenance = stale
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             looks, reason = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
@@ -154,7 +154,7 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
            *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
     """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
     ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
-    from perfgate.gate.sequential_looks import noise_report
+    from perfgate.gate.sequential_looks import noise_report, noise_warning
 
     with recording_lock(path):    # a second recording of this baseline at once stops here
         launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
@@ -180,12 +180,12 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     n = len(result.analyses)
     step = [a.steps.time_ms for a in result.analyses]
     profiled = " + a CUDA profile launch" if result.profile is not None else ""
-    warning = noise.warning(spec.full_name)
+    warning = noise_warning(noise, spec.full_name, policy)
     result.notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
                                   f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
                     *([Note(WARNING, warning)] if warning else []))
     result.baseline_updated = True
-    result.noise = noise.to_dict()
+    result.noise = noise
 
 
 class _Launcher:
@@ -326,7 +326,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
     launch budget; fills ``result`` (verdict, comparisons, notes, attribution)."""
     from perfgate.gate.compare import compare_launches, timed_launches
-    from perfgate.gate.sequential_looks import noise_report
+    from perfgate.gate.sequential_looks import noise_report, noise_warning, undecided
 
     analyses = result.analyses
     look_policy = replace(policy, alpha=settings.budget.look_alpha(
@@ -336,7 +336,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
     stale = result.provenance   # the baseline measured other code or software: said first
-    notes = [*([Note(WARNING, stale["text"])] if stale else []), Note(SUMMARY, outcome.summary)]
+    notes = [*([Note(WARNING, stale.text())] if stale else []), Note(SUMMARY, outcome.summary)]
     notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.launch.notes]
     result.notes = tuple(notes)
     if baseline is None:
@@ -349,20 +349,20 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
         return
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
-    result.noise = noise.to_dict()
+    result.noise = noise
     if outcome.verdict == Verdict.INCONCLUSIVE:
-        result.notes += noise.undecided(spec.full_name, outcome.n_current, result.stopped, policy.alpha)
-    warning = noise.warning(spec.full_name)
+        result.notes += undecided(noise, spec.full_name, outcome.n_current, result.stopped, policy.alpha)
+    warning = noise_warning(noise, spec.full_name, policy)
     if warning:
         result.notes += (Note(WARNING, warning),)
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
         base, cur = explained_launches(baseline.launch_analyses, analyses, result.profile)
-        attribution = explain_change(base, cur, outcome, provenance=Staleness.from_dict(stale) if stale else None)
+        attribution = explain_change(base, cur, outcome, provenance=stale)
         if attribution is not None:
             from perfgate.diagnosis.render import render_attribution_text
 
-            result.attribution = attribution.to_dict()
+            result.attribution = attribution
             result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
 
 
