@@ -217,7 +217,7 @@ def compare_launches(
 
 def timed_launches(launches: Sequence[Mapping[str, float]]) -> int:
     """How many launches measured step time: a profile launch's mapping holds only the GPU facts
-    the timing launches lack (``files.gate_metrics``), so it is not counted (all are when none did)."""
+    the timing launches lack (``baseline.profile_metrics``), so it is not counted (all are when none did)."""
     return sum(1 for m in launches if any(spec_for(k).primary for k in m)) or len(launches)
 
 

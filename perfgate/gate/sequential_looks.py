@@ -20,12 +20,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfgate.errors import ConfigError
-from perfgate.records.model import Tolerance
+from perfgate.records.model import Tolerance, Verdict
 from perfgate.records.noise import NOISE_METRIC, NoiseReport
-from perfgate.records.notes import TO_DECIDE, WHY, Note
+from perfgate.records.notes import TO_DECIDE, WARNING, WHY, Note
 
 if TYPE_CHECKING:
     from perfgate.gate.compare import ComparePolicy, Outcome
@@ -214,20 +214,49 @@ def stop_reason(outcome: Outcome, launches: int, elapsed_s: float, budget: Launc
     return None
 
 
+@dataclass(frozen=True)
+class LookRun:
+    """What a gate run's looks decided (:func:`run_looks`): the timing launches' metrics, the looks,
+    why the launches stopped, the verdict (the last look's comparison, with the profile launch's
+    metrics when one was taken), what the baseline's noise lets the looks catch (None: no baseline)
+    and the policy they compared under (at the whole run's ``alpha``; each look tests at its level)."""
+
+    current: list[Mapping[str, float]]
+    looks: list[Look]
+    stopped: str
+    outcome: Outcome
+    noise: NoiseReport | None
+    policy: ComparePolicy
+
+    def noise_notes(self, workload: str) -> tuple[Note, ...]:
+        """What the noise says of this run: why an INCONCLUSIVE one could not decide and what to do
+        about it, then a warning when ``workload`` is too noisy for its tolerance."""
+        if self.noise is None:
+            return ()
+        notes = undecided(self.noise, workload, self.outcome.n_current, self.stopped, self.policy.alpha) \
+            if self.outcome.verdict == Verdict.INCONCLUSIVE else ()
+        warning = noise_warning(self.noise, workload, self.policy)
+        return (*notes, *([Note(WARNING, warning)] if warning else []))
+
+
 def run_looks(baseline: Sequence[Mapping[str, float]], launch: Callable[[int], Mapping[str, float]],
               policy: ComparePolicy, budget: LaunchBudget, *,
+              profile: Callable[[Outcome], Mapping[str, float] | None] | None = None,
               on_look: Callable[[Look], None] | None = None,
-              clock: Callable[[], float] = time.monotonic) -> tuple[list[Mapping[str, float]], list[Look], str]:
+              clock: Callable[[], float] = time.monotonic) -> LookRun:
     """Take launches (``launch(k)`` returns launch k's metrics) and compare after each one from
-    ``min_launches`` on, at the per-look level, until the verdict is clear or the budget is spent.
-    Returns the current launches' metrics, the looks, and why it stopped."""
+    ``min_launches`` on, at the per-look level, until the verdict is clear or the budget is spent;
+    then ``profile(last outcome)`` may add the profile launch's metrics (what timing launches do
+    not measure), compared with the others at the same level for the verdict. The one place a
+    gate run's looks and verdict are compared."""
     from perfgate.gate.compare import compare_launches, timed_launches
 
     look_policy = replace(policy, alpha=budget.look_alpha(policy.alpha, timed_launches(baseline)))
     started = clock()
     current: list[Mapping[str, float]] = []
     looks: list[Look] = []
-    while True:
+    reason: str | None = None
+    while reason is None:
         current.append(launch(len(current)))
         if len(current) < budget.min_launches:
             continue
@@ -237,5 +266,7 @@ def run_looks(baseline: Sequence[Mapping[str, float]], launch: Callable[[int], M
         if on_look is not None:
             on_look(look)
         reason = stop_reason(outcome, len(current), look.elapsed_s, budget)
-        if reason is not None:
-            return current, looks, reason
+    extra = profile(looks[-1].outcome) if profile is not None else None
+    verdict = looks[-1].outcome if extra is None else compare_launches(baseline, [*current, extra], look_policy)
+    return LookRun(current, looks, reason, verdict, noise_report(baseline, budget, policy) if baseline else None,
+                   policy)

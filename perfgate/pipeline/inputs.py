@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import BaselineError, PerfgateError, TraceError
-from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline, profile_metrics
+from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline
 from perfgate.records.model import Analysis, Verdict
 from perfgate.records.version import check_record_version
 from perfgate.system.process_tree import swallowed_interrupt
@@ -24,16 +24,6 @@ if TYPE_CHECKING:
     from perfgate.records.staleness import Staleness
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
-
-
-def gate_metrics(timing: Sequence[Analysis], profile: Analysis | None) -> list[dict[str, float]]:
-    """Per-launch metrics of one side as the gate compares them: each timing launch's, then the
-    profile launch's for what timing launches do not measure (GPU idle, GPU time per phase, kernels,
-    copies: its step and CPU times are those of a CUDA-traced process, never mixed with them)."""
-    metrics = [a.metrics() for a in timing]
-    if profile is None:
-        return metrics
-    return [*metrics, profile_metrics(profile, metrics)]
 
 
 def explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analysis],
