@@ -4,7 +4,7 @@ A baseline records its workload's command line, a fingerprint of the workload's 
 module and every file it imports from the repository, found by reading their imports), perfgate's
 record version and the machine's software (torch, CUDA, driver, nsys). ``Provenance`` is that
 record (``to_dict`` / ``from_dict`` side by side; the baseline file's ``provenance`` and ``machine``
-objects hold it); ``differences(recorded, current)`` is what differs, as a ``Staleness``
+objects hold it); ``staleness(recorded, current)`` is what differs, as a ``Staleness``
 (perfgate.records.staleness) whose ``text()`` the gate prints first: ``the baseline was recorded from other code: workloads/
 transformer_lm.py changed; torch 2.11.0 -> 2.12.0``.
 
@@ -78,7 +78,7 @@ def _text(value: Any) -> str | None:
 # ----------------------------------------------------------------------------- the current run
 
 
-def workload_command(module: str, args: Sequence[str], launcher: str = "python", nproc: int = 1,
+def recorded_command(module: str, args: Sequence[str], launcher: str = "python", nproc: int = 1,
                      nnodes: int = 1) -> str:
     """The workload's command line as a baseline records it (no interpreter path: that is the
     machine's, not the workload's; a job of several nodes: ``--nnodes``, not its rendezvous)."""
@@ -159,7 +159,7 @@ def current(root: Path, module: str, args: Sequence[str], machine: MachineInfo |
             launcher: str = "python", nproc: int = 1, nnodes: int = 1) -> Provenance:
     """The provenance of a run of ``module`` with ``args`` from the repository at ``root`` on ``machine``."""
     return Provenance(
-        command=workload_command(module, args, launcher, nproc, nnodes),
+        command=recorded_command(module, args, launcher, nproc, nnodes),
         sources=fingerprint(root, source_files(root, module)),
         record_version=RECORD_VERSION,
         software={k: getattr(machine, k) for k in SOFTWARE} if machine is not None else {},
@@ -169,7 +169,7 @@ def current(root: Path, module: str, args: Sequence[str], machine: MachineInfo |
 # ----------------------------------------------------------------------------- the comparison
 
 
-def differences(recorded: Provenance, now: Provenance, *, root: Path | None = None,
+def staleness(recorded: Provenance, now: Provenance, *, root: Path | None = None,
                 compare_software: bool = True) -> Staleness:
     """How ``recorded`` (a baseline's) differs from ``now``. Without a recorded fingerprint, the
     files of ``now`` are compared with their versions at the baseline's git commit when ``root``

@@ -1,4 +1,4 @@
-"""Pure statistics for the gate: summaries, the launch-level Student t-test on log values (a ratio
+"""Pure statistics for the gate: the geometric mean, the launch-level Student t-test on log values (a ratio
 with its confidence interval), Holm's step-down adjustment, the three-way tolerance-and-significance
 decision, and stability checks of one launch's measured steps.
 
@@ -15,13 +15,11 @@ import numpy as np
 from scipy import stats as _sps
 
 from perfgate.records.model import Verdict
-from perfgate.records.steps import Summary
 
 __all__ = [
     "coefficient_of_variation",
     "upper_bound_95",
     "disjoint_splits",
-    "summarize",
     "geometric_mean",
     "ShiftTest",
     "shift_test",
@@ -33,24 +31,7 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- summaries
-
-
-def summarize(values: Sequence[float]) -> Summary:
-    """Count, mean, median, sample stdev (ddof=1), p10/p90 (linear interpolation), min, max."""
-    a = np.asarray(values, dtype=float)
-    if a.size == 0:
-        raise ValueError("summarize() needs at least one value")
-    return Summary(
-        count=int(a.size),
-        mean=float(a.mean()),
-        median=float(np.median(a)),
-        stdev=float(a.std(ddof=1)) if a.size > 1 else 0.0,
-        p10=float(np.percentile(a, 10)),
-        p90=float(np.percentile(a, 90)),
-        min=float(a.min()),
-        max=float(a.max()),
-    )
+# --------------------------------------------------------------------------- the geometric mean
 
 
 def geometric_mean(values: Sequence[float]) -> float:

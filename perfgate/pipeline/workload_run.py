@@ -106,7 +106,7 @@ def run_workload(
         result.record_command = settings.record_command(spec.full_name)
         policy = compare_policy(settings, spec)
         if update_baseline:
-            record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
+            record_baseline(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
         else:
             baseline = load_baseline(path) if path.exists() else None
             if baseline is not None:   # the report names the baseline a run used, never one that is not there
@@ -149,8 +149,8 @@ def run_workload(
     return result
 
 
-def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path, policy: ComparePolicy,
-           *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
+def record_baseline(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path,
+                    policy: ComparePolicy, *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
     """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
     ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
     from perfgate.gate.sequential_looks import noise_report, noise_warning
