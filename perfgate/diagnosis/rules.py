@@ -1,8 +1,6 @@
 """The diagnosis rules as records, in one table: each rule's id, its check (perfgate.diagnosis.checks),
 what its newly firing says about a change, and how many milliseconds per step of a change its
-cause accounts for. Adding a rule is a check function and one row of :data:`RULES`.
-
-The check functions are importable from here too (``rules.pageable_copies``)."""
+cause accounts for. Adding a rule is a check function and one row of :data:`RULES`."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,6 +1,6 @@
 """The gate's verdict: ``compare_launches`` turns per-launch metric mappings of a baseline and a
 current side into per-metric comparisons and one overall verdict, under a ComparePolicy. What the
-metrics mean and the tolerance grammar are perfgate.gate.metric_specs (re-exported here).
+metrics mean and the tolerance grammar are perfgate.gate.metric_specs.
 
 Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
 tolerance (relative AND absolute floor) AND the launch-level one-sided Student t-test on logs is
