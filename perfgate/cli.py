@@ -272,7 +272,7 @@ def cmd_baseline_check(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from perfgate.trace import read_ahead
 
-    read_ahead.start(args.trace[0])            # its GPU tables read while numpy and the analysis import
+    read_ahead.start_reading(args.trace[0])            # its GPU tables read while numpy and the analysis import
     from perfgate.pipeline.inputs import analyze_file  # not perfgate.pipeline.workload_run: nothing of the gate's runs
 
     analysis = analyze_file(args.trace, analysis_options_from(args))

@@ -52,6 +52,7 @@ def test_summary_uses_sample_stdev_and_linear_percentiles() -> None:
     assert (s.count, s.mean, s.median, s.min, s.max) == (5, 4.0, 3.0, 1.0, 10.0)
     assert s.stdev == pytest.approx(np.std([1, 2, 3, 4, 10], ddof=1))
     assert (s.p10, s.p90) == (pytest.approx(1.4), pytest.approx(7.6))
+    assert summarize([7.0]).stdev == 0.0
 
 
 def test_measured_steps_are_the_iteration_periods_after_warmup_and_the_last_range_is_left_out() -> None:

@@ -203,16 +203,14 @@ def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dic
 
 
 def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
-    """errors, records.ranks, records.steps, records.facts, records.notes and records.launch import
-    nothing of perfgate; records.version (the record version) only errors; records.model only the
-    version, ranks, steps, facts, notes and launch."""
-    allowed = {"perfgate.errors": set(), "perfgate.records.ranks": {"perfgate.records"},
-               "perfgate.records.steps": {"perfgate.records"}, "perfgate.records.facts": {"perfgate.records"},
-               "perfgate.records.notes": {"perfgate.records"}, "perfgate.records.launch": {"perfgate.records"},
+    """errors and the records beside the model (ranks, steps, facts, notes, launch, staleness,
+    noise, diagnosis) import nothing of perfgate; records.version (the record version) only errors;
+    records.model only those records and the version."""
+    leaves = ("ranks", "steps", "facts", "notes", "launch", "staleness", "noise", "diagnosis")
+    allowed = {"perfgate.errors": set(), **{f"perfgate.records.{leaf}": {"perfgate.records"} for leaf in leaves},
                "perfgate.records.version": {"perfgate.records", "perfgate.errors"},
-               "perfgate.records.model": {"perfgate.records", "perfgate.records.version", "perfgate.records.ranks",
-                                          "perfgate.records.steps", "perfgate.records.facts",
-                                          "perfgate.records.notes", "perfgate.records.launch"}}
+               "perfgate.records.model": {"perfgate.records", "perfgate.records.version",
+                                          *(f"perfgate.records.{leaf}" for leaf in leaves)}}
     assert set(allowed) <= set(module_names(PACKAGE))
     assert [e for e in graph[0] if e.source in allowed and e.target not in allowed[e.source]] == []
 
@@ -366,12 +364,45 @@ def test_a_reexport_is_found() -> None:
     assert reexports("perfgate.report", lazy, KNOWN) == ["perfgate.report:1 loads names from elsewhere (__getattr__)"]
 
 
+def borrowed_names(sources: Mapping[str, str]) -> list[str]:
+    """Names imported from a perfgate module that does not define them (it imported them itself):
+    the other half of a re-export, seen from the module that takes the name."""
+    defined = {module: _bindings(ast.parse(source)) for module, source in sources.items()}
+    out = []
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module in defined and not node.level:
+                out += [f"{module}:{node.lineno} imports {a.name} from {node.module}, which does not define it"
+                        for a in node.names if f"{node.module}.{a.name}" not in defined
+                        and a.name not in defined[node.module]]
+    return out
+
+
+def test_every_name_is_imported_from_its_home() -> None:
+    sources = {name: path.read_text(encoding="utf-8") for name, path in module_names(PACKAGE).items()}
+    assert borrowed_names(sources) == []
+
+
+def test_a_borrowed_name_is_found() -> None:
+    sources = {"perfgate.records.noise": "NOISE_METRIC = 'step_time_ms'\n",
+               "perfgate.gate.sequential_looks": "from perfgate.records.noise import NOISE_METRIC\nX = NOISE_METRIC\n",
+               "perfgate.gate.baseline": "from perfgate.gate.sequential_looks import NOISE_METRIC, X\n"}
+    assert borrowed_names(sources) == [
+        "perfgate.gate.baseline:1 imports NOISE_METRIC from perfgate.gate.sequential_looks, which does not define it"]
+
+
 def private_imports(module: str, source: str, known: Iterable[str]) -> list[str]:
-    """Imports of another module's private names (``from perfgate.x import _helper``), or of a
+    """Imports of another module's private names (``from perfgate.x import _helper``), uses of
+    them through the module (``statistics._helper``, ``perfgate.x._helper``), or imports of a
     private module (``perfgate.system._x``) from outside its own folder."""
     known = set(known)
     out = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    modules = {a.asname or a.name: f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+               for a in n.names if f"{n.module}.{a.name}" in known}      # ``from perfgate.gate import statistics``
+    modules |= {a.asname: a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names if a.asname and a.name in known}       # ``import perfgate.x as x``
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perfgate") and not node.level:
             targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else None for a in node.names]
             for alias, submodule in zip(node.names, targets):
@@ -380,6 +411,12 @@ def private_imports(module: str, source: str, known: Iterable[str]) -> list[str]
             names = [t for t in targets if t] + [node.module]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names if a.name.startswith("perfgate")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value)
+            alias = modules.get(owner, owner)
+            if alias.startswith("perfgate") and alias != module:
+                out.append(f"{module}:{node.lineno} uses {alias}.{node.attr}")
+            continue
         else:
             continue
         for name in names:
@@ -405,14 +442,16 @@ def test_a_private_import_is_found() -> None:
     assert private_imports("perfgate.cli", "from perfgate.integrations._ranges import r\n", known) == [
         "perfgate.cli:1 imports the private module perfgate.integrations._ranges"]
     assert private_imports("perfgate.integrations.hf", "from perfgate.integrations._ranges import r\n", known) == []
+    through = "from perfgate import compare\nimport perfgate.cli as c\ncompare._checked(c._main, x._own)\n"
+    assert sorted(private_imports("perfgate.github", through, known)) == [
+        "perfgate.github:3 uses perfgate.cli._main", "perfgate.github:3 uses perfgate.compare._checked"]
 
 
-#: Public names that more than one module defines, each meaning its own module's thing: the
-#: command modules' ``add_parser`` protocol, a program's ``main``, one callback per framework, and
-#: names read with their module (``process_tree.start``, ``read_ahead.start``). Any other name has
-#: one home (``parse_tolerances`` had two, one of them checking less).
-SHARED_NAMES = {"add_parser", "main", "PerfgateCallback", "start", "summarize", "differences", "phase_name",
-                "record", "workload_command", "overlap_length"}
+#: Public names that more than one module defines, each meaning its own module's thing by a
+#: protocol: the command modules' ``add_parser``, a program's ``main``, one callback per framework.
+#: Any other name has one home (``parse_tolerances`` had two, one of them checking less;
+#: ``summarize`` and ``overlap_length`` were two copies of one computation).
+SHARED_NAMES = {"add_parser", "main", "PerfgateCallback"}
 
 
 def same_names(sources: Mapping[str, str]) -> dict[str, list[str]]:

@@ -124,7 +124,7 @@ def test_read_ahead_gives_what_the_analysis_would_read_itself(tmp_path: Path) ->
     from perfgate.trace import read_ahead
 
     path = TRACES / "gpu-transformer" / "trace.sqlite"
-    read_ahead.start(path)
+    read_ahead.start_reading(path)
     exprs = read_ahead.call_columns({"nameId"})
     ahead = read_ahead.take(path, read_ahead.RUNTIME_TABLE, exprs)
     con = read_ahead.attach(path)
@@ -134,11 +134,11 @@ def test_read_ahead_gives_what_the_analysis_would_read_itself(tmp_path: Path) ->
     assert kernels is not None and kernels["name_id"] == "coalesce(shortName, -1)"
     assert read_ahead.take(path, read_ahead.GPU_OP_TABLES["kernel"], kernels) is None   # other columns: not read
     big = TRACES / "gpu-ddp-2proc" / "trace.sqlite"                 # over SQLITE3_BELOW_BYTES: DuckDB reads it
-    read_ahead.start(big)
+    read_ahead.start_reading(big)
     assert read_ahead.take(big, read_ahead.RUNTIME_TABLE, exprs) is None
     broken = tmp_path / "broken.sqlite"
     broken.write_bytes(path.read_bytes()[:50_000])                  # truncated: start says nothing, load_trace does
-    read_ahead.start(broken)
+    read_ahead.start_reading(broken)
     with pytest.raises(TraceError, match="broken.sqlite"):
         from perfgate.trace.export import load_trace
 

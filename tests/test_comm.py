@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze_trace
-from perfgate.analysis.comm import NCCL_KERNEL, overlap_length
+from perfgate.analysis.comm import NCCL_KERNEL
+from perfgate.analysis.intervals import overlap_length
 from perfgate.analysis.intervals import union
 from perfgate.gate.metric_specs import spec_for
 from perfgate.records.model import Analysis

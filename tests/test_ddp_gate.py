@@ -59,5 +59,5 @@ def test_unchanged_rerun_passes(gated: dict) -> None:
 def test_a_slowed_rank_is_regressed_and_named(gated: dict) -> None:
     slowed = gated["slowed"]
     assert slowed.verdict == Verdict.REGRESSED, slowed.message
-    first = slowed.attribution["first_reason"]
+    first = slowed.attribution.first_reason
     assert first.startswith("rank 1 forward +") and "(rank 0 " in first, first

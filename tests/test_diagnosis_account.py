@@ -14,7 +14,7 @@ import pytest
 from perfgate.analysis import AnalysisOptions
 from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.render import render_attribution_text
-from perfgate.gate.provenance import Staleness
+from perfgate.records.staleness import Staleness
 from perfgate.pipeline.inputs import analyze_file, compare_and_explain
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -130,7 +130,7 @@ def test_a_slower_loader_without_workers_is_not_told_as_the_same_0_workers() -> 
     """The zoo's mnist and vae (num_workers=0 on the CPU) read "with the same 0 DataLoader workers"."""
     from perfgate.diagnosis.account import _with_workers
     from perfgate.records.facts import TraceFacts
-    from perfgate.diagnosis.records import Reason
+    from perfgate.records.diagnosis import Reason
 
     reason = Reason("data_loading", "data_load", 24.7, "data_load +24.7 ms/step")
     none = _with_workers(reason, TraceFacts(steps=10, dataloader_workers=0), TraceFacts(steps=10, dataloader_workers=0),

@@ -11,7 +11,7 @@ import pytest
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.one_run import diagnose
-from perfgate.diagnosis.records import CPU_ONLY_NOTE
+from perfgate.records.diagnosis import CPU_ONLY_NOTE
 from perfgate.diagnosis.render import render_attribution_text, render_diagnosis_text
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"

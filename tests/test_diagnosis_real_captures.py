@@ -12,7 +12,7 @@ from nsys_run import run_supervised
 from perfgate.analysis import AnalysisOptions, analyze_trace
 from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.one_run import diagnose
-from perfgate.diagnosis.records import CPU_COMPUTE, CPU_ONLY_NOTE, DATA_LOADING
+from perfgate.records.diagnosis import CPU_COMPUTE, CPU_ONLY_NOTE, DATA_LOADING
 from perfgate.diagnosis.render import render_attribution_text
 from perfgate.records.model import Analysis
 from perfgate.trace.export import load_trace

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.diagnosis import rules
+from perfgate.diagnosis import checks, rules
 from perfgate.diagnosis.one_run import diagnose
-from perfgate.diagnosis.records import (
+from perfgate.records.diagnosis import (
     CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
 )
 from perfgate.diagnosis.render import render_diagnosis_text
@@ -59,7 +59,7 @@ def gpu_run(**gpu: object) -> Analysis:
 
 @pytest.mark.parametrize("pageable, fires", [(4, False), (5, True), (20, True)])
 def test_pageable_copies_fire_from_half_a_copy_per_step(pageable: int, fires: bool) -> None:
-    finding = rules.pageable_copies(gpu_run(pageable_copies=pageable, h2d_ms_per_step=0.5))
+    finding = checks.pageable_copies(gpu_run(pageable_copies=pageable, h2d_ms_per_step=0.5))
     assert (finding is not None) is fires
     if fires:
         assert finding.cause == "pinned memory"
@@ -81,16 +81,16 @@ def test_pageable_copies_answer_the_same_from_the_trace_and_from_its_baseline_re
     a = analyze_file(Path(__file__).parent / "fixtures" / "traces" / case / "trace.sqlite")
     from_record = BaselineLaunch.of(a, a.metrics()).analysis()
     assert from_record.gpu is not None and from_record.gpu.pageable_copies == a.gpu.pageable_copies
-    assert (rules.pageable_copies(a) is not None) is fires
-    assert (rules.pageable_copies(from_record) is not None) is fires
+    assert (checks.pageable_copies(a) is not None) is fires
+    assert (checks.pageable_copies(from_record) is not None) is fires
     assert ("pageable_copies" in {f["rule"] for f in a.launch.diagnosis["findings"]}) is fires
 
 
 @pytest.mark.parametrize("per_step, fires", [(0.9, False), (1.0, True)])
 def test_synchronous_copies_need_one_cudamemcpy_per_step_from_the_trace(per_step: float, fires: bool) -> None:
     facts = TraceFacts(steps=STEPS, sync_memcpy_per_step=per_step)
-    assert (rules.synchronous_copies(gpu_run(), facts) is not None) is fires
-    assert rules.synchronous_copies(gpu_run(), None) is None
+    assert (checks.synchronous_copies(gpu_run(), facts) is not None) is fires
+    assert checks.synchronous_copies(gpu_run(), None) is None
 
 
 @pytest.mark.parametrize("calls, sync_ms, severity", [(0.9, 0.0, None), (1.0, 0.0, "info"),
@@ -98,14 +98,14 @@ def test_synchronous_copies_need_one_cudamemcpy_per_step_from_the_trace(per_step
 def test_synchronizing_api_calls_severity_follows_time_blocked(calls: float, sync_ms: float,
                                                                severity: str | None) -> None:
     facts = TraceFacts(steps=STEPS, sync_ms_per_step=sync_ms)
-    finding = rules.synchronizing_api_calls(gpu_run(sync_calls_per_step=calls), facts)
+    finding = checks.synchronizing_api_calls(gpu_run(sync_calls_per_step=calls), facts)
     assert (None if finding is None else finding.severity) == severity
 
 
 @pytest.mark.parametrize("gap_ms, fires", [(0.99, False), (1.0, True)])
 def test_long_gpu_gaps_fire_at_the_absolute_floor_for_short_steps(gap_ms: float, fires: bool) -> None:
     a = make_analysis(PHASES, gpu=GPU, idle_fraction=0.2, gaps=((gap_ms, ("step", "data_load")),))
-    finding = rules.long_gpu_gaps(a)
+    finding = checks.long_gpu_gaps(a)
     assert (finding is not None) is fires
     if fires:
         assert finding.phases == ("data_load",)
@@ -114,13 +114,13 @@ def test_long_gpu_gaps_fire_at_the_absolute_floor_for_short_steps(gap_ms: float,
 
 def test_long_gpu_gaps_scale_with_the_step() -> None:
     a = make_analysis({"forward": 100.0}, gpu=GPU, idle_fraction=0.2, gaps=((9.9, ("step",)),))
-    assert rules.long_gpu_gaps(a) is None   # threshold 10 % of a 100 ms step
+    assert checks.long_gpu_gaps(a) is None   # threshold 10 % of a 100 ms step
 
 
 @pytest.mark.parametrize("idle, fires", [(0.49, False), (0.5, True)])
 def test_low_gpu_utilization_fires_at_half_idle(idle: float, fires: bool) -> None:
     a = make_analysis(PHASES, gpu=GPU, idle_fraction=idle)
-    assert (rules.low_gpu_utilization(a) is not None) is fires
+    assert (checks.low_gpu_utilization(a) is not None) is fires
 
 
 # ----------------------------------------------------------------------------- PyTorch rules
@@ -140,22 +140,22 @@ def _loader_run(load_ms: float, idle_in_load: float) -> Analysis:
 ])
 def test_dataloader_blocking_needs_share_and_idle_while_loading(load_ms: float, idle_ms: float,
                                                                fires: bool) -> None:
-    finding = rules.dataloader_blocking(_loader_run(load_ms, idle_ms))
+    finding = checks.dataloader_blocking(_loader_run(load_ms, idle_ms))
     assert (finding is not None) is fires
     if fires:
         assert finding.cause == "workers" and "num_workers>0" in finding.suggestion
 
 
 def test_dataloader_blocking_on_a_cpu_only_run_fires_from_thirty_percent() -> None:
-    assert rules.dataloader_blocking(make_analysis({"data_load": 2.9, "forward": 7.1})) is None
-    finding = rules.dataloader_blocking(make_analysis({"data_load": 3.0, "forward": 7.0}))
+    assert checks.dataloader_blocking(make_analysis({"data_load": 2.9, "forward": 7.1})) is None
+    finding = checks.dataloader_blocking(make_analysis({"data_load": 3.0, "forward": 7.0}))
     assert finding is not None and "CPU-only" in finding.evidence[0]
 
 
 def test_blocking_copy_with_a_trace_counts_syncs_inside_h2d() -> None:
     a = gpu_run(sync_calls_per_step=3.0, h2d_bytes_per_step=1e6)
-    assert rules.blocking_copy(a, TraceFacts(steps=STEPS, h2d_syncs_per_step=0.0)) is None
-    finding = rules.blocking_copy(a, TraceFacts(steps=STEPS, h2d_syncs_per_step=2.0))
+    assert checks.blocking_copy(a, TraceFacts(steps=STEPS, h2d_syncs_per_step=0.0)) is None
+    finding = checks.blocking_copy(a, TraceFacts(steps=STEPS, h2d_syncs_per_step=2.0))
     assert finding is not None and finding.cause == "non-blocking copy"
 
 
@@ -163,14 +163,14 @@ def test_blocking_copy_with_a_trace_counts_syncs_inside_h2d() -> None:
 def test_blocking_copy_without_a_trace_needs_two_syncs_and_h2d_traffic(syncs: float, h2d_bytes: float,
                                                                        fires: bool) -> None:
     a = gpu_run(sync_calls_per_step=syncs, h2d_bytes_per_step=h2d_bytes)
-    assert (rules.blocking_copy(a) is not None) is fires
+    assert (checks.blocking_copy(a) is not None) is fires
 
 
 @pytest.mark.parametrize("overlap, fires", [(0.21, False), (0.2, True), (0.0, True)])
 def test_copy_not_overlapped_fires_when_copies_barely_overlap_kernels(overlap: float, fires: bool) -> None:
     facts = TraceFacts(steps=STEPS, h2d_copy_ms_per_step=1.0, h2d_overlap_fraction=overlap,
                        h2d_on_compute_stream_fraction=1.0)
-    finding = rules.copy_not_overlapped(gpu_run(h2d_ms_per_step=1.0), facts)
+    finding = checks.copy_not_overlapped(gpu_run(h2d_ms_per_step=1.0), facts)
     assert (finding is not None) is fires
     if fires:
         assert finding.cause == "overlap stream" and "torch.cuda.stream" in finding.suggestion
@@ -178,7 +178,7 @@ def test_copy_not_overlapped_fires_when_copies_barely_overlap_kernels(overlap: f
 
 def test_copy_not_overlapped_ignores_copies_under_two_percent_of_the_step() -> None:
     facts = TraceFacts(steps=STEPS, h2d_copy_ms_per_step=0.19, h2d_overlap_fraction=0.0)
-    assert rules.copy_not_overlapped(gpu_run(), facts) is None
+    assert checks.copy_not_overlapped(gpu_run(), facts) is None
 
 
 SGEMM = "ampere_sgemm_128x64_nn"
@@ -199,7 +199,7 @@ TRITON = "triton_poi_fused_add_relu_0"
 ])
 def test_no_mixed_precision_reads_kernel_names(kernels: tuple, fires: bool) -> None:
     top = tuple(KernelStat(n, c, t) for n, c, t in kernels)
-    finding = rules.no_mixed_precision(gpu_run(top_kernels=top))
+    finding = checks.no_mixed_precision(gpu_run(top_kernels=top))
     assert (finding is not None) is fires
     if fires:
         assert finding.cause == "mixed precision" and "torch.autocast" in finding.suggestion
@@ -212,7 +212,7 @@ def test_no_mixed_precision_reads_kernel_names(kernels: tuple, fires: bool) -> N
 ])
 def test_not_compiled_needs_elementwise_kernels_and_no_triton(kernels: tuple, fires: bool) -> None:
     top = tuple(KernelStat(n, c, t) for n, c, t in kernels)
-    finding = rules.not_compiled(gpu_run(top_kernels=top))
+    finding = checks.not_compiled(gpu_run(top_kernels=top))
     assert (finding is not None) is fires
     if fires:
         assert finding.cause == "compile" and "torch.compile" in finding.suggestion
@@ -227,26 +227,26 @@ def test_not_compiled_needs_elementwise_kernels_and_no_triton(kernels: tuple, fi
 def test_cpu_launch_bound_rule_thresholds(kernels: float, kernel_ms: float, idle: float, fires: bool) -> None:
     a = make_analysis(PHASES, gpu={"kernels_per_step": kernels, "kernel_ms_per_step": kernel_ms},
                       idle_fraction=idle)
-    assert (rules.cpu_launch_bound(a) is not None) is fires
+    assert (checks.cpu_launch_bound(a) is not None) is fires
 
 
 def test_warmup_in_window_flags_a_slow_first_measured_step() -> None:
-    assert rules.warmup_in_window(make_analysis(PHASES, durations=(19.9,) + (10.0,) * 9)) is None
-    finding = rules.warmup_in_window(make_analysis(PHASES, durations=(20.0,) + (10.0,) * 9))
+    assert checks.warmup_in_window(make_analysis(PHASES, durations=(19.9,) + (10.0,) * 9)) is None
+    finding = checks.warmup_in_window(make_analysis(PHASES, durations=(20.0,) + (10.0,) * 9))
     assert finding is not None and finding.evidence[0].startswith("first measured step 20.00 ms = 2.0x")
 
 
 def test_warmup_in_window_flags_two_level_step_times_as_info() -> None:
-    finding = rules.warmup_in_window(make_analysis(PHASES, durations=(10.0, 21.0) * 5))
+    finding = checks.warmup_in_window(make_analysis(PHASES, durations=(10.0, 21.0) * 5))
     assert finding is not None and finding.severity == "info"
     assert "two levels: 10.00 ms and 21.00 ms (50% of steps slow" in finding.evidence[0]
-    assert rules.warmup_in_window(make_analysis(PHASES, durations=(10.0, 19.0) * 5)) is None
+    assert checks.warmup_in_window(make_analysis(PHASES, durations=(10.0, 19.0) * 5)) is None
 
 
 def test_warmup_in_window_flags_kernel_set_changes_from_two_steps() -> None:
     a = gpu_run()
-    assert rules.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=1)) is None
-    assert rules.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=2)) is not None
+    assert checks.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=1)) is None
+    assert checks.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=2)) is not None
 
 
 def test_gpu_rules_stay_silent_on_a_cpu_only_run() -> None:
@@ -321,6 +321,6 @@ def test_every_rule_is_one_record_and_its_findings_carry_its_id() -> None:
     assert len(set(ids)) == len(ids) == 12
     assert all(r.check.__name__ == r.id and r.phrase for r in rules.RULES)
     assert rules.RULE_BY_ID["dataloader_blocking"].reason_cause == "input pipeline"
-    assert rules.pageable_copies(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5)).rule == "pageable_copies"
+    assert checks.pageable_copies(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5)).rule == "pageable_copies"
     fired = rules.run_rules(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5))
     assert "pageable_copies" in {f.rule for f in fired} and {f.rule for f in fired} <= set(ids)

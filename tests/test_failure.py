@@ -10,6 +10,7 @@ import pytest
 from report_results import make_analysis
 
 from perfgate.gate.compare import ComparePolicy, compare_launches
+from perfgate.gate.sequential_looks import LaunchBudget, run_looks
 from perfgate.pipeline.workload_run import compare_policy, judge
 from perfgate.records.model import Verdict, WorkloadResult, fails
 from perfgate.report.annotations import render_annotations
@@ -27,7 +28,8 @@ def judged_without_baseline(tmp_path: Path, strict: bool) -> WorkloadResult:
     result = WorkloadResult(workload="tiny", verdict=Verdict.ERROR, strict=settings.strict,
                             analyses=[make_analysis([10.0] * 5, {"forward": 4.0})])
     spec = WorkloadSpec(name="tiny", module="workloads.tiny")
-    judge(result, spec, settings, None, tmp_path / "baselines" / "tiny" / "absent.json", compare_policy(settings, spec))
+    run = run_looks([], lambda k: result.analyses[k].metrics(), compare_policy(settings, spec), LaunchBudget(1, 1))
+    judge(result, spec, settings, None, tmp_path / "baselines" / "tiny" / "absent.json", run)
     return result
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from perfgate.capture.gpu_monitor import THROTTLE_MASK, GpuMonitor, Sample, reason_names, summarize
+from perfgate.capture.gpu_monitor import THROTTLE_MASK, GpuMonitor, Sample, reason_names, monitor_report
 
 
 class FakeNvml:
@@ -36,11 +36,11 @@ class FakeNvml:
 def test_summary_marks_thermal_and_hardware_slowdowns_but_not_a_power_cap() -> None:
     capped = [Sample(0.0, 0, 1980, 55, 0x4), Sample(0.2, 0, 1755, 57, 0x4 | 0x1)]
     hot = [Sample(0.0, 0, 1980, 80, 0x0), Sample(0.2, 0, 1200, 88, 0x40)]
-    a, b = summarize(capped), summarize(hot)
+    a, b = monitor_report(capped), monitor_report(hot)
     assert a is not None and not a.throttled and a.reasons == ("software power cap",)
     assert (a.sm_mhz_min, a.sm_mhz_max, a.sm_mhz_median, a.temperature_c_max) == (1755, 1980, 1867.5, 57)
     assert b is not None and b.throttled and b.reasons == ("hardware thermal slowdown",)
-    assert summarize([]) is None
+    assert monitor_report([]) is None
     assert reason_names(THROTTLE_MASK) == ["hardware slowdown", "software thermal slowdown",
                                            "hardware thermal slowdown", "hardware power brake slowdown"]
 
@@ -73,7 +73,7 @@ def test_pipeline_marks_an_unstable_or_throttled_launch(fixtures_dir) -> None:
                              AnalysisOptions(skip_steps=0))
     steady = replace(analysis, steps=replace(analysis.steps, durations_ms=tuple([20.0, 20.2, 19.9, 20.1] * 5)))
     two_levels = replace(analysis, steps=replace(analysis.steps, durations_ms=tuple([20.0, 20.1] * 5 + [30.0, 30.1] * 5)))
-    hot = summarize([Sample(0.0, 0, 1980, 80, 0x0), Sample(0.2, 0, 1200, 88, 0x40)])
+    hot = monitor_report([Sample(0.0, 0, 1980, 80, 0x0), Sample(0.2, 0, 1200, 88, 0x40)])
 
     ok = _checked(steady, 0, None)
     assert ok.launch.stability["stable"] and ok.launch.notes == ()

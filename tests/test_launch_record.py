@@ -46,6 +46,7 @@ def test_the_launchs_notes_end_the_records_warnings_and_read_back() -> None:
 
 
 def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
+    from perfgate.gate.sequential_looks import LaunchBudget, run_looks
     from perfgate.pipeline.workload_run import compare_policy, judge
     from perfgate.records.notes import NOTE, SUMMARY
     from perfgate.settings.config import load_settings
@@ -56,7 +57,8 @@ def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
     unstable = "launch 0: measured steps are not stable (drift)"
     result.analyses = [replace(result.analyses[0], warnings=("an analysis warning",),
                                launch=Launch(number=0, kind="timing", notes=(unstable,)))]
-    judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", compare_policy(settings, spec))
+    run = run_looks([], lambda k: result.analyses[k].metrics(), compare_policy(settings, spec), LaunchBudget(1, 1))
+    judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", run)
     assert [n.severity for n in result.notes] == [SUMMARY, NOTE]
     assert result.notes[1].text.startswith(unstable + " (record one with ")    # the hint ends the last line
     assert result.message.splitlines()[1].startswith(f"note: {unstable} (record one with ")

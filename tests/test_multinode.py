@@ -108,7 +108,7 @@ def test_unchanged_rerun_passes(gated: dict) -> None:
 def test_a_slowed_rank_on_node_1_is_regressed_and_named(gated: dict) -> None:
     slowed = gated["slowed"]
     assert slowed.verdict == Verdict.REGRESSED, slowed.message
-    first = slowed.attribution["first_reason"]
+    first = slowed.attribution.first_reason
     assert first.startswith("node 1 rank 3 data +"), first
     print(f"\nverdict: {slowed.verdict.value}\nfirst reason: {first}")
 

@@ -17,7 +17,7 @@ from perfgate.capture.command import Rendezvous, workload_command
 from perfgate.capture.nodes import FANOUT, endpoint, job_command, node_stem
 from perfgate.cli import main
 from perfgate.errors import ConfigError, TraceError
-from perfgate.gate.provenance import workload_command as provenance_command
+from perfgate.gate.provenance import recorded_command
 from perfgate.records.ranks import RankStats, rank_name
 from perfgate.settings.pyproject import parse_workload
 from perfgate.settings.workloads import WorkloadSpec
@@ -130,7 +130,7 @@ def test_each_node_runs_torchrun_with_the_shared_c10d_rendezvous() -> None:
     assert endpoint(replace(spec, rdzv_endpoint="node0.cluster:29400"), lambda: 1234) == "node0.cluster:29400"
     assert node_stem("trace", 1) == "trace-node1"
     # a baseline records the job's shape: two nodes of two are not the one-node job
-    assert provenance_command("m", [], "torchrun", 2, 2) == "torchrun --nnodes=2 --nproc-per-node=2 -m m"
+    assert recorded_command("m", [], "torchrun", 2, 2) == "torchrun --nnodes=2 --nproc-per-node=2 -m m"
 
 
 def test_the_fanout_runs_every_node_and_exits_with_a_failed_ones_status() -> None:

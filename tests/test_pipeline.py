@@ -11,6 +11,7 @@ import pytest
 from perfgate.errors import TraceError
 from perfgate.gate.baseline import load_baseline
 from perfgate.gate.compare import ComparePolicy
+from perfgate.gate.sequential_looks import LaunchBudget, LookRun, run_looks
 from perfgate.pipeline.inputs import compare_files, metrics_from_document
 from perfgate.pipeline.workload_run import compare_policy, judge, run_workload
 from perfgate.records.model import Verdict
@@ -54,11 +55,19 @@ def test_run_directory_keeps_launch_artifacts_and_result_json(gate) -> None:
     assert doc["analyses"][0]["launch"] == 0
 
 
+def looked(result, baseline, policy: ComparePolicy) -> LookRun:
+    """The looks of a gate run whose timing launches were ``result``'s, all taken before one look."""
+    n = len(result.analyses)
+    return run_looks(baseline.launch_metrics if baseline else [], lambda k: result.analyses[k].metrics(), policy,
+                     LaunchBudget(n, n))
+
+
 def test_same_measurements_pass_against_their_baseline(gate) -> None:
     settings, spec, recorded = gate
     result = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
-    judge(result, spec, settings, load_baseline(recorded.baseline_path), recorded.baseline_path,
-          compare_policy(settings, spec))
+    baseline = load_baseline(recorded.baseline_path)
+    judge(result, spec, settings, baseline, recorded.baseline_path,
+          looked(result, baseline, compare_policy(settings, spec)))
     assert result.verdict == Verdict.PASS
     assert result.baseline_step_times_ms == load_baseline(recorded.baseline_path).step_durations_ms
     assert not result.failed and not replace(result, strict=True).failed
@@ -68,12 +77,13 @@ def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
     settings, spec, recorded = gate
     strict = replace(settings, strict=True)
     result = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
-    judge(result, spec, strict, None, settings.baseline_dir / "absent.json", compare_policy(strict, spec))
+    judge(result, spec, strict, None, settings.baseline_dir / "absent.json", looked(result, None, compare_policy(strict, spec)))
     assert result.verdict == Verdict.NEW
     assert "--perfgate-update-baselines" in result.message
     assert result.strict and result.failed
     lenient = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
-    judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json", compare_policy(settings, spec))
+    judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json",
+          looked(lenient, None, compare_policy(settings, spec)))
     assert lenient.verdict == Verdict.NEW and not lenient.failed
 
 
@@ -142,4 +152,4 @@ def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_
     torch = f"; torch 0.0.1 -> {result.machine.torch}" if result.machine.torch else ""
     assert result.message.splitlines()[0] == \
         f"warning: the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
-    assert result.provenance["code"] == ["workloads/resnet_cifar.py changed"]
+    assert result.provenance is not None and result.provenance.code == ("workloads/resnet_cifar.py changed",)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
+from perfgate.gate.baseline import baseline_from_analyses, load_baseline, profile_metrics, write_baseline
 from perfgate.gate.compare import compare_launches
-from perfgate.pipeline.inputs import explained_launches, analyze_file, gate_metrics
+from perfgate.pipeline.inputs import explained_launches, analyze_file
 from perfgate.records.model import MachineInfo, Verdict
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
@@ -19,7 +19,8 @@ def test_profile_metrics_are_only_what_timing_launches_do_not_measure(tmp_path: 
     timing = analyze_file(TRACES / "cpu-train-loop" / "trace.sqlite")        # nvtx only
     profile = analyze_file(TRACES / "gpu-transformer" / "trace.sqlite")      # CUDA traced
     profile = replace(profile, launch=replace(profile.launch, kind="profile"))
-    side = gate_metrics([timing, timing], profile)
+    side = [timing.metrics(), timing.metrics()]
+    side.append(profile_metrics(profile, side))
     assert len(side) == 3 and side[0] == timing.metrics()
     gpu = side[2]
     assert {"gpu_idle_fraction", "kernels_per_step", "phase.forward.gpu_ms"} <= set(gpu)

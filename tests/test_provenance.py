@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
-from perfgate.gate.provenance import (
-    Provenance, Staleness, current, differences, source_files, workload_command,
-)
+from perfgate.gate.provenance import Provenance, current, recorded_command, source_files, staleness
 from perfgate.records.model import MachineInfo
+from perfgate.records.staleness import Staleness
 
 MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver="580.1", cuda="13.0",
                       torch="2.11.0", nsys="2025.3.1")
@@ -50,12 +49,12 @@ def test_a_changed_added_or_removed_file_and_other_software_are_named(tmp_path: 
     root = _repo(tmp_path)
     recorded = current(root, "workloads.train", ["--steps", "20"], MACHINE)
     assert recorded.command == "python -m workloads.train --steps 20"
-    assert differences(recorded, current(root, "workloads.train", ["--steps", "20"], MACHINE)).stale is False
+    assert staleness(recorded, current(root, "workloads.train", ["--steps", "20"], MACHINE)).stale is False
     (root / "lib" / "models.py").write_text("class Net: width = 2\n")
     (root / "workloads" / "train.py").write_text("from lib import models\nimport workloads.extra\n")
     (root / "workloads" / "extra.py").write_text("")
     newer = MachineInfo(**{**vars(MACHINE), "torch": "2.12.0"})
-    stale = differences(recorded, current(root, "workloads.train", ["--steps", "30"], newer))
+    stale = staleness(recorded, current(root, "workloads.train", ["--steps", "30"], newer))
     assert stale.code == ("lib/models.py changed", "workloads/train.py changed", "workloads/extra.py added",
                           "workloads/_common.py removed", "workloads/helpers.py removed",
                           "command python -m workloads.train --steps 20 -> python -m workloads.train --steps 30")
@@ -64,9 +63,9 @@ def test_a_changed_added_or_removed_file_and_other_software_are_named(tmp_path: 
     assert stale.text().endswith("; torch 2.11.0 -> 2.12.0")
     # only the software: said as such; the software of another machine class is not compared
     same = current(root, "workloads.train", ["--steps", "20"], MACHINE)
-    assert differences(same, current(root, "workloads.train", ["--steps", "20"], newer)).text() == \
+    assert staleness(same, current(root, "workloads.train", ["--steps", "20"], newer)).text() == \
         "the baseline was recorded with other software: torch 2.11.0 -> 2.12.0"
-    assert not differences(same, current(root, "workloads.train", ["--steps", "20"], newer),
+    assert not staleness(same, current(root, "workloads.train", ["--steps", "20"], newer),
                            compare_software=False).stale
     assert Staleness.from_dict(stale.to_dict()) == stale
 
@@ -78,7 +77,7 @@ def test_the_record_reads_back_from_a_baseline_document(tmp_path: Path) -> None:
     back = Provenance.from_dict(doc["provenance"], doc["machine"])
     assert (back.command, back.sources, back.record_version, back.software) == \
         (recorded.command, recorded.sources, recorded.record_version, recorded.software)
-    assert workload_command("m", ["a b"], "torchrun", 2) == "torchrun --standalone --nproc-per-node=2 -m m 'a b'"
+    assert recorded_command("m", ["a b"], "torchrun", 2) == "torchrun --standalone --nproc-per-node=2 -m m 'a b'"
 
 
 def _git(root: Path, *args: str) -> str:
@@ -96,13 +95,13 @@ def test_a_baseline_without_a_fingerprint_is_compared_at_its_git_commit(tmp_path
     commit = _git(root, "rev-parse", "HEAD")
     legacy = Provenance(git_commit=commit, git_dirty=True, created_utc="2026-11-24T00:50:23Z")
     (root / "workloads" / "_common.py").write_text("import os, sys\n")
-    stale = differences(legacy, current(root, "workloads.train", [], MACHINE), root=root)
+    stale = staleness(legacy, current(root, "workloads.train", [], MACHINE), root=root)
     assert stale.code == (f"workloads/_common.py changed since {commit[:7]}",)
     assert stale.text() == (f"the baseline was recorded from other code: workloads/_common.py changed since "
                             f"{commit[:7]} (recorded 2026-11-24 at {commit[:7]} from a tree with uncommitted "
                             "changes: its code is not known exactly)")
     # a commit the checkout does not hold (a shallow clone): the code is not known, and it says so
-    unknown = differences(Provenance(git_commit="0" * 40), current(root, "workloads.train", [], MACHINE), root=root)
+    unknown = staleness(Provenance(git_commit="0" * 40), current(root, "workloads.train", [], MACHINE), root=root)
     assert unknown.code == () and unknown.text().startswith("the baseline does not record which code it measured")
 
 

@@ -31,7 +31,8 @@ from absent_figures import H100, launch
 from perfgate.analysis.resources import MEMORY_SOURCES, attach_resources
 from perfgate.commands.history import entry_for
 from perfgate.gate.compare import compare_launches
-from perfgate.pipeline.inputs import gate_metrics
+from perfgate.gate.baseline import profile_metrics
+from perfgate.records.diagnosis import Attribution
 from perfgate.records.model import Analysis, LookRecord, MachineInfo, MetricComparison, Verdict, WorkloadResult
 from perfgate.records.notes import NOTE, SUMMARY, Note
 from perfgate.report.annotations import render_annotations
@@ -108,6 +109,18 @@ def _thinned(c: MetricComparison, draw: st.DrawFn) -> MetricComparison:
     return replace(c, **{name: None for name in OPTIONAL_NUMBERS if draw(st.booleans())})
 
 
+def gate_metrics(timing: list[Analysis], profile: Analysis | None) -> list[dict[str, float]]:
+    """One side's launches as the gate compares them: each timing launch's metrics, then the
+    profile launch's that they do not measure (perfgate.gate.sequential_looks.run_looks)."""
+    metrics = [a.metrics() for a in timing]
+    return metrics if profile is None else [*metrics, profile_metrics(profile, metrics)]
+
+
+ATTRIBUTION = Attribution(step_mean_delta_ms=2.0, step_median_delta_ms=2.0, phase_deltas=(), unexplained_delta_ms=0.0,
+                          gpu_idle_delta_ms=None, idle_by_phase_delta_ms={}, new_findings=(), resolved_findings=(),
+                          kernel_deltas=(), first_reason="forward +20 %")
+
+
 @st.composite
 def results(draw: st.DrawFn) -> WorkloadResult:
     current = draw(st.lists(analyses(), min_size=0, max_size=3))
@@ -124,7 +137,7 @@ def results(draw: st.DrawFn) -> WorkloadResult:
     extra = {key: value for key, value in {
         "baseline_updated": True, "record_command": "perfgate baseline update w",
         "looks": (LookRecord(1, "PASS", 1.0),), "stopped": "decided",
-        "attribution": {"first_reason": "forward +20 %"}}.items() if draw(st.booleans())}
+        "attribution": ATTRIBUTION}.items() if draw(st.booleans())}
     return WorkloadResult(
         workload="w", verdict=draw(st.sampled_from(list(Verdict))), comparisons=comparisons, analyses=current,
         machine=draw(st.sampled_from([None, CPU, H100])),

@@ -12,7 +12,7 @@ import pytest
 from perfgate.errors import ConfigError
 from perfgate.gate.compare import ComparePolicy, compare_launches
 from perfgate.gate.sequential_looks import (
-    LaunchBudget, detectable_change, launch_noise, noise_report, run_looks,
+    LaunchBudget, detectable_change, launch_noise, noise_report, noise_warning, run_looks, undecided,
 )
 from perfgate.records.model import Tolerance, Verdict
 from perfgate.records.notes import SUMMARY, TO_DECIDE, WHY, Note, message_text
@@ -102,20 +102,19 @@ def test_a_clear_verdict_takes_one_launch_and_an_unclear_one_takes_more() -> Non
         taken.append(k)
         return launches(rng, 1, 0.002)[0]
 
-    current, looks, reason = run_looks(base, steady, POLICY, budget)
-    assert (len(current), len(looks), reason, looks[-1].outcome.verdict) == (1, 1, "decided", Verdict.PASS)
-    current, looks, reason = run_looks(base, lambda k: launches(rng, 1, 0.002, 0.20)[0], POLICY, budget)
-    assert (len(current), reason, looks[-1].outcome.verdict) == (1, "decided", Verdict.REGRESSED)
+    run = run_looks(base, steady, POLICY, budget)
+    assert (len(run.current), len(run.looks), run.stopped, run.outcome.verdict) == (1, 1, "decided", Verdict.PASS)
+    run = run_looks(base, lambda k: launches(rng, 1, 0.002, 0.20)[0], POLICY, budget)
+    assert (len(run.current), run.stopped, run.outcome.verdict) == (1, "decided", Verdict.REGRESSED)
     # a noisy baseline and a change beyond tolerance: INCONCLUSIVE until the budget is spent
     noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]
-    current, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
-                                       POLICY, budget)
-    assert [lk.launches for lk in looks] == [1, 2, 3, 4, 5]
-    assert reason == "max_launches (5) reached" and looks[-1].outcome.verdict == Verdict.INCONCLUSIVE
+    run = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0}, POLICY, budget)
+    assert [lk.launches for lk in run.looks] == [1, 2, 3, 4, 5]
+    assert run.stopped == "max_launches (5) reached" and run.outcome.verdict == Verdict.INCONCLUSIVE
     ticks = iter(range(0, 1000, 40))
-    current, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
-                                       POLICY, LaunchBudget(1, 5, budget_s=100.0), clock=lambda: next(ticks))
-    assert len(current) == 3 and reason == "budget_s (100 s) spent"
+    run = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
+                    POLICY, LaunchBudget(1, 5, budget_s=100.0), clock=lambda: next(ticks))
+    assert len(run.current) == 3 and run.stopped == "budget_s (100 s) spent"
 
 
 def test_adaptive_looks_keep_the_false_alarm_rate_below_alpha_where_unsplit_looks_do_not() -> None:
@@ -132,8 +131,7 @@ def test_adaptive_looks_keep_the_false_alarm_rate_below_alpha_where_unsplit_look
             stream = launches(rng, 5, 0.03)
             b = budget if split else LaunchBudget(1, 5)
             p = policy if split else ComparePolicy(tolerances=policy.tolerances, alpha=0.05 * 5)
-            _, looks, _ = run_looks(base, lambda k: stream[k], p, b)
-            count += looks[-1].outcome.verdict == Verdict.REGRESSED
+            count += run_looks(base, lambda k: stream[k], p, b).outcome.verdict == Verdict.REGRESSED
         return count
 
     split, unsplit = alarms(True), alarms(False)
@@ -143,11 +141,11 @@ def test_adaptive_looks_keep_the_false_alarm_rate_below_alpha_where_unsplit_look
 def test_noise_report_warns_when_the_workload_is_too_noisy_for_its_tolerance() -> None:
     rng = np.random.default_rng(5)
     steady = noise_report(launches(rng, 5, 0.001), LaunchBudget(1, 5), POLICY)
-    assert not steady.too_noisy and steady.warning("w") is None
+    assert not steady.too_noisy and noise_warning(steady, "w", POLICY) is None
     assert "caught 9 times in 10 from +3." in steady.describe()
     noisy = noise_report(launches(rng, 5, 0.08), LaunchBudget(1, 5), POLICY)
-    assert noisy.too_noisy and noisy.detectable > 0.1
-    assert "w is too noisy for its step-time tolerance of 3 %" in noisy.warning("w")
+    assert noisy.too_noisy and noisy.detectable_change is not None and noisy.detectable_change > 0.1
+    assert "w is too noisy for its step-time tolerance of 3 %" in (noise_warning(noisy, "w", POLICY) or "")
     assert "record 2 or more" in noise_report(launches(rng, 1, 0.01), LaunchBudget(), POLICY).describe()
 
 
@@ -159,11 +157,11 @@ def test_an_inconclusive_run_says_why_and_what_to_do_in_the_summary() -> None:
     noisy = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (90.0, 100.0, 112.0, 95.0, 104.0)]
     settings = load_settings(env={})
     budget = settings.budget                                  # the defaults: 1 to 10 launches
-    _, looks, reason = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0},
-                                 POLICY, budget)
-    outcome = looks[-1].outcome
-    assert outcome.verdict == Verdict.INCONCLUSIVE and len(looks) == 10
-    why = noise_report(noisy, budget, POLICY).undecided("w", outcome.n_current, reason, POLICY.alpha)
+    run = run_looks(noisy, lambda k: {"step_time_ms": 106.0, "step_time_mean_ms": 106.0}, POLICY, budget)
+    outcome = run.outcome
+    assert outcome.verdict == Verdict.INCONCLUSIVE and len(run.looks) == 10
+    why = undecided(noise_report(noisy, budget, POLICY), "w", outcome.n_current, run.stopped, POLICY.alpha)
+    assert run.noise == noise_report(noisy, budget, POLICY) and run.noise_notes("w")[:2] == why
     assert [n.severity for n in why] == [WHY, TO_DECIDE]
     text = message_text(why)
     assert "not significant after 10 launches (max_launches (10) reached; each look needs p < 0.0023," in text
@@ -189,8 +187,31 @@ def test_the_level_counts_the_baselines_timing_launches_not_its_profile_launch()
     baseline = [{"step_time_ms": v, "step_time_mean_ms": v} for v in steps]
     profile = {"gpu_idle_fraction": 0.1, "kernels_per_step": 300.0}   # no step time: not a timing launch
     for base in (baseline, [*baseline, profile]):
-        _, looks, _ = run_looks(base, lambda k: {"step_time_ms": value, "step_time_mean_ms": value},
-                                POLICY, LaunchBudget(1, 10))
+        looks = run_looks(base, lambda k: {"step_time_ms": value, "step_time_mean_ms": value},
+                          POLICY, LaunchBudget(1, 10)).looks
         row = next(c for c in looks[0].outcome.comparisons if c.metric == "step_time_ms")
         assert row.p_value == pytest.approx(target, rel=1e-6)
         assert looks[0].outcome.verdict == Verdict.REGRESSED and len(looks) == 1
+
+
+def test_the_profile_launch_joins_the_verdict_at_the_looks_level_and_only_when_asked() -> None:
+    """After the last look the profile launch's metrics (what timing launches do not measure) are
+    compared with the others, under the looks' policy: the verdict of the run, in one place."""
+    rng = np.random.default_rng(7)
+    base = [{**m, "gpu_idle_fraction": 0.10} for m in launches(rng, 5, 0.002)]
+    asked: list[Verdict] = []
+
+    def profile(last):
+        asked.append(last.verdict)
+        return {"gpu_idle_fraction": 0.30}
+
+    run = run_looks(base, lambda k: launches(rng, 1, 0.002)[0], POLICY, LaunchBudget(1, 5), profile=profile)
+    last = run.looks[-1].outcome.row("gpu_idle_fraction")
+    assert asked == [run.looks[-1].outcome.verdict] and last is not None and last.verdict == Verdict.NO_DATA
+    row = run.outcome.row("gpu_idle_fraction")
+    assert row is not None and row.current == pytest.approx(0.30) and run.outcome.n_current == 1
+    without = run_looks(base, lambda k: launches(rng, 1, 0.002)[0], POLICY, LaunchBudget(1, 5), profile=lambda last: None)
+    assert without.outcome is without.looks[-1].outcome
+    new = run_looks([], lambda k: launches(rng, 1, 0.002)[0], POLICY, LaunchBudget(1, 5), profile=profile)
+    assert new.outcome.verdict == Verdict.NEW and new.noise is None and new.noise_notes("w") == ()
+

@@ -7,23 +7,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from perfgate.gate.statistics import decide, geometric_mean, holm, shift_test, stability, summarize
+from perfgate.gate.statistics import decide, geometric_mean, holm, shift_test, stability
 from perfgate.records.model import Verdict
 
 
 # --------------------------------------------------------------------------- summaries
-
-
-def test_summarize_gives_sample_stdev_and_interpolated_percentiles() -> None:
-    s = summarize([1.0, 2.0, 3.0, 4.0, 10.0])
-    assert (s.count, s.mean, s.median, s.min, s.max) == (5, 4.0, 3.0, 1.0, 10.0)
-    assert s.stdev == pytest.approx(math.sqrt(((3**2) + 2**2 + 1 + 0 + 36) / 4))
-    assert s.p10 == pytest.approx(1.4)
-    assert s.p90 == pytest.approx(7.6)
-
-
-def test_summarize_of_one_value_has_zero_stdev() -> None:
-    assert summarize([7.0]).stdev == 0.0
 
 
 def test_geometric_mean_of_ratios_is_their_root() -> None:

@@ -125,7 +125,7 @@ def test_slower_input_pipeline_is_regressed_and_named(gated: dict) -> None:
         base_range = base.steps.range_summary_ms.median
         range_grown = cur.steps.range_summary_ms.median - base_range
         assert range_grown < 0.5 * grown + base_range * max(0.0, factor - 1.0), (range_grown, grown, loads)
-    first = slowed.attribution["first_reason"]
+    first = slowed.attribution.first_reason
     assert first.startswith(phase) or first.startswith("between steps"), first
 
 

@@ -41,24 +41,6 @@ def nccl_name_ids(strings: Mapping[int, str]) -> np.ndarray:
                     dtype=np.int64)
 
 
-def overlap_length(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray) -> int:
-    """|A ∩ B| for two sets of disjoint sorted intervals: for each interval of A, the length of B
-    before its end minus the length of B before its start (a prefix sum of B and a binary search)."""
-    if a_start.size == 0 or b_start.size == 0:
-        return 0
-    before = np.r_[np.int64(0), np.cumsum(b_end - b_start)]     # length of B before interval i
-
-    def covered_until(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(b_start, t, side="right") - 1       # the last B interval starting by t
-        ok = i >= 0
-        out = np.zeros(t.size, dtype=np.int64)
-        k = i[ok]
-        out[ok] = before[k] + np.minimum(t[ok], b_end[k]) - b_start[k]
-        return out
-
-    return int((covered_until(a_end) - covered_until(a_start)).sum())
-
-
 def _meeting(starts: np.ndarray, ends: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np.ndarray:
     """Which intervals [starts, ends) meet the disjoint sorted intervals [us, ue)."""
     i = np.searchsorted(ue, starts, side="right")               # the first one ending after the start
@@ -100,7 +82,7 @@ def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: Columns) -> Co
             compute = compute_by_device[int(dev)]
             near = compute[_meeting(ops.start[compute], ops.end[compute], cs, ce)]
             comm_ns += int((ce - cs).sum())
-            overlap_ns += overlap_length(cs, ce, *intervals.union(ops.start[near], ops.end[near]))
+            overlap_ns += intervals.overlap_length(cs, ce, *intervals.union(ops.start[near], ops.end[near]))
         steps = max(n_steps, 1)
         totals.append((mine.size, comm_ns, overlap_ns, steps))
         ranks.append(RankComm(rank=rank, pid=int(pid), devices=tuple(str(int(d)) for d in devices),

@@ -134,7 +134,7 @@ def reason_names(mask: int) -> list[str]:
     return [name for bit, name in REASONS.items() if mask & bit]
 
 
-def summarize(samples: list[Sample]) -> MonitorReport | None:
+def monitor_report(samples: list[Sample]) -> MonitorReport | None:
     """The report of a launch's samples (None when there are none)."""
     if not samples:
         return None
@@ -199,4 +199,4 @@ class GpuMonitor:
         return list(self._samples)
 
     def report(self) -> MonitorReport | None:
-        return summarize(list(self._samples))
+        return monitor_report(list(self._samples))

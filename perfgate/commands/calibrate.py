@@ -276,9 +276,9 @@ def evaluate_sequential(
             baseline = [aa[i] for i in order[:record_launches]]
             stream = ([aa[i] for i in order[record_launches:]] if name == AA
                       else [pool[i] for i in rng.permutation(len(pool))])
-            current, looks, _ = run_looks(baseline, lambda k: stream[k], policy, budget, clock=lambda: 0.0)
-            outcomes.append(looks[-1].outcome)
-            used.append(len(current))
+            run = run_looks(baseline, lambda k: stream[k], policy, budget, clock=lambda: 0.0)
+            outcomes.append(run.outcome)
+            used.append(len(run.current))
         step = _geomean(pool, "step_time_ms")
         realized = step / base_step - 1.0 if step and base_step else None   # the A/A pool: 0.0
         rows.append(_rate_row(name, None if name == AA else (injected or {}).get(name), realized, outcomes, None))

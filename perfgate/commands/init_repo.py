@@ -18,8 +18,12 @@ from typing import Any
 
 from perfgate.errors import ConfigError
 from perfgate.records.safe_names import is_safe_name
-from perfgate.settings.pyproject import tomllib
 from perfgate.settings.workloads import is_helper
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 WORKFLOW = Path(".github/workflows/perfgate.yml")
 BASELINES = Path("baselines")

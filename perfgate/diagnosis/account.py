@@ -14,9 +14,9 @@ from perfgate.diagnosis.evidence import BETWEEN_STEPS, data_phase, gpu_active, i
 from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
 from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
-from perfgate.diagnosis.records import Finding, KernelDelta, PhaseDelta, Reason
+from perfgate.records.diagnosis import Finding, KernelDelta, PhaseDelta, Reason
 from perfgate.diagnosis.rules import RULE_BY_ID
-from perfgate.gate.provenance import Staleness
+from perfgate.records.staleness import Staleness
 from perfgate.records.facts import STEP_CODE, TraceFacts
 from perfgate.records.model import Analysis
 

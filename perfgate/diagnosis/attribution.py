@@ -14,8 +14,8 @@ from perfgate.diagnosis import account
 from perfgate.diagnosis.comm import collectives_changed, comm_reason, leads, runs_per_step
 from perfgate.diagnosis.differences import straggler_reason
 from perfgate.diagnosis.evidence import gap_idle_by_phase_ms, idle_ms_per_step, phase_ms, step_mean_ms
-from perfgate.diagnosis.records import Attribution, Finding, KernelDelta, PhaseDelta
-from perfgate.gate.provenance import Staleness
+from perfgate.records.diagnosis import Attribution, Finding, KernelDelta, PhaseDelta
+from perfgate.records.staleness import Staleness
 from perfgate.records.facts import TraceFacts
 from perfgate.records.model import Analysis, MetricComparison, Verdict
 
@@ -53,7 +53,7 @@ def _kernel_deltas(base: Analysis, cur: Analysis) -> tuple[KernelDelta, ...]:
         return out
 
     b, c = per_step(base), per_step(cur)
-    deltas = [KernelDelta(n, b.get(n, (0.0, 0.0))[0], c.get(n, (0.0, 0.0))[0],
+    deltas = [KernelDelta(n, c.get(n, (0.0, 0.0))[0] - b.get(n, (0.0, 0.0))[0],
                           b.get(n, (0.0, 0.0))[1], c.get(n, (0.0, 0.0))[1])
               for n in dict.fromkeys([*b, *c])]
     deltas.sort(key=lambda d: -abs(d.ms_delta_per_step))

@@ -10,7 +10,7 @@ from perfgate.diagnosis.evidence import (
     COMPUTE_PHASES, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, phase_ms, phase_share,
     step_mean_ms,
 )
-from perfgate.diagnosis.records import (
+from perfgate.records.diagnosis import (
     CPU_COMPUTE, CPU_LAUNCH, CPU_ONLY_NOTE, DATA_LOADING, GPU_COMPUTE, H2D_COPY, SYNCHRONIZATION,
     UNDETERMINED,
 )

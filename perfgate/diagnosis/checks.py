@@ -12,7 +12,7 @@ from perfgate.diagnosis.evidence import (
     COMPUTE_PHASES, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, innermost_phase, phase_ms,
     phase_share, step_mean_ms,
 )
-from perfgate.diagnosis.records import Finding
+from perfgate.records.diagnosis import Finding
 from perfgate.records.facts import H2D_PHASE, TraceFacts
 from perfgate.records.model import Analysis
 

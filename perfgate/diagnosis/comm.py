@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from perfgate.analysis.comm import NCCL_KERNEL
-from perfgate.diagnosis.records import Reason
+from perfgate.records.diagnosis import Reason
 from perfgate.records.model import PhaseStats
 from perfgate.records.ranks import CommStats
 

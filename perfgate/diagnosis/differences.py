@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from perfgate.analysis.kernel_names import shortened
 from perfgate.diagnosis.mechanisms import Families, Replacement, families_from_names, merged, replacements
-from perfgate.diagnosis.records import Reason
+from perfgate.records.diagnosis import Reason
 from perfgate.records.ranks import RankStats, rank_name
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason

@@ -11,7 +11,7 @@ from perfgate.diagnosis.differences import (
     MIN_MS, MIN_PER_STEP, MODEL_PHASE, FamilyTables, Kernels, family_tables, shortened_evidence, totals,
 )
 from perfgate.diagnosis.mechanisms import Replacement, merged, replacements
-from perfgate.diagnosis.records import Reason
+from perfgate.records.diagnosis import Reason
 
 FASTER_KERNELS = "kernels_faster"
 

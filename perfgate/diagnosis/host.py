@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from perfgate.diagnosis.evidence import BETWEEN_STEPS
-from perfgate.diagnosis.records import PhaseDelta, Reason
+from perfgate.records.diagnosis import PhaseDelta, Reason
 from perfgate.records.facts import STEP_CODE
 
 MIN_MS = 0.05                  # ms/step below which a phase's change is not a reason

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from perfgate.diagnosis.bottleneck import classify
 from perfgate.diagnosis.evidence import gpu_active
-from perfgate.diagnosis.records import Diagnosis
+from perfgate.records.diagnosis import Diagnosis
 from perfgate.diagnosis.rules import run_rules
 from perfgate.records.model import Analysis
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.diagnosis.records import Attribution, Diagnosis
+from perfgate.records.diagnosis import Attribution, Diagnosis
 
 
 def _d(value: Diagnosis | Attribution | Mapping[str, Any]) -> Mapping[str, Any]:

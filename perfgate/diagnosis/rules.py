@@ -1,8 +1,6 @@
 """The diagnosis rules as records, in one table: each rule's id, its check (perfgate.diagnosis.checks),
 what its newly firing says about a change, and how many milliseconds per step of a change its
-cause accounts for. Adding a rule is a check function and one row of :data:`RULES`.
-
-The check functions are importable from here too (``rules.pageable_copies``)."""
+cause accounts for. Adding a rule is a check function and one row of :data:`RULES`."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,7 +12,7 @@ from perfgate.diagnosis.checks import (
     synchronous_copies, warmup_in_window,
 )
 from perfgate.diagnosis.evidence import COMPUTE_PHASES, data_phase, idle_ms_per_step, phase_ms
-from perfgate.diagnosis.records import Finding
+from perfgate.records.diagnosis import Finding
 from perfgate.records.facts import H2D_PHASE, TraceFacts
 from perfgate.records.model import Analysis
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from perfgate.analysis.periods import window_location
 from perfgate.errors import BaselineError, StaleBaselineError
-from perfgate.gate.sequential_looks import NOISE_METRIC, launch_noise
+from perfgate.gate.sequential_looks import launch_noise
 from perfgate.records.model import Analysis, GpuIdle, MachineInfo, PhaseStats
+from perfgate.records.noise import NOISE_METRIC
 from perfgate.records.safe_names import RULE, check_name, is_safe_name
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
 

@@ -1,6 +1,6 @@
 """The gate's verdict: ``compare_launches`` turns per-launch metric mappings of a baseline and a
 current side into per-metric comparisons and one overall verdict, under a ComparePolicy. What the
-metrics mean and the tolerance grammar are perfgate.gate.metric_specs (re-exported here).
+metrics mean and the tolerance grammar are perfgate.gate.metric_specs.
 
 Decision rule (docs/statistics.md): a gating metric REGRESSES only when it got worse beyond its
 tolerance (relative AND absolute floor) AND the launch-level one-sided Student t-test on logs is
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -206,17 +206,18 @@ def compare_launches(
         for r, pw, pb in zip(family, statistics.holm(worse), statistics.holm(better)):
             p_adj[r.metric], sizes[r.metric] = (pw, pb), len(family)
 
-    compared = _gatekeep([_compare_row(r, policy, p_adj.get(r.metric), sizes.get(r.metric, 0)) for r in rows], policy)
-    comparisons = _order_rows(compared + no_data)
+    judged = [_compare_row(r, policy, p_adj.get(r.metric), sizes.get(r.metric, 0)) for r in rows]
+    comparisons = _order_rows(_gatekeep([row for row, _ in judged], policy) + no_data)
+    within = {row.metric for row, decision in judged if decision.significant_within_tolerance}
     verdict = _overall(comparisons)
     n_b, n_c = timed_launches(baseline), timed_launches(current)
-    return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c),
+    return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c, within),
                    strict=policy.strict_new, n_baseline=n_b, n_current=n_c)
 
 
 def timed_launches(launches: Sequence[Mapping[str, float]]) -> int:
     """How many launches measured step time: a profile launch's mapping holds only the GPU facts
-    the timing launches lack (``files.gate_metrics``), so it is not counted (all are when none did)."""
+    the timing launches lack (``baseline.profile_metrics``), so it is not counted (all are when none did)."""
     return sum(1 for m in launches if any(spec_for(k).primary for k in m)) or len(launches)
 
 
@@ -264,7 +265,8 @@ def _p_better(r: _Row) -> float:
 
 
 def _compare_row(r: _Row, policy: ComparePolicy, adjusted: tuple[float, float] | None,
-                 family_size: int) -> MetricComparison:
+                 family_size: int) -> tuple[MetricComparison, statistics.Decision]:
+    """The row of one metric, and the decision that gave its verdict."""
     spec = spec_for(r.metric)
     tol = policy.tolerance_for(r.metric)
     base, cur = _center(r.base, r.log_scale), _center(r.cur, r.log_scale)
@@ -303,7 +305,7 @@ def _compare_row(r: _Row, policy: ComparePolicy, adjusted: tuple[float, float] |
         metric=r.metric, unit=spec.unit, direction=spec.direction, baseline=base, current=cur,
         change=change, delta=delta, tolerance=tol, verdict=decision.verdict,
         gating=policy.is_gating(r.metric), p_value=p_worse, ci_low=ci_low, ci_high=ci_high,
-        note="; ".join(notes))
+        note="; ".join(notes)), decision
 
 
 def _untested_note(r: _Row) -> str:
@@ -347,7 +349,10 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
 # --------------------------------------------------------------------------- words
 
 
-def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int) -> str:
+def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int,
+             within: Collection[str] = ()) -> str:
+    """The outcome's one line; ``within``: the metrics whose change is significant but within
+    tolerance (statistics.Decision), named after a PASS or IMPROVED when they gate."""
     launches = f"{n_b} vs {n_c} launch{'es' if max(n_b, n_c) != 1 else ''}"
     if verdict == Verdict.REGRESSED:
         bad = sorted((r for r in rows if r.gating and r.verdict == Verdict.REGRESSED), key=lambda r: -_worse_change(r))
@@ -360,8 +365,7 @@ def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int)
         return f"NO-DATA: no step-time metric on both sides [{launches}]"
     primary = [r for r in rows if spec_for(r.metric).primary and r.verdict != Verdict.NO_DATA]
     text = f"{verdict}: " + "; ".join(describe(r) for r in primary) + f" [{launches}]"
-    warned = [r for r in rows if r.gating and r.verdict == Verdict.PASS and "within tolerance" in r.note
-              and r.note.startswith("significant")]
+    warned = [r for r in rows if r.gating and r.metric in within]
     if warned:
         text += "; significant but within tolerance: " + ", ".join(f"{r.metric} {fmt_metric_change(r)}" for r in warned)
     return text

@@ -4,8 +4,8 @@ A baseline records its workload's command line, a fingerprint of the workload's 
 module and every file it imports from the repository, found by reading their imports), perfgate's
 record version and the machine's software (torch, CUDA, driver, nsys). ``Provenance`` is that
 record (``to_dict`` / ``from_dict`` side by side; the baseline file's ``provenance`` and ``machine``
-objects hold it); ``differences(recorded, current)`` is what differs, as a ``Staleness`` whose
-``text()`` the gate prints first: ``the baseline was recorded from other code: workloads/
+objects hold it); ``staleness(recorded, current)`` is what differs, as a ``Staleness``
+(perfgate.records.staleness) whose ``text()`` the gate prints first: ``the baseline was recorded from other code: workloads/
 transformer_lm.py changed; torch 2.11.0 -> 2.12.0``.
 
 A baseline written before the fingerprint existed is compared through git when the checkout holds
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.records.model import MachineInfo
+from perfgate.records.staleness import Staleness
 from perfgate.records.version import RECORD_VERSION
 
 #: The machine's software a baseline records (MachineInfo fields), in the order a message names them.
@@ -74,53 +75,10 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-@dataclass(frozen=True)
-class Staleness:
-    """How a baseline differs from the current run: its code (files changed, added, removed; the
-    command line), perfgate's record version, and the machine's software. ``unknown`` says why the
-    code could not be compared (a baseline without a fingerprint and without its commit)."""
-
-    code: tuple[str, ...] = ()
-    environment: tuple[str, ...] = ()
-    unknown: str | None = None
-
-    @property
-    def stale(self) -> bool:
-        return bool(self.code or self.environment or self.unknown)
-
-    @property
-    def other_code(self) -> bool:
-        return bool(self.code)
-
-    def text(self) -> str:
-        """One sentence, empty when nothing differs: the code first, then the software."""
-        if not self.stale:
-            return ""
-        parts = [*self.code, *self.environment]
-        if self.code:
-            head = "the baseline was recorded from other code"
-        elif self.unknown:
-            head = f"the baseline does not record which code it measured ({self.unknown})"
-        else:
-            head = "the baseline was recorded with other software"
-        return head + (": " + "; ".join(parts) if parts else "") + (
-            f" ({self.unknown})" if self.code and self.unknown else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": list(self.code), "environment": list(self.environment), "unknown": self.unknown,
-                "text": self.text()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Staleness:
-        return cls(code=tuple(str(c) for c in data.get("code") or ()),
-                   environment=tuple(str(e) for e in data.get("environment") or ()),
-                   unknown=_text(data.get("unknown")))
-
-
 # ----------------------------------------------------------------------------- the current run
 
 
-def workload_command(module: str, args: Sequence[str], launcher: str = "python", nproc: int = 1,
+def recorded_command(module: str, args: Sequence[str], launcher: str = "python", nproc: int = 1,
                      nnodes: int = 1) -> str:
     """The workload's command line as a baseline records it (no interpreter path: that is the
     machine's, not the workload's; a job of several nodes: ``--nnodes``, not its rendezvous)."""
@@ -201,7 +159,7 @@ def current(root: Path, module: str, args: Sequence[str], machine: MachineInfo |
             launcher: str = "python", nproc: int = 1, nnodes: int = 1) -> Provenance:
     """The provenance of a run of ``module`` with ``args`` from the repository at ``root`` on ``machine``."""
     return Provenance(
-        command=workload_command(module, args, launcher, nproc, nnodes),
+        command=recorded_command(module, args, launcher, nproc, nnodes),
         sources=fingerprint(root, source_files(root, module)),
         record_version=RECORD_VERSION,
         software={k: getattr(machine, k) for k in SOFTWARE} if machine is not None else {},
@@ -211,7 +169,7 @@ def current(root: Path, module: str, args: Sequence[str], machine: MachineInfo |
 # ----------------------------------------------------------------------------- the comparison
 
 
-def differences(recorded: Provenance, now: Provenance, *, root: Path | None = None,
+def staleness(recorded: Provenance, now: Provenance, *, root: Path | None = None,
                 compare_software: bool = True) -> Staleness:
     """How ``recorded`` (a baseline's) differs from ``now``. Without a recorded fingerprint, the
     files of ``now`` are compared with their versions at the baseline's git commit when ``root``

@@ -20,17 +20,16 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfgate.errors import ConfigError
-from perfgate.records.model import Tolerance
-from perfgate.records.notes import TO_DECIDE, WHY, Note
+from perfgate.records.model import Tolerance, Verdict
+from perfgate.records.noise import NOISE_METRIC, NoiseReport
+from perfgate.records.notes import TO_DECIDE, WARNING, WHY, Note
 
 if TYPE_CHECKING:
     from perfgate.gate.compare import ComparePolicy, Outcome
 
-#: The metric whose launch-to-launch noise sizes the gate.
-NOISE_METRIC = "step_time_ms"
 #: The chance of catching a slowdown that :func:`detectable_change` reports.
 POWER = 0.9
 
@@ -153,63 +152,30 @@ def detectable_change(noise: float, n_baseline: int, n_current: int, alpha: floa
     return math.expm1(max(significant, beyond))
 
 
-@dataclass(frozen=True)
-class NoiseReport:
-    """What a workload's noise means for the gate at its budget."""
+def noise_warning(report: NoiseReport, workload: str, policy: ComparePolicy) -> str | None:
+    """What to say when ``workload`` is too noisy for its step-time tolerance (``report.too_noisy``)."""
+    if not report.too_noisy:
+        return None
+    from perfgate.gate.wording import fmt_tolerance
 
-    noise: float | None                 # launch-to-launch log-sd of step time (≈ CV)
-    n_baseline: int
-    max_launches: int
-    alpha: float                        # per look
-    tolerance: Tolerance
-    detectable: float | None            # relative slowdown caught 9 in 10 at max_launches
+    return (f"{workload} is too noisy for its step-time tolerance of "
+            f"{fmt_tolerance(policy.tolerance_for(NOISE_METRIC), 'ms')}: {report.describe()}. Raise max_launches, "
+            "widen the tolerance, or make the workload steadier (more measured steps, fixed clocks, no other load)")
 
-    @property
-    def too_noisy(self) -> bool:
-        """Whether a slowdown a little beyond the tolerance cannot be established at the budget:
-        the noise alone needs more than the tolerance plus half of it."""
-        rel = self.tolerance.rel
-        if self.detectable is None or rel is None or not math.isfinite(rel):
-            return False
-        return self.detectable > 1.5 * rel + 1e-12
 
-    def describe(self) -> str:
-        if self.noise is None:
-            return (f"launch-to-launch noise unknown ({self.n_baseline} baseline launch"
-                    f"{'es' if self.n_baseline != 1 else ''}; record 2 or more to estimate it)")
-        text = f"launch-to-launch noise {self.noise * 100:.2f} % ({self.n_baseline} baseline launches)"
-        if self.detectable is not None:
-            text += (f"; a slowdown is caught 9 times in 10 from +{self.detectable * 100:.1f} % "
-                     f"at up to {self.max_launches} launch{'es' if self.max_launches != 1 else ''}")
-        return text
-
-    def warning(self, workload: str) -> str | None:
-        if not self.too_noisy:
-            return None
-        from perfgate.gate.wording import fmt_tolerance
-
-        return (f"{workload} is too noisy for its step-time tolerance of {fmt_tolerance(self.tolerance, 'ms')}: "
-                f"{self.describe()}. Raise max_launches, widen the tolerance, or make the workload steadier "
-                "(more measured steps, fixed clocks, no other load)")
-
-    def undecided(self, workload: str, launches: int, stopped: str | None, alpha: float) -> tuple[Note, Note]:
-        """Why a run that ended INCONCLUSIVE after ``launches`` could not decide (``stopped``: why it
-        stopped; ``alpha``: the whole run's false-alarm budget), and what to do about it: a WHY and
-        a TO_DECIDE note."""
-        s = "es" if launches != 1 else ""
-        why = (f"the change is beyond tolerance but not significant after {launches} launch{s} "
-               f"({stopped or 'budget spent'}; each look needs p < {self.alpha:.2g}, α {alpha:g} spread over the "
-               f"budget's looks); {self.describe()}.")
-        todo = (f"raise max_launches (now {self.max_launches}) or budget_s, rerun on a quieter machine, "
-                "compare in the same job with `perfgate ab` (drift since the baseline was recorded cannot show "
-                f"there), or build the baseline from several runs (`perfgate history {workload} --refresh-baseline`, "
-                "with history_dir set) so that its noise holds the drift between runs")
-        return Note(WHY, why), Note(TO_DECIDE, todo)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": NOISE_METRIC, "noise": self.noise, "n_baseline": self.n_baseline,
-                "max_launches": self.max_launches, "alpha_per_look": self.alpha,
-                "tolerance_rel": self.tolerance.rel, "detectable_change": self.detectable}
+def undecided(report: NoiseReport, workload: str, launches: int, stopped: str | None, alpha: float) -> tuple[Note, Note]:
+    """Why a run that ended INCONCLUSIVE after ``launches`` could not decide (``stopped``: why it
+    stopped; ``alpha``: the whole run's false-alarm budget), and what to do about it: a WHY and a
+    TO_DECIDE note."""
+    s = "es" if launches != 1 else ""
+    why = (f"the change is beyond tolerance but not significant after {launches} launch{s} "
+           f"({stopped or 'budget spent'}; each look needs p < {report.alpha_per_look:.2g}, α {alpha:g} spread over "
+           f"the budget's looks); {report.describe()}.")
+    todo = (f"raise max_launches (now {report.max_launches}) or budget_s, rerun on a quieter machine, "
+            "compare in the same job with `perfgate ab` (drift since the baseline was recorded cannot show "
+            f"there), or build the baseline from several runs (`perfgate history {workload} --refresh-baseline`, "
+            "with history_dir set) so that its noise holds the drift between runs")
+    return Note(WHY, why), Note(TO_DECIDE, todo)
 
 
 def noise_report(baseline: Sequence[Mapping[str, float]], budget: LaunchBudget,
@@ -219,9 +185,9 @@ def noise_report(baseline: Sequence[Mapping[str, float]], budget: LaunchBudget,
     n = sum(1 for m in baseline if NOISE_METRIC in m)
     alpha = budget.look_alpha(policy.alpha, n)
     tolerance = policy.tolerance_for(NOISE_METRIC)
-    return NoiseReport(noise=noise, n_baseline=n, max_launches=budget.max_launches, alpha=alpha,
-                       tolerance=tolerance,
-                       detectable=detectable_change(noise, n, budget.max_launches, alpha, tolerance)
+    return NoiseReport(metric=NOISE_METRIC, noise=noise, n_baseline=n, max_launches=budget.max_launches,
+                       alpha_per_look=alpha, tolerance_rel=tolerance.rel,
+                       detectable_change=detectable_change(noise, n, budget.max_launches, alpha, tolerance)
                        if noise is not None else None)
 
 
@@ -248,20 +214,49 @@ def stop_reason(outcome: Outcome, launches: int, elapsed_s: float, budget: Launc
     return None
 
 
+@dataclass(frozen=True)
+class LookRun:
+    """What a gate run's looks decided (:func:`run_looks`): the timing launches' metrics, the looks,
+    why the launches stopped, the verdict (the last look's comparison, with the profile launch's
+    metrics when one was taken), what the baseline's noise lets the looks catch (None: no baseline)
+    and the policy they compared under (at the whole run's ``alpha``; each look tests at its level)."""
+
+    current: list[Mapping[str, float]]
+    looks: list[Look]
+    stopped: str
+    outcome: Outcome
+    noise: NoiseReport | None
+    policy: ComparePolicy
+
+    def noise_notes(self, workload: str) -> tuple[Note, ...]:
+        """What the noise says of this run: why an INCONCLUSIVE one could not decide and what to do
+        about it, then a warning when ``workload`` is too noisy for its tolerance."""
+        if self.noise is None:
+            return ()
+        notes = undecided(self.noise, workload, self.outcome.n_current, self.stopped, self.policy.alpha) \
+            if self.outcome.verdict == Verdict.INCONCLUSIVE else ()
+        warning = noise_warning(self.noise, workload, self.policy)
+        return (*notes, *([Note(WARNING, warning)] if warning else []))
+
+
 def run_looks(baseline: Sequence[Mapping[str, float]], launch: Callable[[int], Mapping[str, float]],
               policy: ComparePolicy, budget: LaunchBudget, *,
+              profile: Callable[[Outcome], Mapping[str, float] | None] | None = None,
               on_look: Callable[[Look], None] | None = None,
-              clock: Callable[[], float] = time.monotonic) -> tuple[list[Mapping[str, float]], list[Look], str]:
+              clock: Callable[[], float] = time.monotonic) -> LookRun:
     """Take launches (``launch(k)`` returns launch k's metrics) and compare after each one from
-    ``min_launches`` on, at the per-look level, until the verdict is clear or the budget is spent.
-    Returns the current launches' metrics, the looks, and why it stopped."""
+    ``min_launches`` on, at the per-look level, until the verdict is clear or the budget is spent;
+    then ``profile(last outcome)`` may add the profile launch's metrics (what timing launches do
+    not measure), compared with the others at the same level for the verdict. The one place a
+    gate run's looks and verdict are compared."""
     from perfgate.gate.compare import compare_launches, timed_launches
 
     look_policy = replace(policy, alpha=budget.look_alpha(policy.alpha, timed_launches(baseline)))
     started = clock()
     current: list[Mapping[str, float]] = []
     looks: list[Look] = []
-    while True:
+    reason: str | None = None
+    while reason is None:
         current.append(launch(len(current)))
         if len(current) < budget.min_launches:
             continue
@@ -271,5 +266,7 @@ def run_looks(baseline: Sequence[Mapping[str, float]], launch: Callable[[int], M
         if on_look is not None:
             on_look(look)
         reason = stop_reason(outcome, len(current), look.elapsed_s, budget)
-        if reason is not None:
-            return current, looks, reason
+    extra = profile(looks[-1].outcome) if profile is not None else None
+    verdict = looks[-1].outcome if extra is None else compare_launches(baseline, [*current, extra], look_policy)
+    return LookRun(current, looks, reason, verdict, noise_report(baseline, budget, policy) if baseline else None,
+                   policy)

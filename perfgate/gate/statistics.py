@@ -1,4 +1,4 @@
-"""Pure statistics for the gate: summaries, the launch-level Student t-test on log values (a ratio
+"""Pure statistics for the gate: the geometric mean, the launch-level Student t-test on log values (a ratio
 with its confidence interval), Holm's step-down adjustment, the three-way tolerance-and-significance
 decision, and stability checks of one launch's measured steps.
 
@@ -15,13 +15,11 @@ import numpy as np
 from scipy import stats as _sps
 
 from perfgate.records.model import Verdict
-from perfgate.records.steps import Summary
 
 __all__ = [
     "coefficient_of_variation",
     "upper_bound_95",
     "disjoint_splits",
-    "summarize",
     "geometric_mean",
     "ShiftTest",
     "shift_test",
@@ -33,24 +31,7 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- summaries
-
-
-def summarize(values: Sequence[float]) -> Summary:
-    """Count, mean, median, sample stdev (ddof=1), p10/p90 (linear interpolation), min, max."""
-    a = np.asarray(values, dtype=float)
-    if a.size == 0:
-        raise ValueError("summarize() needs at least one value")
-    return Summary(
-        count=int(a.size),
-        mean=float(a.mean()),
-        median=float(np.median(a)),
-        stdev=float(a.std(ddof=1)) if a.size > 1 else 0.0,
-        p10=float(np.percentile(a, 10)),
-        p90=float(np.percentile(a, 90)),
-        min=float(a.min()),
-        max=float(a.max()),
-    )
+# --------------------------------------------------------------------------- the geometric mean
 
 
 def geometric_mean(values: Sequence[float]) -> float:
@@ -154,10 +135,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Decision:
-    """Per-metric verdict with the reason in words."""
+    """Per-metric verdict with the reason in words. ``significant_within_tolerance``: a PASS whose
+    change is significantly worse but within the tolerance (the summary names such metrics)."""
 
     verdict: Verdict
     note: str
+    significant_within_tolerance: bool = False
 
 
 def decide(
@@ -198,7 +181,8 @@ def decide(
     if p_worse < alpha:
         if worse:
             return Decision(Verdict.REGRESSED, f"significant (p={p_worse:.2g}) and beyond tolerance")
-        return Decision(Verdict.PASS, f"significant (p={p_worse:.2g}) but within tolerance")
+        return Decision(Verdict.PASS, f"significant (p={p_worse:.2g}) but within tolerance",
+                        significant_within_tolerance=True)
     if worse:
         return Decision(Verdict.INCONCLUSIVE, f"beyond tolerance but not significant (p={p_worse:.2g}): more launches needed")
     if p_better < alpha and better:

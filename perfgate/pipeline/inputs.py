@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import BaselineError, PerfgateError, TraceError
-from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline, profile_metrics
+from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline
 from perfgate.records.model import Analysis, Verdict
 from perfgate.records.version import check_record_version
 from perfgate.system.process_tree import swallowed_interrupt
@@ -20,19 +20,10 @@ from perfgate.system.process_tree import swallowed_interrupt
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
     from perfgate.gate.compare import ComparePolicy, Outcome
-    from perfgate.gate.provenance import Staleness
+    from perfgate.records.diagnosis import Attribution
+    from perfgate.records.staleness import Staleness
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
-
-
-def gate_metrics(timing: Sequence[Analysis], profile: Analysis | None) -> list[dict[str, float]]:
-    """Per-launch metrics of one side as the gate compares them: each timing launch's, then the
-    profile launch's for what timing launches do not measure (GPU idle, GPU time per phase, kernels,
-    copies: its step and CPU times are those of a CUDA-traced process, never mixed with them)."""
-    metrics = [a.metrics() for a in timing]
-    if profile is None:
-        return metrics
-    return [*metrics, profile_metrics(profile, metrics)]
 
 
 def explained_launches(base_launches: Sequence[Analysis], timing: Sequence[Analysis],
@@ -205,7 +196,7 @@ def compare_files(baseline: Path, current: Path, policy: ComparePolicy | None = 
 
 def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | None = None,
                         options: AnalysisOptions | None = None, nsys: str | None = None, *,
-                        explain: bool = True) -> tuple[Outcome, Any | None]:
+                        explain: bool = True) -> tuple[Outcome, Attribution | None]:
     """Compare two files (each a trace, a result JSON or a baseline file, read once) and, unless the
     outcome is a PASS without any regressed row, the diagnosis Attribution of the change (phase
     deltas, newly firing rules, kernel changes; None when it cannot be made)."""
@@ -236,7 +227,7 @@ def diagnosed(analysis: Analysis) -> Analysis:
 
 
 def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,
-                   *, provenance: Staleness | None = None) -> Any | None:
+                   *, provenance: Staleness | None = None) -> Attribution | None:
     """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
     an attribution bug must not fail the gate)."""
     try:

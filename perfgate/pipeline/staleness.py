@@ -8,7 +8,8 @@ from pathlib import Path
 
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import Baseline, load_baseline
-from perfgate.gate.provenance import Provenance, Staleness, current, differences
+from perfgate.gate.provenance import Provenance, current, staleness
+from perfgate.records.staleness import Staleness
 from perfgate.records.model import MachineInfo
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec, discover_workloads
@@ -28,7 +29,7 @@ def baseline_staleness(baseline: Baseline, spec: WorkloadSpec, settings: Setting
     """How ``baseline`` differs from what a run of ``spec`` here would measure; the software is
     compared only for a baseline of this machine's class."""
     same_class = machine is not None and baseline.machine_class == machine.machine_class
-    return differences(Provenance.from_dict(baseline.provenance, baseline.machine),
+    return staleness(Provenance.from_dict(baseline.provenance, baseline.machine),
                        run_provenance(spec, settings, machine, cwd), root=cwd or settings.root,
                        compare_software=same_class)
 

@@ -1,8 +1,9 @@
 """The gate's stages wired together, shared by the pytest plugin and the CLI.
 
-``run_workload``: capture x launches -> analyze_trace -> compare with this machine's baseline
-(or record it) -> WorkloadResult, with ``result.json`` in the run directory. ``analyze_file``
-and ``compare_files`` serve ``perfgate analyze`` / ``perfgate compare``.
+``run_workload``: the launches (each captured, analyzed, checked and diagnosed: ``launch_analysis``)
+-> the looks against this machine's baseline and the verdict (perfgate.gate.sequential_looks.run_looks)
+-> ``judge`` (notes, noise, the diagnosis of a change) -> WorkloadResult, with ``result.json`` in
+the run directory; or ``record`` a baseline. Each stage is walked once, in that order.
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.gate.baseline import (
-    baseline_from_analyses, baseline_path, check_identity, load_baseline, write_baseline,
+    Baseline, baseline_from_analyses, baseline_path, check_identity, load_baseline, profile_metrics, write_baseline,
 )
 from perfgate.gate.baseline_lock import recording_lock
-from perfgate.gate.provenance import Staleness, command_line, recording
-from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches, gate_metrics
+from perfgate.gate.provenance import command_line, recording
+from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches
 from perfgate.records.model import Analysis, Capture, LookRecord, Verdict, WorkloadResult
 from perfgate.records.notes import ATTRIBUTION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
@@ -37,7 +38,8 @@ from perfgate.system.process_tree import swallowed_interrupt
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
-    from perfgate.gate.compare import ComparePolicy
+    from perfgate.gate.compare import ComparePolicy, Outcome
+    from perfgate.gate.sequential_looks import LookRun
 
 RESULT_FILE = "result.json"
 
@@ -104,7 +106,7 @@ def run_workload(
         result.record_command = settings.record_command(spec.full_name)
         policy = compare_policy(settings, spec)
         if update_baseline:
-            record(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
+            record_baseline(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
         else:
             baseline = load_baseline(path) if path.exists() else None
             if baseline is not None:   # the report names the baseline a run used, never one that is not there
@@ -114,14 +116,11 @@ def run_workload(
 
                 stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
                 if stale.stale:
-                    result.provenance = stale.to_dict()
+                    result.provenance = stale
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
-            looks, reason = _measure(launcher, baseline, policy, settings)
+            run = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
-            result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3))
-                                 for lk in looks)
-            result.stopped = reason
-            judge(result, spec, settings, baseline, path, policy)
+            judge(result, spec, settings, baseline, path, run)
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
         result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
     except PerfgateError as exc:
@@ -150,11 +149,11 @@ def run_workload(
     return result
 
 
-def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path, policy: ComparePolicy,
-           *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
+def record_baseline(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path,
+                    policy: ComparePolicy, *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
     """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
     ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
-    from perfgate.gate.sequential_looks import noise_report
+    from perfgate.gate.sequential_looks import noise_report, noise_warning
 
     with recording_lock(path):    # a second recording of this baseline at once stops here
         launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
@@ -180,12 +179,12 @@ def record(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path:
     n = len(result.analyses)
     step = [a.steps.time_ms for a in result.analyses]
     profiled = " + a CUDA profile launch" if result.profile is not None else ""
-    warning = noise.warning(spec.full_name)
+    warning = noise_warning(noise, spec.full_name, policy)
     result.notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
                                   f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
                     *([Note(WARNING, warning)] if warning else []))
     result.baseline_updated = True
-    result.noise = noise.to_dict()
+    result.noise = noise
 
 
 class _Launcher:
@@ -231,11 +230,10 @@ class _Launcher:
                  + f"; {time.monotonic() - self.started:.0f} s")
 
 
-def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
-             settings: Settings) -> tuple[list[Any], str]:
-    """Timing launches one at a time, a look after each (perfgate.gate.sequential_looks.run_looks), then the
-    profile launch when ``settings.profile`` asks for it (PROFILED_VERDICTS under auto). Returns the
-    looks and why the launches stopped."""
+def _measure(launcher: _Launcher, baseline: Baseline | None, policy: ComparePolicy, settings: Settings) -> LookRun:
+    """Timing launches one at a time, a look after each, then the profile launch when
+    ``settings.profile`` asks for it (PROFILED_VERDICTS under auto), its GPU metrics in the verdict:
+    perfgate.gate.sequential_looks.run_looks, the one place the looks and the verdict are compared."""
     from perfgate.gate.sequential_looks import Look, run_looks
 
     def on_look(look: Look) -> None:
@@ -243,12 +241,16 @@ def _measure(launcher: _Launcher, baseline: Any, policy: ComparePolicy,
             launcher.say(f"{launcher.spec.full_name}: after {look.launches} launch"
                          f"{'es' if look.launches != 1 else ''}: {look.outcome.summary.splitlines()[0]}")
 
-    _, looks, reason = run_looks(baseline.launch_metrics if baseline else [],
-                                 lambda k: launcher.timing_launch(k).metrics(), policy, settings.budget,
-                                 on_look=on_look)
-    if settings.profile == "always" or looks[-1].outcome.verdict in PROFILED_VERDICTS:
+    def profile(last: Outcome) -> dict[str, float] | None:
+        if settings.profile != "always" and last.verdict not in PROFILED_VERDICTS:
+            return None
         launcher.profile_launch()
-    return looks, reason
+        if launcher.profile is None:
+            return None
+        return profile_metrics(launcher.profile, [a.metrics() for a in launcher.timing])
+
+    return run_looks(baseline.launch_metrics if baseline else [], lambda k: launcher.timing_launch(k).metrics(),
+                     policy, settings.budget, profile=profile, on_look=on_look)
 
 
 def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
@@ -321,23 +323,19 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
     return options
 
 
-def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Any, path: Path,
-          policy: ComparePolicy) -> None:
-    """Compare the result's launches with ``baseline`` (NEW when None) at the per-look level of the
-    launch budget; fills ``result`` (verdict, comparisons, notes, attribution)."""
-    from perfgate.gate.compare import compare_launches, timed_launches
-    from perfgate.gate.sequential_looks import noise_report
-
-    analyses = result.analyses
-    look_policy = replace(policy, alpha=settings.budget.look_alpha(
-        policy.alpha, timed_launches(baseline.launch_metrics) if baseline else 0))
-    outcome = compare_launches(baseline.launch_metrics if baseline else None,
-                               gate_metrics(analyses, result.profile), look_policy)
+def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, path: Path,
+          run: LookRun) -> None:
+    """Fill ``result`` (verdict, comparisons, looks, notes, noise, attribution) from what the gate's
+    looks decided against ``baseline`` (``run``; NEW when there is none) and the diagnosis of the change."""
+    outcome = run.outcome
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
+    result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3)) for lk in run.looks)
+    result.stopped = run.stopped
     stale = result.provenance   # the baseline measured other code or software: said first
-    notes = [*([Note(WARNING, stale["text"])] if stale else []), Note(SUMMARY, outcome.summary)]
-    notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.launch.notes]
+    notes = [*([Note(WARNING, stale.text())] if stale else []), Note(SUMMARY, outcome.summary)]
+    notes += [Note(NOTE, w) for a in (*result.analyses, *([result.profile] if result.profile else []))
+              for w in a.launch.notes]
     result.notes = tuple(notes)
     if baseline is None:
         hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"
@@ -348,21 +346,16 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         # the message has always said it at the end of its last line
         result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
         return
-    noise = noise_report(baseline.launch_metrics, settings.budget, policy)
-    result.noise = noise.to_dict()
-    if outcome.verdict == Verdict.INCONCLUSIVE:
-        result.notes += noise.undecided(spec.full_name, outcome.n_current, result.stopped, policy.alpha)
-    warning = noise.warning(spec.full_name)
-    if warning:
-        result.notes += (Note(WARNING, warning),)
+    result.noise = run.noise
+    result.notes += run.noise_notes(spec.full_name)
     result.baseline_step_times_ms = baseline.step_durations_ms
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
-        base, cur = explained_launches(baseline.launch_analyses, analyses, result.profile)
-        attribution = explain_change(base, cur, outcome, provenance=Staleness.from_dict(stale) if stale else None)
+        base, cur = explained_launches(baseline.launch_analyses, result.analyses, result.profile)
+        attribution = explain_change(base, cur, outcome, provenance=stale)
         if attribution is not None:
             from perfgate.diagnosis.render import render_attribution_text
 
-            result.attribution = attribution.to_dict()
+            result.attribution = attribution
             result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
 
 

@@ -3,9 +3,8 @@
     capture ──► trace ──► analysis ──► compare ──► report
     Capture     Trace     Analysis     WorkloadResult
 
-Records layer (imports only perfgate.records.version, perfgate.records.ranks,
-perfgate.records.steps, perfgate.records.facts, perfgate.records.launch and perfgate.records.notes). Records are frozen dataclasses; every field that carries a quantity has
-its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
+Records layer (imports only the other modules of perfgate.records). Records are frozen
+dataclasses; every field that carries a quantity has its unit in its name (``_ms``, ``_ns``, ``_bytes``, ``_fraction``).
 ``to_dict()`` gives the JSON record that the CLI, the reports and the baselines write, and
 ``from_dict()`` beside it reads it back (versioned: perfgate.records.version, docs/schema.md).
 """
@@ -17,10 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfgate.records.diagnosis import Attribution
 from perfgate.records.facts import TraceFacts, stored_facts
 from perfgate.records.launch import Launch, split_warnings
+from perfgate.records.noise import NoiseReport
 from perfgate.records.notes import Note, message_text
 from perfgate.records.ranks import CommStats, RankStats
+from perfgate.records.staleness import Staleness
 from perfgate.records.steps import StepStats
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
 
@@ -362,9 +364,9 @@ class WorkloadResult:
     looks: tuple[LookRecord, ...] = ()  # the gate's looks, one after each timing launch
     stopped: str | None = None        # why the launches stopped
     baseline_updated: bool = False    # the run recorded the baseline
-    provenance: dict[str, Any] | None = None   # how the baseline differs from this run (gate.provenance.Staleness)
-    noise: dict[str, Any] | None = None        # the baseline's noise at the budget (gate.sequential_looks.NoiseReport)
-    attribution: dict[str, Any] | None = None  # the reasons of a change (diagnosis.records.Attribution)
+    provenance: Staleness | None = None   # how the baseline differs from this run, when it does
+    noise: NoiseReport | None = None      # the baseline's noise at the budget
+    attribution: Attribution | None = None  # the reasons of a change
     extra: dict[str, Any] = field(default_factory=dict)  # other keys of a result record's "extra", kept as read
 
     @property

@@ -1,7 +1,6 @@
 """The records of a multi-process job (torchrun, DDP): per-rank step statistics and NCCL
 communication, written into the analysis record by ``Analysis.to_dict`` and read back by
-``Analysis.from_dict`` (perfgate.records.model, which re-exports them). Records layer: imports nothing of
-perfgate."""
+``Analysis.from_dict`` (perfgate.records.model). Records layer: imports nothing of perfgate."""
 from __future__ import annotations
 
 from dataclasses import dataclass

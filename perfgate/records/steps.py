@@ -1,7 +1,6 @@
 """The records of a launch's steps: ``Summary`` (of a sample of values) and ``StepStats`` (the
 measured iterations, their periods and the gated step time), with the ``steps`` object of the
-analysis record written and read side by side (``StepStats.to_dict`` / ``from_dict``). Re-exported
-by perfgate.records.model with the other records.
+analysis record written and read side by side (``StepStats.to_dict`` / ``from_dict``).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.records.model import WorkloadResult
-from perfgate.report.digest import launch_phases, phase_name
+from perfgate.report.digest import launch_phases, phase_label
 from perfgate.report.resources import energy_summary, memory_summary
 
 MISSING_MATPLOTLIB_NOTE = "charts skipped: matplotlib is not installed (pip install 'perfgate[charts]')"
@@ -52,7 +52,7 @@ def phase_bars(result: WorkloadResult) -> tuple[list[str], list[float | None], l
     else the current launches' first analysis with no baseline)."""
     rows = [c for c in result.comparisons if c.metric.startswith("phase.") and c.metric.endswith(".cpu_ms")]
     if rows:
-        return [phase_name(c.metric) for c in rows], [c.baseline for c in rows], [c.current for c in rows]
+        return [phase_label(c.metric) for c in rows], [c.baseline for c in rows], [c.current for c in rows]
     phases = launch_phases(result)
     return [name for name, _ in phases], [None] * len(phases), [ms for _, ms in phases]
 

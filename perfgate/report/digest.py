@@ -13,7 +13,7 @@ from perfgate.gate.wording import fmt_change, fmt_metric_change, fmt_number
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 
 __all__ = ["Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "digest", "fmt_step", "fmt_worst_phase",
-    "launch_phases", "one_line", "phase_comparisons", "phase_name", "regressed", "steps_from", "worst_phase"]
+    "launch_phases", "one_line", "phase_comparisons", "phase_label", "regressed", "steps_from", "worst_phase"]
 
 STEP_METRIC = "step_time_ms"
 STEP_MEAN_METRIC = "step_time_mean_ms"
@@ -64,7 +64,7 @@ def _current_metric(result: WorkloadResult, metric: str) -> float | None:
     return _median(values)
 
 
-def phase_name(metric: str) -> str:
+def phase_label(metric: str) -> str:
     """``phase.forward.cpu_ms`` -> ``forward``; ``phase.forward.gpu_ms`` -> ``forward (GPU)``."""
     body = metric[len(PHASE_PREFIX):]
     name, _, kind = body.rpartition(".")
@@ -163,7 +163,7 @@ def fmt_worst_phase(d: Digest) -> str:
     """``forward +48.3 %`` or "-"."""
     if d.worst_phase is None:
         return "-"
-    return f"{phase_name(d.worst_phase.metric)} {fmt_metric_change(d.worst_phase)}"
+    return f"{phase_label(d.worst_phase.metric)} {fmt_metric_change(d.worst_phase)}"
 
 
 def one_line(result: WorkloadResult, limit: int = 140) -> str:

@@ -30,8 +30,11 @@ from perfgate.errors import PerfgateError
 from perfgate.records.model import (
     Analysis, Direction, LookRecord, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
+from perfgate.records.diagnosis import Attribution
+from perfgate.records.noise import NoiseReport
 from perfgate.records.notes import message_text, notes_from_message
 from perfgate.records.safe_names import RULE, is_safe_name
+from perfgate.records.staleness import Staleness
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
 from perfgate.report.resources import resources_dict
 
@@ -99,9 +102,10 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
 def _extra_dict(r: WorkloadResult) -> dict[str, Any]:
     """A result record's ``extra``: what the gate run says besides its verdict (the keys a result
     without it leaves out), and the keys of a newer perfgate kept as read."""
-    own = {"record_command": r.record_command, "provenance": r.provenance,
-           "looks": [lk.to_dict() for lk in r.looks] or None, "stopped": r.stopped,
-           "baseline_updated": r.baseline_updated or None, "noise": r.noise, "attribution": r.attribution}
+    records = {"provenance": r.provenance, "noise": r.noise, "attribution": r.attribution}
+    own = {"record_command": r.record_command, "looks": [lk.to_dict() for lk in r.looks] or None,
+           "stopped": r.stopped, "baseline_updated": r.baseline_updated or None,
+           **{k: v.to_dict() for k, v in records.items() if v is not None}}
     return {**r.extra, **{k: v for k, v in own.items() if v is not None}}
 
 
@@ -112,9 +116,9 @@ def _extra_from(extra: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("record_command", "stopped"):
         if isinstance(rest.get(key), str):
             out[key] = rest.pop(key)
-    for key in ("provenance", "noise", "attribution"):
-        if isinstance(rest.get(key), dict):
-            out[key] = rest.pop(key)
+    for key, record in (("provenance", Staleness), ("noise", NoiseReport), ("attribution", Attribution)):
+        if (found := record.from_dict(rest.get(key))) is not None:
+            out[key], _ = found, rest.pop(key)
     if rest.get("baseline_updated") is True:
         out["baseline_updated"] = rest.pop("baseline_updated")
     looks = [LookRecord.from_dict(lk) for lk in rest.get("looks") or ()] if isinstance(rest.get("looks"), list) else []

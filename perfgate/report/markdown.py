@@ -21,7 +21,7 @@ from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 from perfgate.report.digest import (
     VERDICT_ICONS, digest, fmt_step, fmt_worst_phase, launch_phases, phase_comparisons, steps_from,
-    phase_name,
+    phase_label,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
 from perfgate.report.resources import (
@@ -88,7 +88,7 @@ OVERVIEW_LEGEND = ("_Step time: each launch's step time (the median of its runs 
 def _phase_table(result: WorkloadResult) -> list[str]:
     """Phase, baseline ms, current ms, change, tolerance, verdict; from comparisons, else analyses."""
     header = ("phase", "baseline", "current", "change", "tolerance", "verdict")
-    rows = [_comparison_row(c, phase_name(c.metric)) for c in phase_comparisons(result)]
+    rows = [_comparison_row(c, phase_label(c.metric)) for c in phase_comparisons(result)]
     if not rows:
         rows = [[md_cell_text(name), "-", f"{fmt_number(ms)} ms", "-", "-", "-"] for name, ms in launch_phases(result)]
     return _table(header, rows) if rows else []

@@ -2,7 +2,7 @@
 SQL of each column, decided here once), how (in rowid chunks, each column one ``group_concat``
 string made by SQLite in C), and reading them ahead.
 
-``start(path)`` reads them in threads, one per table on its own read-only connection, while the
+``start_reading(path)`` reads them in threads, one per table on its own read-only connection, while the
 command imports numpy and the analysis: SQLite runs without the GIL, so on a capture of tens of
 thousands of GPU ops the reads are done by the time the analysis asks for them
 (``columnar.stream_integers`` takes what was read ahead, and reads itself whatever was not). Only
@@ -117,7 +117,7 @@ class _Read:
 _READS: dict[Path, dict[tuple[str, tuple[tuple[str, str], ...]], _Read]] = {}
 
 
-def start(path: str | Path) -> None:
+def start_reading(path: str | Path) -> None:
     """Start reading ahead the GPU-op and API-call tables of the SQLite export ``path`` (nothing
     for another file, one that is not an export, or one at or over ``SQLITE3_BELOW_BYTES``)."""
     path = Path(path)

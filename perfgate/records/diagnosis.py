@@ -1,7 +1,14 @@
-"""Records the diagnosis produces: a Finding per rule that fired, the Diagnosis of one run, and
-the Attribution of a regression between two runs. Frozen dataclasses with JSON-ready ``to_dict()``."""
+"""Records the diagnosis produces (perfgate.diagnosis): a Finding per rule that fired, the
+Diagnosis of one run (``Launch.diagnosis``), and the Attribution of a change between two runs
+(``WorkloadResult.attribution``). Frozen dataclasses with JSON-ready ``to_dict()``.
+
+Records layer (stdlib only). A result record writes the Attribution under ``"extra"`` as
+``"attribution"``; ``Attribution.from_dict`` reads it back.
+"""
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,6 +44,10 @@ class Finding:
         d["evidence"] = list(self.evidence)
         d["phases"] = list(self.phases)
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Finding:
+        return cls(**{**d, "evidence": tuple(d["evidence"]), "phases": tuple(d["phases"])})
 
 
 @dataclass(frozen=True)
@@ -82,17 +93,12 @@ class PhaseDelta:
 
 @dataclass(frozen=True)
 class KernelDelta:
-    """One kernel name's launches and time per step, before and after."""
+    """One kernel name's time per step, before and after, and the change in its launches per step."""
 
     name: str
-    baseline_count_per_step: float
-    current_count_per_step: float
+    count_delta_per_step: float       # current - baseline launches per step
     baseline_ms_per_step: float
     current_ms_per_step: float
-
-    @property
-    def count_delta_per_step(self) -> float:
-        return self.current_count_per_step - self.baseline_count_per_step
 
     @property
     def ms_delta_per_step(self) -> float:
@@ -115,6 +121,10 @@ class Reason:
     def to_dict(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism, "where": self.where, "ms": self.ms, "text": self.text,
                 "cause": self.cause}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Reason:
+        return cls(d["mechanism"], d["where"], d["ms"], d["text"], d["cause"])
 
 
 @dataclass(frozen=True)
@@ -175,3 +185,35 @@ class Attribution:
             "baseline_differs": self.baseline_differs,
             "software_explains": list(self.software_explains),
         }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Attribution | None:
+        """The Attribution of ``d`` when ``to_dict`` of it writes ``d`` back as it is (keys, kinds,
+        the deltas it derives), else None."""
+        if not isinstance(d, Mapping):
+            return None
+        try:
+            found = cls(
+                step_mean_delta_ms=d["step_mean_delta_ms"], step_median_delta_ms=d["step_median_delta_ms"],
+                phase_deltas=tuple(PhaseDelta(p["name"], p["baseline_ms"], p["current_ms"]) for p in d["phase_deltas"]),
+                unexplained_delta_ms=d["unexplained_delta_ms"], gpu_idle_delta_ms=d["gpu_idle_delta_ms"],
+                idle_by_phase_delta_ms=dict(d["idle_by_phase_delta_ms"]),
+                new_findings=tuple(Finding.from_dict(f) for f in d["new_findings"]),
+                resolved_findings=tuple(Finding.from_dict(f) for f in d["resolved_findings"]),
+                kernel_deltas=tuple(KernelDelta(k["name"], k["count_delta_per_step"], k["baseline_ms_per_step"],
+                                                k["current_ms_per_step"]) for k in d["kernel_deltas"]),
+                first_reason=d["first_reason"], cause=d["cause"],
+                regressed_metrics=tuple(d["regressed_metrics"]), baseline_bottleneck=d["baseline_bottleneck"],
+                current_bottleneck=d["current_bottleneck"], notes=tuple(d["notes"]),
+                reasons=tuple(Reason.from_dict(r) for r in d["reasons"]), explained_ms=d["explained_ms"],
+                unlocated=tuple(Reason.from_dict(r) for r in d["unlocated"]), baseline_differs=d["baseline_differs"],
+                software_explains=tuple(d["software_explains"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return found if _written(found.to_dict()) == _written(d) else None
+
+
+def _written(d: Any) -> str:
+    """``d`` as a record file writes it (sorted keys), to tell whether a record read back writes
+    the same bytes."""
+    return json.dumps(d, sort_keys=True, default=str)
