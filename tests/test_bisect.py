@@ -141,6 +141,8 @@ def test_bad_options_are_errors_naming_them(small_repo: Path, capsys: pytest.Cap
 
     assert main(["bisect", "HEAD~2", "HEAD", "tiny", "--root", str(small_repo), "--budget-s", "0"]) == 2
     assert "option --budget-s: must be > 0" in capsys.readouterr().err
+    assert main(["bisect", "HEAD~2", "HEAD", "tiny", "--root", str(small_repo), "--launches", "1"]) == 2
+    assert "option --launches: bisect needs 2 or more launches per side (got 1)" in capsys.readouterr().err
     assert main(["bisect", "HEAD~2", "HEAD", "nothing", "--root", str(small_repo)]) == 2
     assert "nothing" in capsys.readouterr().err
     (small_repo / "log.jsonl").write_text("{oops\n")

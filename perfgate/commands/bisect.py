@@ -161,6 +161,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
     launches = args.launches if args.launches is not None else 3
     max_launches = args.max_launches if args.max_launches is not None else 3 * launches
+    if launches < 2:   # seen on a busy CPU: 1 vs 1 launch named an unchanged commit +16.7 % REGRESSED
+        raise ConfigError(f"option --launches: bisect needs 2 or more launches per side (got {launches}): with "
+                          "one a side there is no significance test, only the tolerance, and one noisy launch "
+                          "sends the search the wrong way and names an innocent commit")
     if args.bisect_budget_s is not None and args.bisect_budget_s <= 0:
         raise ConfigError(f"option --budget-s: must be > 0 (got {args.bisect_budget_s})")
     workload = args.workloads

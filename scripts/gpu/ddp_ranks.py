@@ -162,14 +162,15 @@ def write(out: Path, title: str, results: dict[str, WorkloadResult], changes: di
     doc: dict[str, Any] = {}
     for name, r in results.items():
         row = next((c for c in r.comparisons if c.metric == "step_time_ms"), None)
-        first = (r.attribution or {}).get("first_reason") or ""
+        first = r.attribution.first_reason if r.attribution is not None else ""
         steps = "-" if row is None else f"{_f(row.baseline)} -> {_f(row.current)}"
         failed = [c.metric for c in r.comparisons if c.gating and c.verdict == Verdict.REGRESSED]
         which = f" ({', '.join(failed)})" if failed else ""
         md.append(f"| {name} | {changes[name]} | {r.verdict}{which} | {steps} | {first} |")
         shown = _shown(r)
         doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error, "message": r.message,
-                     "regressed": failed, "attribution": r.attribution,
+                     "regressed": failed,
+                     "attribution": r.attribution.to_dict() if r.attribution is not None else None,
                      "analysis": shown.to_dict() if shown is not None else None}
     for name, r in results.items():
         shown = _shown(r)
