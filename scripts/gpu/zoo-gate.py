@@ -18,6 +18,7 @@ import os
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,8 +29,10 @@ from zoo import harness  # noqa: E402
 GATE = ("--record-launches", "3", "--max-launches", "6", "--timeout", "600")
 
 
-def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool) -> dict[str, object]:
+def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool,
+         save: Callable[[dict[str, object]], None] = lambda row: None) -> dict[str, object]:
     """``live``: the folder where each command's output is written as it runs (kept at a time limit).
+    ``save``: called with the row as each run ends (a device call's time limit keeps what finished).
     ``zoo.toml``'s ``iterations`` are the CPU size's: held against perfgate's count on the CPU only."""
     env = {**env, **program.env}
     project = harness.prepare(program, work / program.name / "project")
@@ -48,9 +51,11 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
                        "samples_per_s": recorded.analyses[0]["steps"].get("samples_per_s"),
                        "batch_size": recorded.analyses[0]["steps"].get("batch_size"),
                        "statistic": recorded.analyses[0]["steps"].get("statistic")}
+        save(row)
         rerun = harness.perfgate(project, "run", *GATE, env=env, log=live / f"{program.name}-rerun.log")
         logs["rerun"] = rerun
         row["rerun"] = _summary(rerun)
+        save(row)
         for kind in ("input_slowdown", "compute_slowdown"):
             changed = harness.prepare(program, work / program.name / kind)
             (changed / "baselines").mkdir(exist_ok=True)
@@ -61,6 +66,7 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
             run = harness.perfgate(changed, "run", *GATE, env=env, log=live / f"{program.name}-{kind}.log")
             logs[kind] = run
             row[kind] = {**_summary(run), "expected_first": list(getattr(program, kind).first)}
+            save(row)
     else:
         row["record"]["output"] = recorded.output[-3000:]   # type: ignore[index]
     for name, run in logs.items():
@@ -121,8 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     for program in chosen:
         t = time.monotonic()
         print(f"zoo: {program.name} at {t - started:.0f} s", flush=True)
+        def save(partial: dict[str, object]) -> None:
+            (args.out / "zoo.json").write_text(json.dumps([*rows, partial], indent=1, default=str))
+            (args.out / "zoo.md").write_text(markdown([*rows, partial]))
+            print(f"zoo: {program.name}: " + ", ".join(f"{k} {v.get('verdict')}" for k, v in partial.items()
+                                                      if isinstance(v, dict) and "verdict" in v), flush=True)
+
         try:
-            row = gate(program, args.work, env, args.out / "live", args.cpu)
+            row = gate(program, args.work, env, args.out / "live", args.cpu, save)
         except Exception as exc:  # noqa: BLE001 - one program's failure must not hide the others
             row = {"program": program.name, "shapes": list(program.shapes),
                    "record": {"verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}"}}
