@@ -26,17 +26,19 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from zoo import harness  # noqa: E402
 
-GATE = ("--record-launches", "3", "--max-launches", "6", "--timeout", "600")
 
 
 def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool,
-         save: Callable[[dict[str, object]], None] = lambda row: None) -> dict[str, object]:
+         save: Callable[[dict[str, object]], None] = lambda row: None,
+         launches: tuple[int, int] = (3, 6)) -> dict[str, object]:
     """``live``: the folder where each command's output is written as it runs (kept at a time limit).
+    ``launches``: the baseline's launches and the most of each gate run.
     ``save``: called with the row as each run ends (a device call's time limit keeps what finished).
     ``zoo.toml``'s ``iterations`` are the CPU size's: held against perfgate's count on the CPU only."""
     env = {**env, **program.env}
+    gate_args = ("--record-launches", str(launches[0]), "--max-launches", str(launches[1]), "--timeout", "600")
     project = harness.prepare(program, work / program.name / "project")
-    recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env,
+    recorded = harness.perfgate(project, "baseline", "update", *gate_args, env=env,
                                 log=live / f"{program.name}-record.log")
     row: dict[str, object] = {"program": program.name, "shapes": list(program.shapes),
                               "record": {"verdict": recorded.verdict, "returncode": recorded.returncode,
@@ -52,7 +54,7 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
                        "batch_size": recorded.analyses[0]["steps"].get("batch_size"),
                        "statistic": recorded.analyses[0]["steps"].get("statistic")}
         save(row)
-        rerun = harness.perfgate(project, "run", *GATE, env=env, log=live / f"{program.name}-rerun.log")
+        rerun = harness.perfgate(project, "run", *gate_args, env=env, log=live / f"{program.name}-rerun.log")
         logs["rerun"] = rerun
         row["rerun"] = _summary(rerun)
         save(row)
@@ -63,7 +65,7 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
                 if folder.is_dir():
                     harness.shutil.copytree(folder, changed / "baselines" / folder.name)
             harness.apply(getattr(program, kind), changed)
-            run = harness.perfgate(changed, "run", *GATE, env=env, log=live / f"{program.name}-{kind}.log")
+            run = harness.perfgate(changed, "run", *gate_args, env=env, log=live / f"{program.name}-{kind}.log")
             logs[kind] = run
             row[kind] = {**_summary(run), "expected_first": list(getattr(program, kind).first)}
             save(row)
@@ -113,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true",
                         help="the CPU-capable programs on a machine without a GPU (one torch thread per process, "
                              "as tests/test_zoo.py runs them)")
+    parser.add_argument("--record-launches", type=int, default=3,
+                        help="baseline launches (default 3)")
+    parser.add_argument("--max-launches", type=int, default=6, help="most launches of each gate run (default 6)")
     args = parser.parse_args(argv)
     only = {n for n in args.only.split(",") if n}
     skip = {n for n in args.skip.split(",") if n}
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       if isinstance(v, dict) and "verdict" in v), flush=True)
 
         try:
-            row = gate(program, args.work, env, args.out / "live", args.cpu, save)
+            row = gate(program, args.work, env, args.out / "live", args.cpu, save,
+                       (args.record_launches, args.max_launches))
         except Exception as exc:  # noqa: BLE001 - one program's failure must not hide the others
             row = {"program": program.name, "shapes": list(program.shapes),
                    "record": {"verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}"}}
