@@ -23,7 +23,9 @@ def fake(first_bad: int, verdicts: dict[int, str] | None = None) -> tuple[list[s
         measured.append(commit)
         k = COMMITS.index(commit)
         verdict = (verdicts or {}).get(k) or ("REGRESSED" if k >= first_bad else "PASS")
-        return Measurement(commit, verdict, step_change=0.2 if verdict == "REGRESSED" else 0.0, launches_per_side=3)
+        regressed = verdict == "REGRESSED"
+        return Measurement(commit, verdict, step_change=0.2 if regressed else 0.0, launches_per_side=3,
+                           step_ci=(0.1, 0.3) if regressed else (-0.05, 0.04))
 
     return measured, measure
 
@@ -75,6 +77,9 @@ def test_the_log_is_reused_by_a_rerun_of_the_same_range_only(tmp_path: Path) -> 
     append_log(log, "g" * 40, "c" * 40, "tiny", Measurement(COMMITS[0], "REGRESSED"))   # another range
     known = read_log(log, "g" * 40, "b" * 40, "tiny")
     assert set(known) == set(measured) and all(m.reused for m in known.values())
+    assert {c: (m.verdict, m.step_ci) for c, m in known.items()} == {   # the interval read back
+        m.commit: (m.verdict, m.step_ci) for m in first.measured}
+    assert {m.step_ci for m in known.values()} == {(0.1, 0.3), (-0.05, 0.04)}
     again, measure_again = fake(3)
     second = bisect_commits(COMMITS, measure_again, known=known)
     assert again == [] and second.culprit == first.culprit and all(m.reused for m in second.measured)
@@ -91,8 +96,10 @@ def test_the_reports_name_each_candidate_with_its_verdict_and_the_culprit() -> N
     text = render_text("tiny", "g" * 40, COMMITS[-1], outcome, subjects, " f.py | 2 +-", "REGRESSED: step")
     assert f"culprit: {COMMITS[3][:12]} 'change 3 | `x`'" in text
     assert f"  {COMMITS[4][:12]}  REGRESSED      +20.0 %" in text and "3 launches per side" in text
+    assert "(3 launches per side) (95 % CI +10.0 .. +30.0 %)" in text and "(95 % CI -5.0 .. +4.0 %)" in text
     md = render_markdown_report("tiny", "g" * 40, COMMITS[-1], outcome, subjects, " f.py | 2 +-", "REGRESSED")
-    assert md.startswith("## perfgate bisect: tiny") and "| REGRESSED | +20.0 % | change 4 \\| " in md
+    assert md.startswith("## perfgate bisect: tiny") and "| REGRESSED | +20.0 % | +10.0 .. +30.0 % | change 4 \\| " in md
+    assert "| PASS | +0.0 % | -5.0 .. +4.0 % |" in md
     assert "```text\n f.py | 2 +-\n```" in md
 
 

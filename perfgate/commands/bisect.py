@@ -94,8 +94,11 @@ def ab_measure(spec: WorkloadSpec, settings: Settings, span: Range, policy: Comp
         steps = [[m["step_time_ms"] for m in side if m.get("step_time_ms", 0) > 0]
                  for side in (result.base, result.head)]
         change = geometric_mean(steps[1]) / geometric_mean(steps[0]) - 1 if all(steps) else None
+        row = next((c for c in result.outcome.comparisons if c.metric == "step_time_ms"), None)
+        ci = (row.ci_low, row.ci_high) if row is not None and row.ci_low is not None and row.ci_high is not None \
+            else None
         return Measurement(commit, result.outcome.verdict.value, summary=result.outcome.summary,
-                           step_change=change, launches_per_side=result.launches_per_side)
+                           step_change=change, launches_per_side=result.launches_per_side, step_ci=ci)
 
     return measure
 

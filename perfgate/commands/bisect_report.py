@@ -14,6 +14,11 @@ def _change(m: Measurement) -> str:
     return "-" if m.step_change is None else f"{m.step_change * 100:+.1f} %"
 
 
+def _interval(m: Measurement) -> str:
+    """The gate's 95 % interval of the step time's change: how far a PASS is from ruling out a slowdown."""
+    return "-" if m.step_ci is None else f"{m.step_ci[0] * 100:+.1f} .. {m.step_ci[1] * 100:+.1f} %"
+
+
 def _how(m: Measurement) -> str:
     return "from the log" if m.reused else f"{m.launches_per_side} launches per side"
 
@@ -35,8 +40,9 @@ def render_text(workload: str, good: str, bad: str, outcome: BisectOutcome, subj
     lines = [f"perfgate bisect {workload}: GOOD {good[:12]} .. BAD {bad[:12]}: {len(outcome.measured)} candidate(s) "
              f"({fresh} measured now, {len(outcome.measured) - fresh} from the log)"]
     for m in outcome.measured:
+        ci = f" (95 % CI {_interval(m)})" if m.step_ci is not None else ""
         lines.append(f"  {m.commit[:12]}  {m.verdict:<12} {_change(m):>9}  {subjects.get(m.commit, '')[:60]}"
-                     f"  ({_how(m)})")
+                     f"  ({_how(m)}){ci}")
     lines.append(_headline(workload, outcome, subjects))
     if diff_stat:
         lines += ["", "git diff --stat (first parent .. culprit):", diff_stat]
@@ -56,10 +62,10 @@ def render_markdown_report(workload: str, good: str, bad: str, outcome: BisectOu
     lines = [f"## perfgate bisect: {md_text(workload)}", "",
              f"GOOD {md_code(good[:12])} .. BAD {md_code(bad[:12])}", "",
              f"**{md_text(_headline(workload, outcome, subjects))}**", "",
-             "| commit | verdict vs GOOD | step time vs GOOD | subject | measured |",
-             "|---|---|---|---|---|"]
+             "| commit | verdict vs GOOD | step time vs GOOD | its 95 % CI | subject | measured |",
+             "|---|---|---|---|---|---|"]
     for m in outcome.measured:
-        lines.append(f"| {md_code(m.commit[:12])} | {m.verdict} | {_change(m)} | "
+        lines.append(f"| {md_code(m.commit[:12])} | {m.verdict} | {_change(m)} | {_interval(m)} | "
                      f"{md_cell_text(subjects.get(m.commit, '')).replace('|', chr(92) + '|')} | {_how(m)} |")
     if outcome.skipped:
         lines += ["", "Skipped (neither REGRESSED nor PASS): " + ", ".join(md_code(c[:12]) for c in outcome.skipped)]

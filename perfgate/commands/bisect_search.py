@@ -32,10 +32,12 @@ class Measurement:
     step_change: float | None = None      # relative change of the step time's geometric mean vs GOOD
     launches_per_side: int = 0
     reused: bool = False                  # read from the log of an earlier run, not measured now
+    step_ci: tuple[float, float] | None = None   # the gate's 95 % interval of that change (none: not tested)
 
     def to_dict(self) -> dict[str, Any]:
         return {"commit": self.commit, "verdict": self.verdict, "summary": self.summary,
-                "step_change": self.step_change, "launches_per_side": self.launches_per_side}
+                "step_change": self.step_change, "launches_per_side": self.launches_per_side,
+                "step_ci": list(self.step_ci) if self.step_ci is not None else None}
 
 
 @dataclass(frozen=True)
@@ -143,11 +145,12 @@ def read_log(path: Path, good: str, bad: str, workload: str) -> dict[str, Measur
                 raise ValueError("not a perfgate bisect line")
             if any(doc.get(k) != v for k, v in key.items()):
                 continue
-            change = doc.get("step_change")
+            change, ci = doc.get("step_change"), doc.get("step_ci")
             found[str(doc["commit"])] = Measurement(
                 commit=str(doc["commit"]), verdict=str(doc["verdict"]), summary=str(doc.get("summary", "")),
                 step_change=float(change) if isinstance(change, (int, float)) else None,
-                launches_per_side=int(doc.get("launches_per_side", 0)), reused=True)
+                launches_per_side=int(doc.get("launches_per_side", 0)), reused=True,
+                step_ci=(float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None)
         except (ValueError, KeyError, TypeError) as exc:
             raise PerfgateError(f"{path}:{number}: not a perfgate bisect log line ({exc}); "
                                 "remove it or pass another --log") from None
