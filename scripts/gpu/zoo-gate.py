@@ -27,7 +27,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 from zoo import harness  # noqa: E402
 
 
-
 def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool,
          save: Callable[[dict[str, object]], None] = lambda row: None,
          launches: tuple[int, int] = (3, 6)) -> dict[str, object]:
@@ -106,6 +105,12 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_tables(out: Path, rows: list[dict]) -> None:
+    """``out/zoo.json`` and ``out/zoo.md`` of the rows so far."""
+    (out / "zoo.json").write_text(json.dumps(rows, indent=1, default=str))
+    (out / "zoo.md").write_text(markdown(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
@@ -132,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     for program in chosen:
         t = time.monotonic()
         print(f"zoo: {program.name} at {t - started:.0f} s", flush=True)
+
         def save(partial: dict[str, object]) -> None:
-            (args.out / "zoo.json").write_text(json.dumps([*rows, partial], indent=1, default=str))
-            (args.out / "zoo.md").write_text(markdown([*rows, partial]))
+            write_tables(args.out, [*rows, partial])
             print(f"zoo: {program.name}: " + ", ".join(f"{k} {v.get('verdict')}" for k, v in partial.items()
                                                       if isinstance(v, dict) and "verdict" in v), flush=True)
 
@@ -147,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         row["wall_s"] = round(time.monotonic() - t, 1)
         rows.append(row)
         print(json.dumps(row, default=str)[:3000], flush=True)
-        (args.out / "zoo.json").write_text(json.dumps(rows, indent=1, default=str))
-        (args.out / "zoo.md").write_text(markdown(rows))
+        write_tables(args.out, rows)
         with tarfile.open(args.out / "zoo-logs.tgz", "w:gz") as tar:
             tar.add(args.work, arcname="zoo", filter=lambda ti: None if ti.name.endswith((".sqlite", ".nsys-rep",
                                                                                                 ".qdstrm", ".pt", ".bin"))
