@@ -26,12 +26,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from zoo import harness  # noqa: E402
 
+RUNS = ("rerun", "input_slowdown", "compute_slowdown")
+KEPT = (".log", ".json", ".md", ".txt")   # what zoo-logs.tgz keeps: outputs and records, not checkpoints or traces
+
 
 def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool,
          save: Callable[[dict[str, object]], None] = lambda row: None,
-         launches: tuple[int, int] = (3, 6)) -> dict[str, object]:
+         launches: tuple[int, int] = (3, 6),
+         runs: tuple[str, ...] = RUNS) -> dict[str, object]:
     """``live``: the folder where each command's output is written as it runs (kept at a time limit).
     ``launches``: the baseline's launches and the most of each gate run.
+    ``runs``: which of the runs after the recording to make (``RUNS``, in that order).
     ``save``: called with the row as each run ends (a device call's time limit keeps what finished).
     ``zoo.toml``'s ``iterations`` are the CPU size's: held against perfgate's count on the CPU only."""
     env = {**env, **program.env}
@@ -53,11 +58,12 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
                        "batch_size": recorded.analyses[0]["steps"].get("batch_size"),
                        "statistic": recorded.analyses[0]["steps"].get("statistic")}
         save(row)
-        rerun = harness.perfgate(project, "run", *gate_args, env=env, log=live / f"{program.name}-rerun.log")
-        logs["rerun"] = rerun
-        row["rerun"] = _summary(rerun)
-        save(row)
-        for kind in ("input_slowdown", "compute_slowdown"):
+        if "rerun" in runs:
+            rerun = harness.perfgate(project, "run", *gate_args, env=env, log=live / f"{program.name}-rerun.log")
+            logs["rerun"] = rerun
+            row["rerun"] = _summary(rerun)
+            save(row)
+        for kind in [r for r in RUNS[1:] if r in runs]:
             changed = harness.prepare(program, work / program.name / kind)
             (changed / "baselines").mkdir(exist_ok=True)
             for folder in (project / "baselines").iterdir():
@@ -123,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-launches", type=int, default=3,
                         help="baseline launches (default 3)")
     parser.add_argument("--max-launches", type=int, default=6, help="most launches of each gate run (default 6)")
+    parser.add_argument("--runs", default=",".join(RUNS),
+                        help=f"comma-separated runs to make after the recording (default {','.join(RUNS)})")
     args = parser.parse_args(argv)
+    runs = tuple(r for r in args.runs.split(",") if r)
+    if unknown := [r for r in runs if r not in RUNS]:
+        parser.error(f"--runs: unknown run(s) {', '.join(unknown)}; choose from {', '.join(RUNS)}")
     only = {n for n in args.only.split(",") if n}
     skip = {n for n in args.skip.split(",") if n}
     chosen = [p for p in harness.programs() if (p.cpu if args.cpu else p.gpu)
@@ -145,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             row = gate(program, args.work, env, args.out / "live", args.cpu, save,
-                       (args.record_launches, args.max_launches))
+                       (args.record_launches, args.max_launches), runs)
         except Exception as exc:  # noqa: BLE001 - one program's failure must not hide the others
             row = {"program": program.name, "shapes": list(program.shapes),
                    "record": {"verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}"}}
@@ -154,9 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row, default=str)[:3000], flush=True)
         write_tables(args.out, rows)
         with tarfile.open(args.out / "zoo-logs.tgz", "w:gz") as tar:
-            tar.add(args.work, arcname="zoo", filter=lambda ti: None if ti.name.endswith((".sqlite", ".nsys-rep",
-                                                                                                ".qdstrm", ".pt", ".bin"))
-                    or "/data" in ti.name else ti)
+            tar.add(args.work, arcname="zoo", filter=lambda ti: ti if ti.isdir() or (
+                ti.name.endswith(KEPT) and ti.size < 5_000_000 and "/data/" not in ti.name) else None)
     print(f"zoo: {len(rows)} programs in {time.monotonic() - started:.0f} s", flush=True)
     print(markdown(rows))
     return 0
