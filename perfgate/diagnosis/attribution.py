@@ -12,7 +12,7 @@ from typing import Any
 from perfgate.diagnosis import resources
 from perfgate.diagnosis import account
 from perfgate.diagnosis.comm import collectives_changed, comm_reason, leads, runs_per_step
-from perfgate.diagnosis.differences import straggler_reason
+from perfgate.diagnosis.differences import moved_waits, straggler_reason
 from perfgate.diagnosis.evidence import gap_idle_by_phase_ms, idle_ms_per_step, phase_ms, step_mean_ms
 from perfgate.records.diagnosis import Attribution, Finding, KernelDelta, PhaseDelta
 from perfgate.records.staleness import Staleness
@@ -127,6 +127,7 @@ def explain_regression(
                  if step_delta > 0 and not collectives_changed(comm) else None)
     if straggler is not None:
         reasons.insert(0, straggler)
+    notes += moved_waits(base.ranks, cur.ranks, step_delta)
     reason, cause = account.first_reason(reasons, step_delta)
     notes += account.other_way(base, cur, new, resolved, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
     rows = _comparisons(comparisons)

@@ -21,6 +21,7 @@ from perfgate.records.ranks import RankStats, rank_name
 
 MIN_MS = 0.05               # ms/step below which a difference is not a reason
 MIN_PER_STEP = 0.5          # kernel launches (or calls) per step below which a count change is noise
+LAUNCH_HOST_MS = 0.1        # the most host time one more kernel launch costs (an op's dispatch and launch)
 HOST_BOUND_IDLE = 0.2       # GPU idle share of the step above which the host sets the pace
 SHOWN_NAMES = 3
 OPTIMIZER_PHASE = re.compile(r"optim", re.IGNORECASE)
@@ -37,9 +38,14 @@ def totals(kernels: Mapping[str, list[float]]) -> tuple[float, float]:
     return sum(v[0] for v in kernels.values()), sum(v[1] for v in kernels.values())
 
 
+def _per_step(count: float) -> str:
+    """A count per step as text: whole numbers from 1 up, one decimal below (0.5 is not "+0")."""
+    return f"{count:+.0f}/step" if abs(count) >= 1 else f"{count:+.1f}/step"
+
+
 def _names(items: list[tuple[str, float, float]]) -> str:
     short = shortened(name for name, _, _ in items[:SHOWN_NAMES])
-    shown = ", ".join(f"{short[name]} {count:+.0f}/step" for name, count, _ in items[:SHOWN_NAMES])
+    shown = ", ".join(f"{short[name]} {_per_step(count)}" for name, count, _ in items[:SHOWN_NAMES])
     return shown + (f" and {len(items) - SHOWN_NAMES} more" if len(items) > SHOWN_NAMES else "")
 
 
@@ -49,7 +55,9 @@ def kernel_reason(where: str, base: Mapping[str, list[float]], cur: Mapping[str,
     of the same ones, or the same launches running longer."""
     (nb, mb), (nc, mc) = totals(base), totals(cur)
     gpu_ms = mc - mb
-    ms = max(gpu_ms, host_ms) if host_bound else gpu_ms
+    # a host-bound step's host time is the kernel change's as far as its added launches can cost
+    # it: kernels that replace others one for one (cuDNN picking another algorithm) cost nothing more
+    ms = max(gpu_ms, min(host_ms, (nc - nb) * LAUNCH_HOST_MS)) if host_bound else gpu_ms
     if ms < MIN_MS:
         return None
     zero = [0.0, 0.0]
@@ -187,6 +195,8 @@ def _merge_model_phases(reasons: list[Reason]) -> list[Reason]:
 # growth on the ranks that wait is the straggler's delay, not their own
 COLLECTIVE_PHASE = re.compile(r"backward|all_?reduce|allgather|reduce_scatter|barrier|sync|comm", re.IGNORECASE)
 STRAGGLER_RATIO = 2.0        # the slow rank's phase grew at least this many times more than any other's
+MOVED_WAIT = 0.5             # another rank's same phase shrank by this share of the growth: the wait moved
+STRAGGLER_SHARE = 0.5        # a straggler's delay is most of the job's step growth (every rank waits for it)
 
 
 def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_delta: float) -> Reason | None:
@@ -203,11 +213,13 @@ def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_d
             candidates.append((bool(COLLECTIVE_PHASE.search(phase)), -d, c.rank, phase))
     for waits, neg, rank, phase in sorted(candidates):
         delta = -neg
-        if delta < max(MIN_MS, 0.1 * step_delta):
+        if delta < max(MIN_MS, STRAGGLER_SHARE * step_delta):
             continue
         others = {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0)
                   for b, c in zip(base, cur) if c.rank != rank}
         if delta < STRAGGLER_RATIO * max(max(others.values()), 0.0) + MIN_MS:
+            continue
+        if min(others.values()) <= -MOVED_WAIT * delta:   # moved_waits says so: no rank is slower
             continue
         if len(others) == 1:
             (other, od), = others.items()
@@ -218,3 +230,25 @@ def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_d
                       f"{rank_name(rank, node[rank])} {phase} {delta:+.1f} ms/step ({them}): one slow rank holds "
                       "every step of the job back", "straggler rank")
     return None
+
+
+def moved_waits(base: Sequence[RankStats], cur: Sequence[RankStats], step_delta: float) -> list[str]:
+    """Phases that grew on one rank and shrank on another by at least ``MOVED_WAIT`` of that growth.
+    Ranks that meet at every step's collectives wait for each other, each in whatever phase it is
+    in: when all of them get slower (each rank's input pipeline), the wait can land on one rank's
+    data loading and leave another's, which is no slow rank. The notes say where it moved; the
+    phase's change over all ranks is the job's."""
+    if len(base) < 2 or len(base) != len(cur):
+        return []
+    node = {c.rank: c.node for c in cur}
+    notes = []
+    for phase in dict.fromkeys(p for c in cur for p in c.phase_cpu_ms):
+        deltas = {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0) for b, c in zip(base, cur)}
+        grew = max(deltas, key=lambda r: deltas[r])
+        shrank = min(deltas, key=lambda r: deltas[r])
+        if deltas[grew] >= max(MIN_MS, 0.1 * abs(step_delta)) and deltas[shrank] <= -MOVED_WAIT * deltas[grew]:
+            mean = sum(deltas.values()) / len(deltas)
+            notes.append(f"{phase} grew on {rank_name(grew, node[grew])} ({deltas[grew]:+.1f} ms/step) and shrank on "
+                         f"{rank_name(shrank, node[shrank])} ({deltas[shrank]:+.1f}): the ranks wait for each other, "
+                         f"and the wait moved between them; over all ranks {phase} {mean:+.1f} ms/step (no slow rank)")
+    return notes
