@@ -137,7 +137,8 @@ class ScriptedNvml:
         return type("Utilization", (), {"gpu": 97, "memory": 40})()
 
 
-def test_pynvml_reader_reads_power_and_asks_once_for_a_counter_the_gpu_lacks() -> None:
+def test_pynvml_reader_reads_power_and_asks_once_for_a_counter_the_gpu_lacks(monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nvml = ScriptedNvml()
     reader = PynvmlReader(nvml)
     assert reader.open() == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from perfgate.capture.gpu_monitor import THROTTLE_MASK, GpuMonitor, Sample, reason_names, monitor_report
+from perfgate.capture.gpu_monitor import THROTTLE_MASK, GpuMonitor, PynvmlReader, Sample, reason_names, monitor_report
 
 
 class FakeNvml:
@@ -45,7 +45,8 @@ def test_summary_marks_thermal_and_hardware_slowdowns_but_not_a_power_cap() -> N
                                            "hardware thermal slowdown", "hardware power brake slowdown"]
 
 
-def test_monitor_samples_every_gpu_until_the_block_ends() -> None:
+def test_monitor_samples_every_gpu_until_the_block_ends(monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nvml = FakeNvml(clocks=[1980, 1980, 1410], reasons=0x8)
     with GpuMonitor(interval_s=0.01, nvml=nvml) as m:
         time.sleep(0.1)
@@ -54,6 +55,33 @@ def test_monitor_samples_every_gpu_until_the_block_ends() -> None:
     assert report.samples >= 4 and report.samples % 2 == 0     # both GPUs each round
     assert report.throttled and report.reasons == ("hardware slowdown",)
     assert report.sm_mhz_min == 1410 and report.temperature_c_max == 61
+
+
+class HostNvml(FakeNvml):
+    """A host of 4 GPUs, each with its UUID (bytes, as older nvidia-ml-py gives it)."""
+
+    UUIDS = ["GPU-0a1b-0000", "GPU-1a1b-1111", "GPU-2e4f-2222", "GPU-3e4f-3333"]
+
+    def nvmlDeviceGetUUID(self, h: int) -> bytes:
+        return self.UUIDS[h].encode()
+
+
+def test_monitor_samples_only_the_gpus_cuda_visible_devices_leaves(monkeypatch) -> None:
+    """A job given GPUs 2 and 3 of 4 samples those two, as its GPUs 0 and 1 (CUDA's numbers):
+    the other GPUs' clocks and energy are another job's."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    reader = PynvmlReader(HostNvml(clocks=[1980], reasons=0, gpus=4))
+    assert reader.open() == 2
+    assert [reader.read(g).temperature_c for g in (0, 1)] == [62, 63]     # FakeNvml: 60 + NVML index
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-3e4f, 1")
+    assert reader.open() == 2 and [reader.read(g).temperature_c for g in (0, 1)] == [63, 61]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert reader.open() == 0
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    with GpuMonitor(interval_s=0.01, reader=PynvmlReader(HostNvml(clocks=[1980], reasons=0, gpus=4))) as m:
+        time.sleep(0.05)
+    assert {s.gpu for s in m.samples} == {0, 1} and {s.temperature_c for s in m.samples} == {61, 63}
 
 
 def test_monitor_is_a_no_op_without_nvml(monkeypatch) -> None:

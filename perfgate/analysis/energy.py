@@ -50,7 +50,7 @@ class EnergyReport:
 
     source: str                       # "energy counter" or "power samples"
     window_s: float
-    gpus: tuple[int, ...]             # NVML indices of the GPUs counted
+    gpus: tuple[int, ...]             # the GPUs counted, as Sample.gpu numbers them (the i-th visible one)
     energy_j: float                   # all counted GPUs together
     iterations: int
     samples_per_iteration: int | None

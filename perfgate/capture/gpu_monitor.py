@@ -5,15 +5,19 @@ A launch whose GPU slowed down for thermal or hardware reasons measured the mach
 the gate marks it (``Analysis.launch.gpu_clocks["throttled"]``) and says so in the result. The
 same samples give the launch's energy over its measured steps (perfgate.analysis.energy). NVML comes from
 ``nvidia-ml-py`` (module ``pynvml``) behind :class:`NvmlReader`; without it, or without a GPU,
-monitoring is a no-op.
+monitoring is a no-op. Only the GPUs ``CUDA_VISIBLE_DEVICES`` leaves to the launch are sampled
+(NVML itself sees every GPU of the host, those of other jobs too).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any, Protocol
+
+from perfgate.system.machine import visible_gpus
 
 # nvmlClocksEventReasons bits (NVML's "clocks throttle reasons").
 REASONS: dict[int, str] = {
@@ -47,7 +51,7 @@ class Reading:
 @dataclass(frozen=True)
 class Sample:
     t_s: float
-    gpu: int
+    gpu: int                  # the i-th GPU CUDA_VISIBLE_DEVICES leaves visible (PynvmlReader)
     sm_mhz: int
     temperature_c: int
     reasons: int              # nvmlClocksEventReasons bitmask
@@ -59,7 +63,8 @@ class Sample:
 
 class NvmlReader(Protocol):
     """What the monitor needs from NVML: ``open()`` -> GPU count (raises when NVML is unusable),
-    ``read(gpu)`` -> Reading (raises for a failed read: a missing sample), ``close()``."""
+    ``read(gpu)`` -> Reading (raises for a failed read: a missing sample), ``close()``. ``gpu`` is
+    the monitor's number of a GPU, 0 to count - 1 (``Sample.gpu``)."""
 
     def open(self) -> int: ...
 
@@ -68,8 +73,16 @@ class NvmlReader(Protocol):
     def close(self) -> None: ...
 
 
+def _text(value: str | bytes) -> str:
+    """A pynvml string (bytes in older nvidia-ml-py) as str."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class PynvmlReader:
-    """NvmlReader over the ``pynvml`` module (or an object with its API, for tests)."""
+    """NvmlReader over the ``pynvml`` module (or an object with its API, for tests). Its GPU i is the
+    i-th GPU ``CUDA_VISIBLE_DEVICES`` leaves visible (``visible_gpus``): CUDA's device i with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and with CUDA's default order on a host of one GPU model;
+    every GPU in NVML's order where the variable is unset or names MIG instances by their own UUIDs."""
 
     def __init__(self, nvml: Any | None = None) -> None:
         self._nvml: Any = nvml
@@ -84,8 +97,13 @@ class PynvmlReader:
             nvml = pynvml
         nvml.nvmlInit()
         self._nvml = nvml
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        return len(self._handles)
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if cuda_visible is not None:
+            visible = visible_gpus(cuda_visible, [(i, _text(nvml.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)])
+            handles = handles if visible is None else [handles[i] for i in visible]
+        self._handles = handles
+        return len(handles)
 
     def _optional(self, name: str, read: Any) -> int | None:
         """``read()`` as an int, None where it failed (and, once failed, without asking again)."""

@@ -1,19 +1,23 @@
 """Identity of this machine: GPU model and count, driver, CUDA, torch, nsys.
 
 ``machine_class`` keys baselines (``baselines/<workload>/<machine_class>.json``): GPU model slug
-and count (``nvidia-h100-80gb-hbm3-x1``), or ``cpu-<arch>`` without a GPU. Nothing here imports
-torch: its version and CUDA version are read from its installed files.
+and count (``nvidia-h100-80gb-hbm3-x1``), or ``cpu-<arch>`` without a GPU. The GPUs are those
+``CUDA_VISIBLE_DEVICES`` leaves to this process (``visible_gpus``), not every GPU of the host:
+nvidia-smi and NVML ignore that variable. Nothing here imports torch: its version and CUDA version
+are read from its installed files.
 """
 from __future__ import annotations
 
 import functools
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.records.model import MachineInfo
@@ -34,27 +38,73 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9_]+", "-", text.lower()).strip("-")
 
 
+def visible_gpus(cuda_visible_devices: str | None, gpus: Sequence[tuple[int, str]]) -> list[int] | None:
+    """The host's GPUs a CUDA process sees, as their nvidia-smi (= NVML) indices in CUDA's order
+    (CUDA's device i is the i-th), from ``CUDA_VISIBLE_DEVICES`` (None: unset) and the host's GPUs
+    as (index, UUID) pairs. CUDA's rules: unset, every GPU; empty, none; else comma-separated
+    entries, each an index or a GPU's UUID (``GPU-...``, a unique prefix is enough), read up to the
+    first entry that names no GPU or one already named (CUDA ignores it and every entry after it).
+    A MIG instance named by its GPU (``MIG-GPU-<uuid>/<gi>/<ci>``, drivers before R470) makes its GPU
+    visible; None where one is named by its own UUID (``MIG-<uuid>``), which the host's GPU list
+    cannot resolve.
+
+    An index is read as nvidia-smi's (PCI bus order), which is CUDA's under
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. CUDA's default order (fastest first) is that one too on a host
+    of one GPU model in practice; on a host of mixed models it may number the GPUs otherwise."""
+    if cuda_visible_devices is None:
+        return [index for index, _ in gpus]
+    seen: list[int] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if entry.startswith("MIG-"):
+            if not entry.startswith("MIG-GPU-"):
+                return None
+            entry = entry.removeprefix("MIG-").partition("/")[0]
+        if entry.startswith("GPU-"):
+            named = [index for index, uuid in gpus if uuid.startswith(entry)]
+        elif re.fullmatch(r"\d+", entry):
+            named = [index for index, _ in gpus if index == int(entry)]
+        else:
+            named = []
+        if len(named) != 1 or named[0] in seen:
+            break
+        seen.append(named[0])
+    return seen
+
+
 def query_gpus() -> tuple[list[str], str | None, str | None]:
-    """(GPU names, driver version, driver CUDA version) from nvidia-smi; empty without one."""
+    """(names of the GPUs this process sees, in CUDA's order, driver version, driver CUDA version)
+    from nvidia-smi; empty without one. Where ``CUDA_VISIBLE_DEVICES`` names MIG instances that
+    ``visible_gpus`` cannot resolve, one name per entry: the host's first GPU's model."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return [], None, None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            [smi, "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return [], None, None
     if out.returncode != 0:
         return [], None, None
-    names: list[str] = []
+    names: dict[int, str] = {}
+    uuids: list[tuple[int, str]] = []
     driver = None
     for line in out.stdout.splitlines():
-        if "," in line:
-            name, _, drv = line.rpartition(",")
-            names.append(name.strip())
+        index, _, rest = line.partition(",")
+        uuid, _, rest = rest.partition(",")
+        name, _, drv = rest.rpartition(",")
+        if index.strip().isdigit() and name:
+            names[int(index)] = name.strip()
+            uuids.append((int(index), uuid.strip()))
             driver = drv.strip() or driver
+    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_gpus(cuda_visible, uuids)
+    if visible is None:   # MIG instances by their own UUIDs: one device each, of the host's model
+        entries = [e for e in (cuda_visible or "").split(",") if e.strip()]
+        visible_names = [next(iter(names.values()))] * len(entries) if names else []
+    else:
+        visible_names = [names[i] for i in visible]
     cuda = None
     try:
         banner = subprocess.run([smi], capture_output=True, text=True, timeout=30, check=False).stdout
@@ -62,7 +112,7 @@ def query_gpus() -> tuple[list[str], str | None, str | None]:
         cuda = found.group(1) if found else None
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return names, driver, cuda
+    return visible_names, driver, cuda
 
 
 def torch_versions() -> tuple[str | None, str | None]:
