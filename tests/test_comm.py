@@ -374,7 +374,7 @@ def test_a_wait_that_moves_between_ranks_is_no_straggler(timm_randaugment: dict)
     a = explain_regression(base, cur)
     assert round(a.step_mean_delta_ms, 2) == 9.32
     assert a.first_reason == ("data_load +3.1 ms/step (GPU idle while data_load open): the loop waits longer for each "
-                              "batch with the same 1 DataLoader workers: a slower dataset or transform?")
+                              "batch with the same 1 DataLoader worker: a slower dataset or transform?")
     assert a.cause == "input pipeline"
     assert not any(r.mechanism == "straggler" for r in a.reasons)
     assert ("data_load grew on rank 0 (+22.3 ms/step) and shrank on rank 1 (-16.0): the ranks wait for each other, "

@@ -183,7 +183,7 @@ def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | Non
                                     "for each batch", cause="workers")
     if c > b:
         return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}", cause="workers")
-    same = (f"the same {c} DataLoader workers" if c else
+    same = (f"the same {c} DataLoader worker{'s' if c != 1 else ''}" if c else
             "no DataLoader workers on both sides (batches made in the training process)")
     if slower:
         return replace(reason, text=f"{head}: the loop waits longer for each batch with {same}: a slower "

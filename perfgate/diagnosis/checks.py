@@ -70,6 +70,11 @@ SUGGEST_GAPS = "look at what the CPU does in the gap (the NVTX ranges listed) an
 SUGGEST_UTILIZATION = "the GPU waits more than it works: see the bottleneck and the other findings"
 
 
+def _workers(count: int) -> str:
+    """``count`` DataLoader workers, in words ("1 DataLoader worker", "4 DataLoader workers")."""
+    return f"{count} DataLoader worker{'' if count == 1 else 's'}"
+
+
 def _per_step(total: float, analysis: Analysis) -> float:
     return total / analysis.steps.count if analysis.steps.count > 0 else 0.0
 
@@ -189,14 +194,15 @@ def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> 
             return None
         workers = facts.dataloader_workers if facts is not None else None
         where = ("the loop waits for each batch (the trace records no DataLoader worker process)" if workers == 0
-                 else f"the loop waits for batches from {workers} DataLoader workers" if workers
+                 else f"the loop waits for batches from {_workers(workers)}" if workers
                  else "the loop waits for its batches")
         return Finding(
             rule="dataloader_blocking", severity="warning",
             message=f"data loading takes most of the step: {where}",
             evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                       f"(threshold {DATA_LOAD_CPU_ONLY_SHARE_MIN:.0%} on a CPU-only run)",),
-            suggestion=SUGGEST_WORKERS if not workers else f"{workers} DataLoader workers do not keep up: more "
+            suggestion=SUGGEST_WORKERS if not workers else
+            f"{_workers(workers)} {'does' if workers == 1 else 'do'} not keep up: more "
             "workers, or a cheaper dataset or transform (decode once, cache, move work to the GPU)",
             cause="workers", phases=(phase,), impact_ms=load_ms)
     if share < DATA_LOAD_SHARE_MIN:
