@@ -127,7 +127,8 @@ def explain_regression(
                  if step_delta > 0 and not collectives_changed(comm) else None)
     if straggler is not None:
         reasons.insert(0, straggler)
-    notes += moved_waits(base.ranks, cur.ranks, step_delta)
+    else:         # a wait that moved between ranks (no rank is slower); beside a straggler it is its wait
+        notes += moved_waits(base.ranks, cur.ranks, step_delta)
     reason, cause = account.first_reason(reasons, step_delta)
     notes += account.other_way(base, cur, new, resolved, phases, idle_phase_delta, base_facts, cur_facts, step_delta)
     rows = _comparisons(comparisons)
