@@ -10,6 +10,9 @@
 # every lane still running is sent SIGTERM (perfgate ends its nsys and keeps what it finished; a
 # background job of a script ignores SIGINT), then
 # SIGKILL 30 s later. Prints each lane's exit status and wall time; exits 0 when every lane did.
+# With PACK=FILE, FILE (a .tgz) then holds the small text files under $OUT (.log .json .md .txt .tgz
+# under 5 MB each): a device call brings back a few files of limited size, and a lane's folder under
+# $OUT can hold more (a 184 MB archive of one lane once brought nothing back).
 set -u
 deadline=${1:?usage: lanes.sh DEADLINE_S NAME=GPUS:COMMAND ...}
 shift
@@ -48,6 +51,10 @@ while :; do
   sleep 2
 done
 status=0
+if [ -n "${PACK:-}" ]; then
+  (cd "$out" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.tgz' \) \
+     -size -5M ! -path "./$(basename "$PACK")" | tar czf "$PACK" -T -) && echo "lanes: packed $PACK"
+fi
 for name in "${names[@]}"; do
   wait "${pid[$name]}"; rc=$?
   [ $rc = 0 ] || status=1
