@@ -199,27 +199,35 @@ MOVED_WAIT = 0.5             # another rank's same phase shrank by this share of
 STRAGGLER_SHARE = 0.5        # a straggler's delay is most of the job's step growth (every rank waits for it)
 
 
+def _rank_deltas(base: Sequence[RankStats], cur: Sequence[RankStats], phase: str) -> dict[int, float]:
+    """Each rank's change of ``phase``'s CPU time per step (ms)."""
+    return {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0) for b, c in zip(base, cur)}
+
+
+def _wait_moved(grew: float, shrank: float) -> bool:
+    """A phase that grew ``grew`` ms/step on one rank and changed ``shrank`` on another: the ranks' wait
+    moved between them where the other shrank by at least ``MOVED_WAIT`` of the growth."""
+    return shrank <= -MOVED_WAIT * grew
+
+
 def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_delta: float) -> Reason | None:
     """One rank whose phase CPU time per step grew much more than the same phase on every other rank
     (a straggler the other ranks wait for), named with the others' change. Phases where ranks wait
     for each other are looked at last: the waiting ranks' time grows there."""
     if len(base) < 2 or len(base) != len(cur):
         return None
-    candidates: list[tuple[bool, float, int, str]] = []
     node = {c.rank: c.node for c in cur}      # a job of several nodes names each rank's node too
-    for b, c in zip(base, cur):
-        for phase in c.phase_cpu_ms:
-            d = c.phase_cpu_ms[phase] - b.phase_cpu_ms.get(phase, 0.0)
-            candidates.append((bool(COLLECTIVE_PHASE.search(phase)), -d, c.rank, phase))
-    for waits, neg, rank, phase in sorted(candidates):
+    deltas = {phase: _rank_deltas(base, cur, phase) for phase in dict.fromkeys(p for c in cur for p in c.phase_cpu_ms)}
+    candidates = sorted((bool(COLLECTIVE_PHASE.search(phase)), -d, rank, phase)
+                        for phase, by_rank in deltas.items() for rank, d in by_rank.items())
+    for waits, neg, rank, phase in candidates:
         delta = -neg
         if delta < max(MIN_MS, STRAGGLER_SHARE * step_delta):
             continue
-        others = {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0)
-                  for b, c in zip(base, cur) if c.rank != rank}
+        others = {r: d for r, d in deltas[phase].items() if r != rank}
         if delta < STRAGGLER_RATIO * max(max(others.values()), 0.0) + MIN_MS:
             continue
-        if min(others.values()) <= -MOVED_WAIT * delta:   # moved_waits says so: no rank is slower
+        if _wait_moved(delta, min(others.values())):   # moved_waits says so: no rank is slower
             continue
         if len(others) == 1:
             (other, od), = others.items()
@@ -243,10 +251,10 @@ def moved_waits(base: Sequence[RankStats], cur: Sequence[RankStats], step_delta:
     node = {c.rank: c.node for c in cur}
     notes = []
     for phase in dict.fromkeys(p for c in cur for p in c.phase_cpu_ms):
-        deltas = {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0) for b, c in zip(base, cur)}
+        deltas = _rank_deltas(base, cur, phase)
         grew = max(deltas, key=lambda r: deltas[r])
         shrank = min(deltas, key=lambda r: deltas[r])
-        if deltas[grew] >= max(MIN_MS, 0.1 * abs(step_delta)) and deltas[shrank] <= -MOVED_WAIT * deltas[grew]:
+        if deltas[grew] >= max(MIN_MS, 0.1 * abs(step_delta)) and _wait_moved(deltas[grew], deltas[shrank]):
             mean = sum(deltas.values()) / len(deltas)
             notes.append(f"{phase} grew on {rank_name(grew, node[grew])} ({deltas[grew]:+.1f} ms/step) and shrank on "
                          f"{rank_name(shrank, node[shrank])} ({deltas[shrank]:+.1f}): the ranks wait for each other, "

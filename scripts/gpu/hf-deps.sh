@@ -9,11 +9,11 @@
 #
 # datasets imports pyarrow's S3, substrait, dataset and parquet libraries (seen in /proc/self/maps
 # after load_dataset("text") and map); Flight it does not.
-set -u
 PY_VERSION=${PY_VERSION:-3.12}                 # the GPU machine's Python (../shared/gpu/README.md)
 dest=.gpu/hf
 case "${1:-}" in
   make)
+    set -u                                     # run, not sourced: the caller's shell keeps its options
     tmp=$(mktemp -d)
     python3 -m pip download -q --only-binary=:all: --no-deps --python-version "$PY_VERSION" --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$tmp" \
