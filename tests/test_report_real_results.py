@@ -54,6 +54,9 @@ def test_terminal_summary_names_verdicts_and_the_worst_phase(results: list[Workl
     assert lines[0].startswith("perfgate: 3 workload(s)") and "1 REGRESSED" in lines[0]
     row = next(line for line in lines if line.startswith("tiny_regressed"))
     assert "REGRESSED" in row and "forward +" in row and "->" in row
+    # a phase within its tolerance is never the worst (the A/A comparison's phases all PASS)
+    steady_row = next(line for line in lines if line.startswith("tiny_steady"))
+    assert not any(f"{name} " in steady_row for name in ("data_load", "forward", "backward", "optimizer"))
     new_row = next(line for line in lines if line.startswith("tiny_new"))
     assert "NEW" in new_row and "->" not in new_row  # no baseline: current value only
 

@@ -33,14 +33,16 @@ KEPT = (".log", ".json", ".md", ".txt")   # what zoo-logs.tgz keeps: outputs and
 def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, cpu: bool,
          save: Callable[[dict[str, object]], None] = lambda row: None,
          launches: tuple[int, int] = (3, 6),
-         runs: tuple[str, ...] = RUNS) -> dict[str, object]:
+         runs: tuple[str, ...] = RUNS, profile: str = "auto") -> dict[str, object]:
     """``live``: the folder where each command's output is written as it runs (kept at a time limit).
     ``launches``: the baseline's launches and the most of each gate run.
     ``runs``: which of the runs after the recording to make (``RUNS``, in that order).
+    ``profile``: perfgate's ``--profile`` for every run (``off`` spares a slow CUDA-traced launch).
     ``save``: called with the row as each run ends (a device call's time limit keeps what finished).
     ``zoo.toml``'s ``iterations`` are the CPU size's: held against perfgate's count on the CPU only."""
     env = {**env, **program.env}
-    gate_args = ("--record-launches", str(launches[0]), "--max-launches", str(launches[1]), "--timeout", "600")
+    gate_args = ("--record-launches", str(launches[0]), "--max-launches", str(launches[1]), "--timeout", "600",
+                 "--profile", profile)
     project = harness.prepare(program, work / program.name / "project")
     recorded = harness.perfgate(project, "baseline", "update", *gate_args, env=env,
                                 log=live / f"{program.name}-record.log")
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-launches", type=int, default=6, help="most launches of each gate run (default 6)")
     parser.add_argument("--runs", default=",".join(RUNS),
                         help=f"comma-separated runs to make after the recording (default {','.join(RUNS)})")
+    parser.add_argument("--profile", choices=("auto", "always", "off"), default="auto",
+                        help="perfgate's --profile for every run (default auto; off spares the CUDA-traced launch, "
+                             "minutes for a compiled model)")
     args = parser.parse_args(argv)
     runs = tuple(r for r in args.runs.split(",") if r)
     if unknown := [r for r in runs if r not in RUNS]:
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             row = gate(program, args.work, env, args.out / "live", args.cpu, save,
-                       (args.record_launches, args.max_launches), runs)
+                       (args.record_launches, args.max_launches), runs, args.profile)
         except Exception as exc:  # noqa: BLE001 - one program's failure must not hide the others
             row = {"program": program.name, "shapes": list(program.shapes),
                    "record": {"verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}"}}
