@@ -9,15 +9,45 @@ about ``runnable / cores`` when that exceeds 1 (each runnable thread gets a core
 quiet machine. What a loaded machine adds to a short sleep is not measured: a thread that sleeps
 for long (this sampler) wakes at once, a busy loop's short sleeps each wait for a core for longer.
 ``drift(a, b)``: how much slower the machine made CPU work during ``b`` than during ``a``.
+
+Runnable threads miss what happens outside this machine's kernel: a CI machine is a virtual
+machine whose neighbours take its host's cores (steal time, which this sandbox's /proc/stat does not
+show). A probe process therefore also times a fixed piece of Python work (about a millisecond)
+every 0.1 s: its mean against the quietest meter's mean so far is how much slower CPU work ran,
+whatever the cause (the mean: a vCPU taken away for a few ms lengthens some probes, not most). On
+this project's 2-core machine, idle, the probe's work took 1.2-1.5 ms for some seconds and 2.3-2.7 ms
+for others: CPU work changes speed by up to 2 times with no runnable thread to show for it. A woken
+probe gets a core before busy threads do, so this machine's own load barely shows in it (4 busy
+processes on 2 cores left it at x1.00 while runnable threads said x2.07). ``slowdown`` is the larger of the two (a CI run once saw a step's CPU work take
+1.6 times as long with no more runnable threads than cores: tests/test_user_loops_gate.py).
 """
 from __future__ import annotations
 
 import os
+import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 PERIOD_S = 0.1
+PROBE_LOOPS = 20_000        # about 1 ms of Python work on this project's CPU machine
+PROBE_QUIET = 1.2           # a probe mean within this factor of the quietest one's: jitter, not load
+PROBE_WARMUP = 2            # the child's first probes run cold
+# the child ends when its pipe breaks (this process gone) or at SIGTERM (the meter's end)
+PROBE = f"""
+import sys, time
+while True:
+    t = time.perf_counter()
+    x = 0
+    for i in range({PROBE_LOOPS}):
+        x += i
+    sys.stdout.write(repr(time.perf_counter() - t) + "\\n")
+    sys.stdout.flush()
+    time.sleep({PERIOD_S})
+"""
+_quietest_probe: list[float] = []     # the smallest probe mean any meter of this process saw
 
 
 def runnable_threads() -> int | None:
@@ -40,6 +70,7 @@ class LoadMeter:
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self.cores = os.cpu_count() or 1
         self.wall_s = 0.0
+        self.probe_s: list[float] = []
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -51,29 +82,52 @@ class LoadMeter:
     def __enter__(self) -> LoadMeter:
         self._started = time.monotonic()
         self._thread.start()
+        self._probe = subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read_probe, daemon=True)   # a pipe never fills
+        self._reader.start()
         return self
+
+    def _read_probe(self) -> None:
+        assert self._probe.stdout is not None
+        for line in self._probe.stdout:
+            self.probe_s.append(float(line))
+        del self.probe_s[:PROBE_WARMUP]
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
         self.wall_s = time.monotonic() - self._started
+        self._probe.terminate()
+        self._probe.wait(timeout=10)
+        self._reader.join(timeout=10)
+        if self.probe_s:
+            _quietest_probe[:] = [min([statistics.fmean(self.probe_s), *_quietest_probe])]
 
     @property
     def mean_running(self) -> float:
         return sum(self.samples) / len(self.samples) if self.samples else 0.0
 
     @property
+    def probe_slowdown(self) -> float:
+        """This meter's probe mean against the quietest meter's so far (1.0 for that one, and
+        without samples)."""
+        if not self.probe_s or not _quietest_probe:
+            return 1.0
+        return max(1.0, statistics.fmean(self.probe_s) / _quietest_probe[0])
+
+    @property
     def slowdown(self) -> float:
-        return max(1.0, self.mean_running / self.cores)
+        return max(1.0, self.mean_running / self.cores, self.probe_slowdown)
 
     @property
     def quiet(self) -> bool:
-        """No more runnable threads than cores, on average: nothing waited for a core."""
-        return self.slowdown <= 1.0
+        """No more runnable threads than cores, on average (nothing waited for a core), and the
+        probe's work as fast as the quietest meter's, within its jitter."""
+        return self.mean_running <= self.cores and self.probe_slowdown <= PROBE_QUIET
 
     def __repr__(self) -> str:
-        return (f"LoadMeter({self.mean_running:.1f} runnable threads on {self.cores} cores over {self.wall_s:.0f} s: "
-                f"slowdown {self.slowdown:.2f})")
+        return (f"LoadMeter({self.mean_running:.1f} runnable threads on {self.cores} cores over {self.wall_s:.0f} s, "
+                f"probe x{self.probe_slowdown:.2f}: slowdown {self.slowdown:.2f})")
 
 
 def drift(a: LoadMeter, b: LoadMeter) -> float:
