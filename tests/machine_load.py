@@ -18,8 +18,9 @@ whatever the cause (the mean: a vCPU taken away for a few ms lengthens some prob
 this project's 2-core machine, idle, the probe's work took 1.2-1.5 ms for some seconds and 2.3-2.7 ms
 for others: CPU work changes speed by up to 2 times with no runnable thread to show for it. A woken
 probe gets a core before busy threads do, so this machine's own load barely shows in it (4 busy
-processes on 2 cores left it at x1.00 while runnable threads said x2.07). ``slowdown`` is the larger of the two (a CI run once saw a step's CPU work take
-1.6 times as long with no more runnable threads than cores: tests/test_user_loops_gate.py).
+processes on 2 cores left it at x1.00 while runnable threads said x2.07). ``slowdown`` is the larger
+of the two: a CI run once saw a step grow 39 ms more than the data-loading phase that held its 64 ms
+sleep, beyond what runnable threads explained (tests/test_user_loops_gate.py).
 """
 from __future__ import annotations
 
