@@ -11,8 +11,8 @@ for long (this sampler) wakes at once, a busy loop's short sleeps each wait for 
 ``drift(a, b)``: how much slower the machine made CPU work during ``b`` than during ``a``.
 
 Runnable threads miss what happens outside this machine's kernel: a CI machine is a virtual
-machine whose neighbours take its host's cores (steal time, which this sandbox's /proc/stat does not
-show). A probe process therefore also times a fixed piece of Python work (about a millisecond)
+machine whose neighbours take its host's cores (steal time, which no runnable thread of its own
+shows). A probe process therefore also times a fixed piece of Python work (about a millisecond)
 every 0.1 s: its mean against the quietest meter's mean so far is how much slower CPU work ran,
 whatever the cause (the mean: a vCPU taken away for a few ms lengthens some probes, not most). On
 this project's 2-core machine, idle, the probe's work took 1.2-1.5 ms for some seconds and 2.3-2.7 ms
