@@ -409,6 +409,9 @@ import perfgate.capture.launch as capture
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads
 
+# a terminal's Ctrl-C reaches a process that handles SIGINT; one started by a shell's background job
+# (`cmd &` without job control) inherits it ignored, and then no Ctrl-C is there to defer
+signal.signal(signal.SIGINT, signal.default_int_handler)
 root, launch, nsys = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 settings = load_settings(root, env={"PERFGATE_NSYS": nsys})
 [spec] = discover_workloads(settings)
