@@ -72,6 +72,7 @@ class LoadMeter:
         self.cores = os.cpu_count() or 1
         self.wall_s = 0.0
         self.probe_s: list[float] = []
+        self.probe_mean: float | None = None   # of probe_s, once the block is done
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -92,7 +93,6 @@ class LoadMeter:
         assert self._probe.stdout is not None
         for line in self._probe.stdout:
             self.probe_s.append(float(line))
-        del self.probe_s[:PROBE_WARMUP]
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -101,8 +101,10 @@ class LoadMeter:
         self._probe.terminate()
         self._probe.wait(timeout=10)
         self._reader.join(timeout=10)
+        del self.probe_s[:PROBE_WARMUP]
         if self.probe_s:
-            _quietest_probe[:] = [min([statistics.fmean(self.probe_s), *_quietest_probe])]
+            self.probe_mean = statistics.fmean(self.probe_s)
+            _quietest_probe[:] = [min([self.probe_mean, *_quietest_probe])]
 
     @property
     def mean_running(self) -> float:
@@ -112,9 +114,9 @@ class LoadMeter:
     def probe_slowdown(self) -> float:
         """This meter's probe mean against the quietest meter's so far (1.0 for that one, and
         without samples)."""
-        if not self.probe_s or not _quietest_probe:
+        if self.probe_mean is None or not _quietest_probe:
             return 1.0
-        return max(1.0, statistics.fmean(self.probe_s) / _quietest_probe[0])
+        return max(1.0, self.probe_mean / _quietest_probe[0])
 
     @property
     def slowdown(self) -> float:

@@ -199,9 +199,11 @@ MOVED_WAIT = 0.5             # another rank's same phase shrank by this share of
 STRAGGLER_SHARE = 0.5        # a straggler's delay is most of the job's step growth (every rank waits for it)
 
 
-def _rank_deltas(base: Sequence[RankStats], cur: Sequence[RankStats], phase: str) -> dict[int, float]:
-    """Each rank's change of ``phase``'s CPU time per step (ms)."""
-    return {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0) for b, c in zip(base, cur)}
+def _phase_deltas(base: Sequence[RankStats], cur: Sequence[RankStats]) -> dict[str, dict[int, float]]:
+    """For each phase of the current ranks (in their order), each rank's change of its CPU time per
+    step (ms)."""
+    return {phase: {c.rank: c.phase_cpu_ms.get(phase, 0.0) - b.phase_cpu_ms.get(phase, 0.0) for b, c in zip(base, cur)}
+            for phase in dict.fromkeys(p for c in cur for p in c.phase_cpu_ms)}
 
 
 def _wait_moved(grew: float, shrank: float) -> bool:
@@ -217,7 +219,7 @@ def straggler_reason(base: Sequence[RankStats], cur: Sequence[RankStats], step_d
     if len(base) < 2 or len(base) != len(cur):
         return None
     node = {c.rank: c.node for c in cur}      # a job of several nodes names each rank's node too
-    deltas = {phase: _rank_deltas(base, cur, phase) for phase in dict.fromkeys(p for c in cur for p in c.phase_cpu_ms)}
+    deltas = _phase_deltas(base, cur)
     candidates = sorted((bool(COLLECTIVE_PHASE.search(phase)), -d, rank, phase)
                         for phase, by_rank in deltas.items() for rank, d in by_rank.items())
     for waits, neg, rank, phase in candidates:
@@ -250,8 +252,7 @@ def moved_waits(base: Sequence[RankStats], cur: Sequence[RankStats], step_delta:
         return []
     node = {c.rank: c.node for c in cur}
     notes = []
-    for phase in dict.fromkeys(p for c in cur for p in c.phase_cpu_ms):
-        deltas = _rank_deltas(base, cur, phase)
+    for phase, deltas in _phase_deltas(base, cur).items():
         grew = max(deltas, key=lambda r: deltas[r])
         shrank = min(deltas, key=lambda r: deltas[r])
         if deltas[grew] >= max(MIN_MS, 0.1 * abs(step_delta)) and _wait_moved(deltas[grew], deltas[shrank]):
