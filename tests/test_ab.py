@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfgate.commands.ab import BASE, HEAD, launch_order, run_ab
+from perfgate.commands.ab import run_ab
+from perfgate.gate.paired_looks import BASE, HEAD, launch_order
 from perfgate.errors import ConfigError
 from perfgate.records.model import Verdict
 

@@ -204,9 +204,9 @@ def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dic
 
 def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
     """errors and the records beside the model (ranks, steps, facts, notes, launch, staleness,
-    noise, diagnosis) import nothing of perfgate; records.version (the record version) only errors;
+    noise, diagnosis, confirmation) import nothing of perfgate; records.version (the record version) only errors;
     records.model only those records and the version."""
-    leaves = ("ranks", "steps", "facts", "notes", "launch", "staleness", "noise", "diagnosis")
+    leaves = ("ranks", "steps", "facts", "notes", "launch", "staleness", "noise", "diagnosis", "confirmation")
     allowed = {"perfgate.errors": set(), **{f"perfgate.records.{leaf}": {"perfgate.records"} for leaf in leaves},
                "perfgate.records.version": {"perfgate.records", "perfgate.errors"},
                "perfgate.records.model": {"perfgate.records", "perfgate.records.version",

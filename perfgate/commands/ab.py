@@ -11,38 +11,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import ConfigError, PerfgateError
-from perfgate.gate.compare import ComparePolicy, Outcome, compare_launches, needs_more_launches
-from perfgate.gate.sequential_looks import look_level
+from perfgate.gate.compare import ComparePolicy, Outcome
+from perfgate.gate.paired_looks import BASE, HEAD, PairLauncher, pair_looks, run_pairs
 from perfgate.gate.wording import describe
 from perfgate.records.model import Verdict
+from perfgate.system.git import git_worktree, repo_root
 
 if TYPE_CHECKING:
     from perfgate.settings.config import Settings
     from perfgate.settings.workloads import WorkloadSpec
 
-BASE, HEAD = "base", "head"
-Launcher = Callable[[str, int], Mapping[str, float]]
+Launcher = PairLauncher
 WORKTREE = "WORKTREE"  # --head value meaning "the current checkout, uncommitted changes included"
-
-
-def launch_order(first_round: int, rounds: int) -> list[tuple[str, int]]:
-    """(side, k) pairs for rounds ``first_round .. first_round + rounds - 1``: even rounds run base
-    then head, odd rounds head then base (ABBA...), so a drift in time hits both sides equally and
-    neither side always runs first (e.g. on a cooler GPU)."""
-    order: list[tuple[str, int]] = []
-    for k in range(first_round, first_round + rounds):
-        pair = (BASE, HEAD) if k % 2 == 0 else (HEAD, BASE)
-        order.extend((side, k) for side in pair)
-    return order
 
 
 @dataclass(frozen=True)
@@ -88,11 +76,11 @@ def run_ab(
     add_launches: int | None = None,
     policy: ComparePolicy = ComparePolicy(),
 ) -> AbResult:
-    """Run ``launches`` interleaved rounds (one base and one head launch each), compare, and while the
-    outcome is INCONCLUSIVE (``needs_more_launches``) add ``add_launches`` rounds (default: as many as
-    at first) up to ``max_launches`` per side (default: ``launches``, i.e. no extra rounds). With more
-    than one possible look, each tests at Pocock's level for them (perfgate.gate.sequential_looks.look_level),
-    so the whole run raises a false alarm with chance ``policy.alpha``, not once per look."""
+    """Run ``launches`` interleaved rounds (one base and one head launch each), compare the pairs,
+    and while the outcome is INCONCLUSIVE (``needs_more_launches``) add ``add_launches`` rounds
+    (default: as many as at first) up to ``max_launches`` per side (default: ``launches``, i.e. no
+    extra rounds): perfgate.gate.paired_looks.run_pairs, each look at Pocock's level for them, so
+    the whole run raises a false alarm with chance ``policy.alpha``, not once per look."""
     if launches < 1:
         raise ConfigError(f"option --launches: must be >= 1 (got {launches})")
     cap = launches if max_launches is None else max_launches
@@ -101,53 +89,12 @@ def run_ab(
     step = launches if add_launches is None else add_launches
     if step < 1:
         raise ConfigError(f"option --add-launches: must be >= 1 (got {step})")
-    sizes = list(range(launches, cap, step)) + [cap]
-    policy = replace(policy, alpha=look_level(policy.alpha, tuple((n, n) for n in sizes)))
-    sides: dict[str, list[dict[str, float]]] = {BASE: [], HEAD: []}
-    order: list[tuple[str, int]] = []
-    history: list[Verdict] = []
-    rounds, todo = 0, launches
-    while True:
-        for side, k in launch_order(rounds, todo):
-            sides[side].append(dict(launch(side, k)))
-            order.append((side, k))
-        rounds += todo
-        outcome = compare_launches(sides[BASE], sides[HEAD], policy)
-        history.append(outcome.verdict)
-        if not needs_more_launches(outcome) or rounds >= cap:
-            break
-        todo = min(step, cap - rounds)
-    return AbResult(outcome, sides[BASE], sides[HEAD], order, len(history), history)
+    run = run_pairs(launch, policy, pair_looks(launches, cap, step))
+    return AbResult(run.outcome, run.base, run.head, run.order, len(run.looks),
+                    [look.outcome.verdict for look in run.looks])
 
 
 # --------------------------------------------------------------------------- the real launcher
-
-
-def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ConfigError(f"git {' '.join(args)} in {repo} failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc.stdout.strip()
-
-
-def resolve_ref(repo: Path, ref: str) -> str:
-    """The commit id of ``ref`` in ``repo`` (ConfigError naming the ref when unknown)."""
-    try:
-        return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
-    except ConfigError as exc:
-        raise ConfigError(f"option --base/--head: unknown git ref {ref!r} in {repo} ({exc})") from None
-
-
-@contextlib.contextmanager
-def git_worktree(repo: Path, ref: str, dest: Path) -> Iterator[Path]:
-    """``git worktree add --detach dest ref`` for the duration of the block, removed afterwards."""
-    commit = resolve_ref(repo, ref)
-    _git(repo, "worktree", "add", "--detach", str(dest), commit)
-    try:
-        yield dest
-    finally:
-        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(dest)], capture_output=True)
-        subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
 def capture_launcher(spec: WorkloadSpec, settings: Settings, trees: Mapping[str, Path], run_dir: Path,
@@ -181,7 +128,7 @@ def run_ab_refs(
     is checked out into a temporary worktree like ``base``."""
     from perfgate.pipeline.workload_run import compare_policy, new_run_dir
 
-    repo = Path(_git(settings.root, "rev-parse", "--show-toplevel"))
+    repo = repo_root(settings.root)
     rel = settings.root.resolve().relative_to(repo.resolve())
     run_dir = run_dir or new_run_dir(settings.artifacts_dir, f"ab-{spec.full_name}")
     policy = policy or compare_policy(settings, spec)

@@ -108,7 +108,7 @@ def parent_diagnosis(spec: WorkloadSpec, settings: Settings, repo: Path, culprit
     """One capture of the culprit's first parent and one of the culprit, each in a temporary
     worktree, compared and diffed by perfgate.diagnosis (reasons, explained share, phase deltas)."""
     from perfgate.capture.command import TIMING
-    from perfgate.commands.ab import git_worktree
+    from perfgate.system.git import git_worktree
     from perfgate.diagnosis.render import render_attribution_text
     from perfgate.gate.compare import compare_launches
     from perfgate.pipeline.inputs import explain_change

@@ -133,6 +133,14 @@ def _values(launches: Sequence[Mapping[str, float]], metric: str) -> list[float]
     return out
 
 
+def _paired_values(baseline: Sequence[Mapping[str, float]], current: Sequence[Mapping[str, float]],
+                   metric: str) -> tuple[list[float], list[float]]:
+    """The values of ``metric`` in the pairs that measured it on both sides, side by side."""
+    pairs = [(_values([b], metric), _values([c], metric)) for b, c in zip(baseline, current)]
+    kept = [(b[0], c[0]) for b, c in pairs if b and c]
+    return [b for b, _ in kept], [c for _, c in kept]
+
+
 def _metric_order(names: Sequence[str]) -> list[str]:
     rank = {id(s): i for i, s in enumerate(METRIC_SPECS)}
 
@@ -162,6 +170,8 @@ def compare_launches(
     baseline: Sequence[Mapping[str, float]] | None,
     current: Sequence[Mapping[str, float]],
     policy: ComparePolicy = ComparePolicy(),
+    *,
+    paired: bool = False,
 ) -> Outcome:
     """Compare per-launch metric mappings (each one launch's ``Analysis.metrics()``).
 
@@ -169,9 +179,15 @@ def compare_launches(
     verdicts PASS / REGRESSED / IMPROVED / INCONCLUSIVE; overall REGRESSED if any gating metric
     regressed, else INCONCLUSIVE if a primary metric is, else IMPROVED if a primary improved beyond
     tolerance, else PASS (NO-DATA when no primary metric could be compared).
+
+    ``paired``: ``baseline[i]`` and ``current[i]`` are an interleaved pair (perfgate.gate.paired_looks):
+    each metric is tested on the differences of the pairs that measured it on both sides
+    (statistics.paired_shift_test), the rest as above.
     """
     if not current:
         raise ValueError("compare_launches() needs at least one current launch")
+    if paired and baseline and len(baseline) != len(current):
+        raise ValueError(f"paired compare_launches() needs pairs ({len(baseline)} != {len(current)} launches)")
     names = list(dict.fromkeys([m for launch in current for m in launch]
                                + [m for launch in (baseline or []) for m in launch]))
     names = _metric_order(names)
@@ -182,7 +198,8 @@ def compare_launches(
     no_data: list[MetricComparison] = []
     for metric in names:
         spec = spec_for(metric)
-        b, c = _values(baseline, metric), _values(current, metric)
+        b, c = _paired_values(baseline, current, metric) if paired else (_values(baseline, metric),
+                                                                          _values(current, metric))
         if not b or not c:
             no_data.append(MetricComparison(
                 metric=metric, unit=spec.unit, direction=spec.direction,
@@ -193,7 +210,8 @@ def compare_launches(
                 note="missing in the current launches" if b else "not in the baseline"))
             continue
         log_scale = spec.log_scale and min(b + c) > 0
-        rows.append(_Row(metric, b, c, statistics.shift_test(b, c, log_scale=log_scale, alpha=policy.alpha), log_scale))
+        test = statistics.paired_shift_test if paired else statistics.shift_test
+        rows.append(_Row(metric, b, c, test(b, c, log_scale=log_scale, alpha=policy.alpha), log_scale))
 
     # Holm across each gating non-primary family, separately for the two directions: the
     # secondary family (behind step time) and the metrics that gate alone (memory, energy, ...).
@@ -211,7 +229,8 @@ def compare_launches(
     within = {row.metric for row, decision in judged if decision.significant_within_tolerance}
     verdict = _overall(comparisons)
     n_b, n_c = timed_launches(baseline), timed_launches(current)
-    return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(verdict, comparisons, n_b, n_c, within),
+    return Outcome(verdict=verdict, comparisons=comparisons,
+                   summary=_summary(verdict, comparisons, n_b, n_c, within, paired=paired),
                    strict=policy.strict_new, n_baseline=n_b, n_current=n_c)
 
 
@@ -350,10 +369,11 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
 
 
 def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int,
-             within: Collection[str] = ()) -> str:
+             within: Collection[str] = (), *, paired: bool = False) -> str:
     """The outcome's one line; ``within``: the metrics whose change is significant but within
     tolerance (statistics.Decision), named after a PASS or IMPROVED when they gate."""
-    launches = f"{n_b} vs {n_c} launch{'es' if max(n_b, n_c) != 1 else ''}"
+    launches = (f"{n_c} interleaved pair{'s' if n_c != 1 else ''}" if paired
+                else f"{n_b} vs {n_c} launch{'es' if max(n_b, n_c) != 1 else ''}")
     if verdict == Verdict.REGRESSED:
         bad = sorted((r for r in rows if r.gating and r.verdict == Verdict.REGRESSED), key=lambda r: -_worse_change(r))
         return f"REGRESSED: " + "; ".join(describe(r) for r in bad) + f" [{launches}]"

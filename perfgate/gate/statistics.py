@@ -23,6 +23,7 @@ __all__ = [
     "geometric_mean",
     "ShiftTest",
     "shift_test",
+    "paired_shift_test",
     "holm",
     "Decision",
     "decide",
@@ -114,6 +115,45 @@ def shift_test(
         ci_low=est - q * se,
         ci_high=est + q * se,
         method="student",
+    )
+
+
+def paired_shift_test(
+    baseline: Sequence[float], current: Sequence[float], *, log_scale: bool = True, alpha: float = 0.01
+) -> ShiftTest | None:
+    """Student's one-sample t-test on the differences of interleaved pairs (``baseline[i]`` and
+    ``current[i]`` launched one right after the other; on their logs when ``log_scale``):
+    df = pairs − 1.
+
+    What the machine did during a pair (a neighbour's load, a clock, a drift since the baseline
+    was recorded) is shared by both of its launches and drops out of their difference, so only
+    what changes from one launch to the next is left in the test's error. With no change, and
+    the order of each pair balanced (perfgate.gate.paired_looks.launch_order), every difference
+    is centred on zero and the test is exact for normal differences at every number of pairs.
+    Fewer than 2 pairs, or differences without spread: None (no test)."""
+    b = np.asarray(baseline, dtype=float)
+    c = np.asarray(current, dtype=float)
+    if b.size != c.size:
+        raise ValueError(f"paired_shift_test() needs as many current values as baseline values ({b.size} != {c.size})")
+    if log_scale:
+        if np.any(b <= 0) or np.any(c <= 0):
+            raise ValueError("log-scale paired_shift_test needs positive values")
+        b, c = np.log(b), np.log(c)
+    n = b.size
+    if n < 2:
+        return None
+    d = c - b
+    est = float(d.mean())
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    if se <= 1e-12 * max(1.0, abs(est)):   # the same difference in every pair, up to rounding: no spread
+        return None
+    df = n - 1
+    t = est / se
+    q = float(_sps.t.ppf(1.0 - alpha, df))
+    return ShiftTest(
+        log_scale=log_scale, n_baseline=n, n_current=n, estimate=est, se=se, df=float(df), t=float(t),
+        p_increase=float(_sps.t.sf(t, df)), p_decrease=float(_sps.t.cdf(t, df)),
+        ci_low=est - q * se, ci_high=est + q * se, method="paired",
     )
 
 

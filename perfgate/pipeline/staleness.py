@@ -3,12 +3,12 @@ gate's first line when it did not): the provenance a run of a workload would rec
 (perfgate.gate.provenance), compared with each baseline file's."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import Baseline, load_baseline
-from perfgate.gate.provenance import Provenance, current, staleness
+from perfgate.gate.provenance import Provenance, current, git_fingerprint, staleness
 from perfgate.records.staleness import Staleness
 from perfgate.records.model import MachineInfo
 from perfgate.settings.config import Settings
@@ -25,13 +25,25 @@ def run_provenance(spec: WorkloadSpec, settings: Settings, machine: MachineInfo 
 
 
 def baseline_staleness(baseline: Baseline, spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
-                       cwd: Path | None = None) -> Staleness:
+                       cwd: Path | None = None, *, base: str | None = None) -> Staleness:
     """How ``baseline`` differs from what a run of ``spec`` here would measure; the software is
-    compared only for a baseline of this machine's class."""
+    compared only for a baseline of this machine's class.
+
+    ``base``: the commit the change under test starts from (a pull request's merge-base). The
+    baseline's code is then compared with the base's, not this checkout's: the change's own edits
+    are what the gate measures, not a stale baseline; they come back as ``edits``. Where the base
+    does not hold the workload's files (a shallow clone), this checkout is compared as without one."""
+    root = cwd or settings.root
     same_class = machine is not None and baseline.machine_class == machine.machine_class
-    return staleness(Provenance.from_dict(baseline.provenance, baseline.machine),
-                       run_provenance(spec, settings, machine, cwd), root=cwd or settings.root,
-                       compare_software=same_class)
+    recorded = Provenance.from_dict(baseline.provenance, baseline.machine)
+    now = run_provenance(spec, settings, machine, cwd)
+    at_base = git_fingerprint(root, base, list(now.sources)) if base and now.sources is not None else None
+    if at_base is None:
+        return staleness(recorded, now, root=root, compare_software=same_class)
+    before = replace(now, sources=at_base)
+    found = staleness(recorded, before, root=root, compare_software=same_class)
+    edits = staleness(before, now, compare_software=False).code
+    return replace(found, edits=edits, base=base)
 
 
 @dataclass(frozen=True)

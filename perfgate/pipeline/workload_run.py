@@ -2,6 +2,7 @@
 
 ``run_workload``: the launches (each captured, analyzed, checked and diagnosed: ``launch_analysis``)
 -> the looks against this machine's baseline and the verdict (perfgate.gate.sequential_looks.run_looks)
+-> when it fails or is unclear, the base measured in this job beside this checkout (perfgate.pipeline.confirmation)
 -> ``judge`` (notes, noise, the diagnosis of a change) -> WorkloadResult, with ``result.json`` in
 the run directory; or ``record`` a baseline. Each stage is walked once, in that order.
 """
@@ -28,9 +29,10 @@ from perfgate.gate.baseline import (
 )
 from perfgate.gate.baseline_lock import recording_lock
 from perfgate.gate.provenance import command_line, recording
+from perfgate.pipeline.confirmation import ConfirmRun, confirm_if_wanted, pull_request_commit
 from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches
 from perfgate.records.model import Analysis, Capture, LookRecord, Verdict, WorkloadResult
-from perfgate.records.notes import ATTRIBUTION, NOTE, SUMMARY, WARNING, Note
+from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 from perfgate.system.machine import this_machine
@@ -114,13 +116,14 @@ def run_workload(
                 check_identity(baseline, spec.name, spec.variant, result.machine.machine_class)
                 from perfgate.pipeline.staleness import baseline_staleness
 
-                stale = baseline_staleness(baseline, spec, settings, result.machine, cwd)
-                if stale.stale:
+                stale = baseline_staleness(baseline, spec, settings, result.machine, cwd,
+                                           base=pull_request_commit(settings))
+                if stale.stale or stale.edits:
                     result.provenance = stale
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             run = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
-            judge(result, spec, settings, baseline, path, run)
+            judge(result, spec, settings, baseline, path, run, _confirm(launcher, baseline, run, policy))
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
         result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
     except PerfgateError as exc:
@@ -253,6 +256,17 @@ def _measure(launcher: _Launcher, baseline: Baseline | None, policy: ComparePoli
                      policy, settings.budget, profile=profile, on_look=on_look)
 
 
+def _confirm(launcher: _Launcher, baseline: Baseline | None, run: LookRun, policy: ComparePolicy) -> ConfirmRun | None:
+    """The confirmation against the base (perfgate.pipeline.confirmation), when the settings want one."""
+    def launch(launch_dir: Path, k: int, kind: str, cwd: Path) -> Analysis:
+        return launch_analysis(launcher.spec, launcher.settings, launch_dir, k, kind, cwd=cwd,
+                               extra_args=launcher.extra_args, progress=launcher.say)
+
+    return confirm_if_wanted(launcher.spec, launcher.settings, baseline, run.outcome, policy, launcher.run_dir, launch,
+                             cwd=launcher.cwd, say=launcher.say, started=launcher.started,
+                             profile_base=launcher.profile is not None)
+
+
 def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
                     cwd: Path | None = None, extra_args: Sequence[str] = (),
                     progress: Progress | None = None) -> Analysis:
@@ -324,16 +338,25 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
 
 
 def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, path: Path,
-          run: LookRun) -> None:
+          run: LookRun, confirmed: ConfirmRun | None = None) -> None:
     """Fill ``result`` (verdict, comparisons, looks, notes, noise, attribution) from what the gate's
-    looks decided against ``baseline`` (``run``; NEW when there is none) and the diagnosis of the change."""
-    outcome = run.outcome
+    looks decided against ``baseline`` (``run``; NEW when there is none), or, when the base was
+    measured in this job (``confirmed``), what its pairs decided, and the diagnosis of the change.
+    The comparisons, analyses and baseline steps of the result are those of the comparison that decided."""
+    decided = confirmed if confirmed is not None and confirmed.outcome is not None else None
+    outcome = decided.outcome if decided is not None and decided.outcome is not None else run.outcome
     result.verdict, result.strict = outcome.verdict, outcome.strict
     result.comparisons = list(outcome.comparisons)
     result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3)) for lk in run.looks)
     result.stopped = run.stopped
     stale = result.provenance   # the baseline measured other code or software: said first
-    notes = [*([Note(WARNING, stale.text())] if stale else []), Note(SUMMARY, outcome.summary)]
+    notes = [*([Note(WARNING, stale.text())] if stale and stale.stale else []),
+             *([Note(NOTE, stale.edits_text())] if stale and stale.edits else []), Note(SUMMARY, outcome.summary)]
+    if confirmed is not None:
+        result.confirmation = confirmed.record
+        notes += [Note(CONFIRMATION, line) for line in confirmed.record.lines()]
+    if decided is not None:
+        result.analyses, result.stopped = list(decided.head), decided.record.stopped
     notes += [Note(NOTE, w) for a in (*result.analyses, *([result.profile] if result.profile else []))
               for w in a.launch.notes]
     result.notes = tuple(notes)
@@ -347,11 +370,17 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
         return
     result.noise = run.noise
-    result.notes += run.noise_notes(spec.full_name)
-    result.baseline_step_times_ms = baseline.step_durations_ms
+    if decided is not None:   # the base ran here, now: no other code or software than the change's
+        result.notes += decided.undecided_notes(spec.full_name)
+        result.baseline_step_times_ms = [d for a in decided.base for d in a.steps.durations_ms]
+        base_launches, provenance = [*decided.base, *([decided.base_profile] if decided.base_profile else [])], None
+    else:
+        result.notes += run.noise_notes(spec.full_name)
+        result.baseline_step_times_ms = baseline.step_durations_ms
+        base_launches, provenance = list(baseline.launch_analyses), stale
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
-        base, cur = explained_launches(baseline.launch_analyses, result.analyses, result.profile)
-        attribution = explain_change(base, cur, outcome, provenance=stale)
+        base, cur = explained_launches(base_launches, result.analyses, result.profile)
+        attribution = explain_change(base, cur, outcome, provenance=provenance)
         if attribution is not None:
             from perfgate.diagnosis.render import render_attribution_text
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfgate.records.confirmation import Confirmation
 from perfgate.records.diagnosis import Attribution
 from perfgate.records.facts import TraceFacts, stored_facts
 from perfgate.records.launch import Launch, split_warnings
@@ -367,6 +368,7 @@ class WorkloadResult:
     provenance: Staleness | None = None   # how the baseline differs from this run, when it does
     noise: NoiseReport | None = None      # the baseline's noise at the budget
     attribution: Attribution | None = None  # the reasons of a change
+    confirmation: Confirmation | None = None  # the base measured in this job, when it was asked to confirm
     extra: dict[str, Any] = field(default_factory=dict)  # other keys of a result record's "extra", kept as read
 
     @property

@@ -22,10 +22,13 @@ WHY = "why"
 TO_DECIDE = "to decide"
 #: The account of a change (perfgate.diagnosis.render.render_attribution_text): several lines.
 ATTRIBUTION = "attribution"
+#: Which comparison decided: the base measured in this job, or why it was not (records/confirmation.py).
+CONFIRMATION = "confirmation"
 
 #: Each severity's prefix in a message line; the summary and the attribution have none.
-PREFIXES = {WARNING: "warning: ", NOTE: "note: ", WHY: "why: ", TO_DECIDE: "to decide: "}
-SEVERITIES = (SUMMARY, WARNING, NOTE, WHY, TO_DECIDE, ATTRIBUTION)
+PREFIXES = {WARNING: "warning: ", NOTE: "note: ", WHY: "why: ", TO_DECIDE: "to decide: ",
+            CONFIRMATION: "confirmation: "}
+SEVERITIES = (SUMMARY, WARNING, NOTE, WHY, TO_DECIDE, ATTRIBUTION, CONFIRMATION)
 #: How the attribution's text begins (``baseline: ...`` when the baseline measured other code).
 _ATTRIBUTION_STARTS = ("baseline: ", "first reason: ")
 

@@ -21,6 +21,10 @@ class Staleness:
     code: tuple[str, ...] = ()
     environment: tuple[str, ...] = ()
     unknown: str | None = None
+    # the change under test: how this checkout differs from the base it was compared against (a
+    # pull request's own edits), when the baseline was compared with that base; never stale
+    edits: tuple[str, ...] = ()
+    base: str | None = None               # that base's commit
 
     @property
     def stale(self) -> bool:
@@ -44,20 +48,33 @@ class Staleness:
         return head + (": " + "; ".join(parts) if parts else "") + (
             f" ({self.unknown})" if self.code and self.unknown else "")
 
+    def edits_text(self) -> str:
+        """One line naming the change under test, empty when there is none known."""
+        if not self.edits:
+            return ""
+        base = f" {self.base[:12]}" if self.base else ""
+        return f"the change under test, against the base{base}: " + "; ".join(self.edits)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"code": list(self.code), "environment": list(self.environment), "unknown": self.unknown,
-                "text": self.text()}
+        d: dict[str, Any] = {"code": list(self.code), "environment": list(self.environment), "unknown": self.unknown,
+                             "text": self.text()}
+        if self.base is not None:   # a record without a base is written as before bases were known
+            d.update(edits=list(self.edits), base=self.base)
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> Staleness | None:
         """The Staleness of ``d`` when ``to_dict`` of it gives ``d`` back (its keys, kinds and
         text), else None."""
-        if not isinstance(d, Mapping) or set(d) != {"code", "environment", "unknown", "text"}:
+        keys = {"code", "environment", "unknown", "text"}
+        if not isinstance(d, Mapping) or set(d) not in (keys, keys | {"edits", "base"}):
             return None
         code, environment, unknown = d["code"], d["environment"], d["unknown"]
-        if not (_strings(code) and _strings(environment) and (unknown is None or isinstance(unknown, str))):
+        edits, base = d.get("edits", []), d.get("base")
+        if not (_strings(code) and _strings(environment) and _strings(edits) and (unknown is None or isinstance(unknown, str))
+                and (base is None or isinstance(base, str))):
             return None
-        found = cls(tuple(code), tuple(environment), unknown)
+        found = cls(tuple(code), tuple(environment), unknown, tuple(edits), base)
         return found if found.to_dict() == dict(d) else None
 
 

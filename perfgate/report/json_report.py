@@ -31,6 +31,7 @@ from perfgate.records.model import (
     Analysis, Direction, LookRecord, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
 )
 from perfgate.records.diagnosis import Attribution
+from perfgate.records.confirmation import Confirmation
 from perfgate.records.noise import NoiseReport
 from perfgate.records.notes import message_text, notes_from_message
 from perfgate.records.safe_names import RULE, is_safe_name
@@ -102,7 +103,8 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
 def _extra_dict(r: WorkloadResult) -> dict[str, Any]:
     """A result record's ``extra``: what the gate run says besides its verdict (the keys a result
     without it leaves out), and the keys of a newer perfgate kept as read."""
-    records = {"provenance": r.provenance, "noise": r.noise, "attribution": r.attribution}
+    records = {"provenance": r.provenance, "noise": r.noise, "attribution": r.attribution,
+               "confirmation": r.confirmation}
     own = {"record_command": r.record_command, "looks": [lk.to_dict() for lk in r.looks] or None,
            "stopped": r.stopped, "baseline_updated": r.baseline_updated or None,
            **{k: v.to_dict() for k, v in records.items() if v is not None}}
@@ -116,7 +118,8 @@ def _extra_from(extra: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("record_command", "stopped"):
         if isinstance(rest.get(key), str):
             out[key] = rest.pop(key)
-    for key, record in (("provenance", Staleness), ("noise", NoiseReport), ("attribution", Attribution)):
+    for key, record in (("provenance", Staleness), ("noise", NoiseReport), ("attribution", Attribution),
+                        ("confirmation", Confirmation)):
         if (found := record.from_dict(rest.get(key))) is not None:
             out[key], _ = found, rest.pop(key)
     if rest.get("baseline_updated") is True:

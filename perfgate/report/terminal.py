@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
 from perfgate.records.model import Verdict, WorkloadResult
-from perfgate.records.notes import WARNING
+from perfgate.records.notes import CONFIRMATION, WARNING
 from perfgate.report.digest import STEP_MEAN_METRIC, digest, fmt_step, fmt_worst_phase, steps_from
 from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
@@ -58,14 +58,14 @@ def render_summary(results: Sequence[WorkloadResult]) -> list[str]:
 def summary_notes(results: Sequence[WorkloadResult]) -> list[str]:
     """What a reader of the summary must see besides failures: which event ended an iteration (and
     the statistic gated), what a recording recorded (and what the workload's noise lets the gate
-    catch), why an INCONCLUSIVE verdict could not decide and what
-    to do, and warnings (e.g. a workload too noisy for its tolerance)."""
+    catch), why an INCONCLUSIVE verdict could not decide and what to do, warnings (e.g. a workload
+    too noisy for its tolerance) and which comparison decided when the base was measured in this job."""
     lines: list[str] = []
     for r in results:
         if r.baseline_updated or r.verdict is Verdict.INCONCLUSIVE:
             lines += [f"{r.name}: {line}" for n in r.notes for line in n.line().splitlines() if line.strip()]
-        elif not r.failed:
-            lines += [f"{r.name}: {line}" for n in r.notes if n.severity == WARNING
+        elif not r.failed:   # a stored baseline's verdict the base in this job overturned is said too
+            lines += [f"{r.name}: {line}" for n in r.notes if n.severity in (WARNING, CONFIRMATION)
                       for line in n.line().splitlines() if line.strip()]
         steps = steps_from(r)
         if steps:

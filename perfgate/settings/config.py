@@ -162,6 +162,14 @@ SETTINGS: tuple[Setting, ...] = (
             "GPU: auto (when recording and when the timing launches did not PASS), always or off",
             "profile", "{auto,always,off}",
             lambda v: None if v in ("auto", "always", "off") else "expected auto, always or off"),
+    Setting("confirm", "str", "auto", "before a verdict fails or stays unclear, measure the base of the change in the "
+            "same job, interleaved launch by launch with this checkout, and decide on those pairs: auto (when the "
+            "stored baseline's verdict is REGRESSED or INCONCLUSIVE), always or never",
+            "confirm", "{auto,always,never}", _one_of("auto", "always", "never")),
+    Setting("confirm_base", "str", "auto", "the git ref the confirmation measures and staleness compares with: "
+            "auto (the merge-base of HEAD with $GITHUB_BASE_REF in a pull request's job, else the commit the "
+            "baseline was recorded from) or a ref such as origin/main", "confirm-base", "REF",
+            lambda v: None if v.strip() else "expected auto or a git ref"),
     Setting("skip_steps", "int", None, "step ranges of each process the analysis skips before measuring "
             "(also read as warmup_steps)", check=_at_least(0, "a whole number >= 0")),
     Setting("size", "str", "auto", "workload size preset passed as --size", "size", "{auto,cpu,gpu}",
@@ -206,6 +214,8 @@ class Settings:
     record_launches: int                  # timing launches recorded into a new baseline
     budget_s: float                       # no new launch after this many seconds (0: no limit)
     profile: str                          # the CUDA profile launch: auto (record; gate runs that did not PASS) | always | off
+    confirm: str                          # the base measured in this job before failing: auto | always | never
+    confirm_base: str                     # the ref it measures: auto (the PR's merge-base, else the baseline's commit) | a ref
     skip_steps: int | None                # step ranges skipped per process (None: the analysis default)
     size: str
     strict: bool

@@ -1,0 +1,189 @@
+"""The confirmation against the base (perfgate.pipeline.confirmation), under the real nsys in a real
+git repository: a machine that got slower after the baseline was recorded does not fail unchanged
+code, a pull request's real slowdown still fails, and staleness is judged against the PR's base."""
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfgate.gate.baseline import load_baseline
+from perfgate.pipeline.confirmation import Base, find_base, wanted
+from perfgate.pipeline.staleness import baseline_staleness
+from perfgate.records.confirmation import Confirmation
+from perfgate.records.model import Verdict
+from perfgate.settings.config import load_settings
+from perfgate.settings.workloads import discover_workloads
+
+# The machine's speed comes from the environment, never from the code: TINY_MACHINE_SLOWDOWN=1.6
+# is a runner that got 60 % slower after the baseline was recorded (a neighbour's load, a clock).
+TINY = """\
+import os
+import time
+
+import torch
+
+nvtx = torch.cuda.nvtx
+SLOW = float(os.environ.get("TINY_MACHINE_SLOWDOWN", "1"))
+FORWARD_S = {forward_s}
+
+for step in range(12):
+    nvtx.range_push("step")
+    nvtx.range_push("data_load"); time.sleep(0.002 * SLOW); nvtx.range_pop()
+    nvtx.range_push("forward"); time.sleep(FORWARD_S * SLOW); nvtx.range_pop()
+    nvtx.range_push("backward"); time.sleep(0.006 * SLOW); nvtx.range_pop()
+    nvtx.range_push("optimizer"); time.sleep(0.001 * SLOW); nvtx.range_pop()
+    nvtx.range_pop()
+"""
+GATE = ("--max-launches", "3", "--min-launches", "1", "--profile", "off")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=perfgate", "-c", "user.email=perfgate@example.com",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _project(repo: Path) -> None:
+    (repo / "workloads").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(textwrap.dedent("""\
+        [tool.perfgate]
+        warmup_steps = 2
+        timeout_s = 120
+        """))
+    (repo / "workloads" / "__init__.py").write_text("")
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.004))
+    (repo / ".gitignore").write_text(".perfgate/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "base")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_module: object) -> Path:
+    """A repository whose baseline of ``tiny`` was recorded on a quiet machine and committed."""
+    from perfgate.cli import main
+
+    repo = tmp_path_factory.mktemp("confirm") / "proj"
+    _project(repo)
+    assert main(["baseline", "update", "tiny", "--root", str(repo), "--record-launches", "2", *GATE]) == 0
+    _git(repo, "add", "baselines")
+    _git(repo, "commit", "-q", "-m", "baseline")
+    return repo
+
+
+def _result(repo: Path) -> dict:
+    found = sorted((repo / ".perfgate" / "runs").glob("*-tiny/result.json"))
+    return json.loads(found[-1].read_text())
+
+
+def test_a_slower_machine_does_not_fail_unchanged_code(recorded: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Against the stored baseline alone the run is +60 % REGRESSED; the base (the baseline's own
+    commit, HEAD here) measured beside it in this job is just as slow, and the pairs do not fail it."""
+    from perfgate.cli import main
+
+    monkeypatch.setenv("TINY_MACHINE_SLOWDOWN", "1.6")
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    code = main(["run", "tiny", "--root", str(recorded), *GATE])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = _result(recorded)
+    confirmation = Confirmation.from_dict(result["extra"]["confirmation"])
+    assert confirmation is not None and confirmation.decided
+    assert confirmation.stored_verdict == "REGRESSED"              # what the gate said before this issue
+    # never REGRESSED; PASS, or INCONCLUSIVE when one launch of 3 pairs strays on a busy test machine
+    assert confirmation.verdict in ("PASS", "INCONCLUSIVE") and result["verdict"] == confirmation.verdict
+    assert confirmation.base_how == "the commit the baseline was recorded from"
+    assert confirmation.pairs == 3 and confirmation.order == ("base-0", "head-0", "head-1", "base-1", "base-2", "head-2")
+    ratios = [h / b for b, h in zip(confirmation.base_step_ms, confirmation.head_step_ms)]
+    assert all(0.85 < r < 1.15 for r in ratios), ratios            # both sides ran on the slow machine
+    assert min(confirmation.base_step_ms) > 1.3 * 13.0              # ... 60 % slower than the recording (13 ms)
+    assert "against the stored baseline alone: REGRESSED" in out
+    assert "decided by 3 interleaved pairs" in out
+
+
+def test_a_pull_requests_slowdown_is_confirmed_against_its_base(recorded: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A pull request that adds 20 ms to forward, gated in its job (GITHUB_BASE_REF=main): the pairs
+    measure main's merge-base beside it and fail it; the PR's own edit is named once, not as a stale
+    baseline."""
+    from perfgate.cli import main
+
+    _git(recorded, "checkout", "-q", "-b", "slower-forward")
+    try:
+        (recorded / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.024))
+        _git(recorded, "commit", "-q", "-am", "slower forward")
+        monkeypatch.setenv("GITHUB_BASE_REF", "main")
+        monkeypatch.delenv("TINY_MACHINE_SLOWDOWN", raising=False)
+        code = main(["run", "tiny", "--root", str(recorded), *GATE])
+        out = capsys.readouterr().out
+        assert code == 1, out
+        result = _result(recorded)
+        confirmation = Confirmation.from_dict(result["extra"]["confirmation"])
+        assert confirmation is not None and confirmation.verdict == "REGRESSED"
+        assert confirmation.base_commit == _git(recorded, "rev-parse", "main")
+        assert confirmation.base_how == "the merge-base of HEAD with main (GITHUB_BASE_REF)"
+        forward = next(r for r in result["comparisons"] if r["metric"] == "phase.forward.cpu_ms")
+        assert forward["verdict"] == "REGRESSED" and 15.0 < forward["current"] - forward["baseline"] < 30.0
+        assert "the baseline was recorded from other code" not in out
+        assert "the change under test, against the base" in out and "workloads/tiny.py changed" in out
+        listed = _git(recorded, "worktree", "list").splitlines()
+        assert len(listed) == 1, listed                             # the base's worktree is gone again
+    finally:
+        _git(recorded, "checkout", "-q", "-f", "main")
+
+
+def test_staleness_is_judged_against_the_pull_requests_base(recorded: Path) -> None:
+    """The baseline was recorded at main's first commits; main then changed the workload, and a PR
+    changed it again: the baseline is stale (main's change), the PR's edit is the change under test."""
+    settings = load_settings(recorded, option_prefix="")
+    spec = next(s for s in discover_workloads(settings, 0) if s.name == "tiny")
+    baseline = load_baseline(next((recorded / "baselines" / "tiny").glob("*.json")))
+    start = _git(recorded, "rev-parse", "HEAD")
+    try:
+        (recorded / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.005))
+        _git(recorded, "commit", "-q", "-am", "main moves on")
+        main_head = _git(recorded, "rev-parse", "HEAD")
+        (recorded / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.006))   # the PR, uncommitted
+        at_main = baseline_staleness(baseline, spec, settings, None, base=main_head)
+        assert at_main.stale and at_main.code == ("workloads/tiny.py changed",)
+        assert at_main.edits == ("workloads/tiny.py changed",) and at_main.base == main_head
+        at_start = baseline_staleness(baseline, spec, settings, None, base=start)
+        assert not at_start.stale and at_start.edits == ("workloads/tiny.py changed",)
+        without = baseline_staleness(baseline, spec, settings, None)
+        assert without.stale and without.edits == ()                # no base known: the head is compared
+    finally:
+        _git(recorded, "reset", "-q", "--hard", start)
+
+
+def test_the_base_is_found_as_a_pull_requests_job_would(recorded: Path) -> None:
+    settings = load_settings(recorded, option_prefix="")
+    head = _git(recorded, "rev-parse", "HEAD")
+    found = find_base(settings, None, {"GITHUB_BASE_REF": "main"})
+    assert isinstance(found, Base) and found.commit == head and "merge-base" in found.how
+    assert isinstance(find_base(settings, None, {}), str)          # no PR, no recorded commit: why, not a base
+    missing = find_base(settings, None, {"GITHUB_BASE_REF": "release"})
+    assert isinstance(missing, str) and "GITHUB_BASE_REF=release" in missing and "fetch-depth: 0" in missing
+    recorded_at = find_base(settings, head, {})
+    assert isinstance(recorded_at, Base) and recorded_at.how == "the commit the baseline was recorded from"
+    gone = find_base(settings, "0" * 40, {})
+    assert isinstance(gone, str) and "not in this checkout" in gone
+    explicit = load_settings(recorded, option_prefix="", overrides={"confirm_base": "main"})
+    assert isinstance(find_base(explicit, None, {}), Base)
+    from perfgate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="confirm-base.*no-such"):
+        find_base(load_settings(recorded, option_prefix="", overrides={"confirm_base": "no-such"}), None, {})
+
+
+@pytest.mark.parametrize("confirm, stored, expected", [
+    ("auto", Verdict.REGRESSED, True), ("auto", Verdict.INCONCLUSIVE, True), ("auto", Verdict.PASS, False),
+    ("auto", Verdict.IMPROVED, False), ("always", Verdict.PASS, True), ("never", Verdict.REGRESSED, False),
+    ("always", Verdict.ERROR, False)])
+def test_when_the_base_is_measured(tmp_path: Path, confirm: str, stored: Verdict, expected: bool) -> None:
+    settings = load_settings(tmp_path, option_prefix="", overrides={"confirm": confirm})
+    assert wanted(settings, stored) is expected
