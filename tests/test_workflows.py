@@ -230,3 +230,50 @@ def _cmdline_has(pid: Path, token: str) -> bool:
         return token.encode() in (pid / "cmdline").read_bytes()
     except OSError:   # a process that ended meanwhile, or one this user may not read
         return False
+
+
+def _base_step(path: Path) -> str:
+    import yaml
+
+    steps = yaml.safe_load(path.read_text())["jobs"]
+    (job,) = steps.values()
+    return next(s["run"] for s in job["steps"] if s.get("name") == "The base of the change")
+
+
+def test_the_base_of_the_change_is_the_commit_before_a_push_to_main_or_where_a_branch_left_it(tmp_path: Path) -> None:
+    """The step that tells the confirmation which commit to measure beside this one (issue 41), run
+    as the runner runs it in a checkout with origin/main: the same text in every workflow."""
+    from perfgate.commands.init_repo import _WORKFLOW_TEXT
+
+    script = _base_step(WORKFLOWS[[p.name for p in WORKFLOWS].index("perfgate-gpu.yml")])
+    assert script == _base_step(EXAMPLE_WORKFLOWS[0])
+    init = tmp_path / "init.yml"
+    init.write_text(_WORKFLOW_TEXT)
+    assert script == _base_step(init)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    commits = []
+    for k in range(3):
+        (repo / "f").write_text(str(k))
+        git("add", "f")
+        git("commit", "-q", "-m", str(k))
+        commits.append(git("rev-parse", "HEAD"))
+    git("update-ref", "refs/remotes/origin/main", commits[1])
+
+    def base(head: str, before: str) -> str:
+        git("checkout", "-q", "--detach", head)
+        env_file = tmp_path / "github_env"
+        env_file.write_text("")
+        subprocess.run(["bash", "-e", "-c", script], cwd=repo, check=True, capture_output=True, text=True,
+                       env={**os.environ, "DEFAULT_BRANCH": "main", "BEFORE": before, "GITHUB_ENV": str(env_file)})
+        return env_file.read_text().strip()
+
+    assert base(commits[1], commits[0]) == f"PERFGATE_CONFIRM_BASE={commits[0]}"     # a push to main: before it
+    assert base(commits[1], "0" * 40) == "PERFGATE_CONFIRM_BASE=origin/main"          # a new branch: no before
+    assert base(commits[2], commits[1]) == "PERFGATE_CONFIRM_BASE=origin/main"       # a branch ahead of main

@@ -186,6 +186,21 @@ jobs:
             git checkout "origin/${DEFAULT_BRANCH}" -- baselines/ 2>/dev/null || mkdir baselines
           fi
 
+      - name: The base of the change
+        # What the gate measures beside this commit before it fails (docs/statistics.md, the
+        # confirmation): the default branch's commit before this push, or where this branch left it.
+        env:
+          DEFAULT_BRANCH: ${{ github.event.repository.default_branch }}
+          BEFORE: ${{ github.event.before }}
+        run: |
+          base="origin/${DEFAULT_BRANCH}"
+          tip="$(git rev-parse "origin/${DEFAULT_BRANCH}")"
+          if [ "$(git rev-parse HEAD)" = "$tip" ] && git cat-file -e "${BEFORE:-none}^{commit}" 2>/dev/null; then
+            base="$BEFORE"
+          fi
+          echo "PERFGATE_CONFIRM_BASE=$base" >> "$GITHUB_ENV"
+          echo "the base of the change: $base ($(git rev-parse --short "$(git merge-base HEAD "$base")"))"
+
       - name: Install perfgate into a virtual environment (reusing the runner's CUDA torch)
         # Edit: where your perfgate comes from, and your project's own dependencies.
         run: |

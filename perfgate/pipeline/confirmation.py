@@ -31,7 +31,7 @@ from perfgate.records.model import Analysis, Verdict
 from perfgate.records.notes import TO_DECIDE, WHY, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
-from perfgate.system.git import git, git_worktree, head_state, pull_request_base, repo_root, resolve_ref
+from perfgate.system.git import git, git_worktree, head_state, merge_base, pull_request_base, repo_root, resolve_ref
 
 if TYPE_CHECKING:
     from perfgate.gate.baseline import Baseline
@@ -67,8 +67,9 @@ class Base:
 
 
 def find_base(settings: Settings, recorded_commit: str | None, env: Mapping[str, str] | None = None) -> Base | str:
-    """The base of the change in the checkout at ``settings.root``: ``confirm_base`` when set (a
-    ConfigError for a ref git does not know: the user's option is wrong), else the merge-base of
+    """The base of the change in the checkout at ``settings.root``: the merge-base of HEAD with
+    ``confirm_base`` when it is set (the branch the change merges into, or a commit before it; a
+    ConfigError for a ref git does not know: the user's setting is wrong), else the merge-base of
     HEAD with the pull request's target branch, else ``recorded_commit`` (the baseline's). A
     string says why there is none."""
     env = os.environ if env is None else env
@@ -77,11 +78,15 @@ def find_base(settings: Settings, recorded_commit: str | None, env: Mapping[str,
     except ConfigError:
         return f"{settings.root} is not in a git checkout"
     if settings.confirm_base != "auto":
-        where = settings.sources.get("confirm_base", settings.option("confirm_base"))
+        ref, where = settings.confirm_base, settings.sources.get("confirm_base", settings.option("confirm_base"))
         try:
-            return Base(resolve_ref(repo, settings.confirm_base), f"{settings.confirm_base} from {where}", repo)
+            commit = resolve_ref(repo, ref)
         except ConfigError:
-            raise ConfigError(f"{where}: unknown git ref {settings.confirm_base!r} in {repo}") from None
+            raise ConfigError(f"{where}: unknown git ref {ref!r} in {repo}") from None
+        fork = merge_base(repo, commit)
+        if fork is None or fork == commit:
+            return Base(commit, f"{ref}, from {where}", repo)
+        return Base(fork, f"the merge-base of HEAD with {ref}, from {where}", repo)
     try:
         found = pull_request_base(repo, env)
     except ConfigError as exc:

@@ -166,9 +166,11 @@ SETTINGS: tuple[Setting, ...] = (
             "same job, interleaved launch by launch with this checkout, and decide on those pairs: auto (when the "
             "stored baseline's verdict is REGRESSED or INCONCLUSIVE), always or never",
             "confirm", "{auto,always,never}", _one_of("auto", "always", "never")),
-    Setting("confirm_base", "str", "auto", "the git ref the confirmation measures and staleness compares with: "
-            "auto (the merge-base of HEAD with $GITHUB_BASE_REF in a pull request's job, else the commit the "
-            "baseline was recorded from) or a ref such as origin/main", "confirm-base", "REF",
+    Setting("confirm_base", "str", "auto", "the base of the change, which the confirmation measures and staleness "
+            "compares the baseline with: a ref whose merge-base with HEAD is the base (the branch the change merges "
+            "into, such as origin/main, or a commit before it), or auto: the merge-base of HEAD with "
+            "$GITHUB_BASE_REF in a pull request's job, else the commit the baseline was recorded from "
+            "(confirmation only)", "confirm-base", "REF",
             lambda v: None if v.strip() else "expected auto or a git ref"),
     Setting("skip_steps", "int", None, "step ranges of each process the analysis skips before measuring "
             "(also read as warmup_steps)", check=_at_least(0, "a whole number >= 0")),

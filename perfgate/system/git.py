@@ -49,6 +49,14 @@ def head_state(repo: Path) -> tuple[str, bool]:
     return git(repo, "rev-parse", "HEAD"), bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
 
 
+def merge_base(repo: Path, commit: str) -> str | None:
+    """The merge-base of HEAD with ``commit`` (None when they share no commit)."""
+    try:
+        return git(repo, "merge-base", "HEAD", commit)
+    except ConfigError:
+        return None
+
+
 def pull_request_base(repo: Path, env: Mapping[str, str]) -> tuple[str, str] | None:
     """(the merge-base commit of HEAD with a pull request's target branch, how it was found), from
     ``$GITHUB_BASE_REF``: ``origin/<branch>`` when the checkout has it, else ``<branch>``; None
