@@ -5,15 +5,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfgate.records.launch import Launch
+from perfgate.records.machine_state import MachineState
 from perfgate.records.model import Analysis
 from report_results import make_result
 
 LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability={"stable": True, "reasons": []},
                 gpu_clocks={"throttled": False}, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
                 energy={"unavailable": "no NVML"}, resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
-                diagnosis={"findings": []}, diagnosis_error="ValueError: x")
+                diagnosis={"findings": []}, diagnosis_error="ValueError: x",
+                machine_state=MachineState(cpus=2, wall_s=10.0, samples=50, load_1min_start=1.0, load_1min_end=1.2,
+                                           load_1min_mean=1.1, runnable_mean=1.5, runnable_max=3, busy_cpu_s=12.5,
+                                           launch_cpu_s=10.0, steal_cpu_s=0.1, cpu_pressure=0.05, memory_pressure=None,
+                                           mem_available_min_mib=900.0, mem_total_mib=1024.0, gpu_other_processes=None))
 KEYS = {"launch", "capture", "self_report", "stability", "gpu_clocks", "gpu_memory", "energy",
-        "resource_metrics", "diagnosis", "diagnosis_error"}
+        "resource_metrics", "diagnosis", "diagnosis_error", "machine_state"}
 
 
 def test_the_launch_is_the_records_top_level_keys_and_reads_back() -> None:
@@ -28,10 +33,10 @@ def test_the_launch_is_the_records_top_level_keys_and_reads_back() -> None:
 def test_an_analysis_of_a_file_alone_writes_none_and_odd_values_stay_as_read() -> None:
     analysis = make_result("w", "PASS").analyses[0]
     assert not KEYS & set(analysis.to_dict())
-    odd = {**analysis.to_dict(), "capture": 3, "energy": None, "newer": [1]}
-    back = Analysis.from_dict(odd)
-    assert back.launch == Launch() and back.extra == {"capture": 3, "energy": None, "newer": [1]}
-    assert {k: back.to_dict()[k] for k in ("capture", "energy", "newer")} == {"capture": 3, "energy": None, "newer": [1]}
+    odd_values = {"capture": 3, "energy": None, "newer": [1], "machine_state": {"cpus": 2}}
+    back = Analysis.from_dict({**analysis.to_dict(), **odd_values})
+    assert back.launch == Launch() and back.extra == odd_values
+    assert {k: back.to_dict()[k] for k in odd_values} == odd_values
 
 
 def test_the_launchs_notes_end_the_records_warnings_and_read_back() -> None:

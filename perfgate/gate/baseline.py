@@ -41,6 +41,9 @@ LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
 #: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
 STEP_KEYS = ("range", "source", "basis", "count", "warmup_skipped", "batch_size", "statistic", "marker",
              "batch_source", "interludes")
+#: ... and, where the launch measured them, the machine beside it: its GPU's clocks and its machine
+#: state (perfgate.gate.machine_states compares the baseline's with the current launches').
+MACHINE_KEYS = ("gpu_clocks", "machine_state")
 #: The profile launch's metrics hold no step times (the timing launches measure them), so its
 #: ``steps`` keeps its own summary: the diagnosis compares its phases with its own step.
 STEP_SUMMARY_KEYS = ("median_ms", "mean_ms", "p10_ms", "p90_ms", "stdev_ms", "min_ms", "max_ms")
@@ -51,7 +54,8 @@ class BaselineLaunch:
     """One recorded launch. Its record (``to_dict``, read back by ``from_dict``) is an analysis
     record (perfgate.records.version, docs/schema.md) reduced to what a later comparison reads: the metrics,
     the measured step durations (``step_durations_ms``), ``steps`` without summary or durations,
-    the phases, GPU work and idle, the diagnosis, per-rank statistics and the launch kind."""
+    the phases, GPU work and idle, the diagnosis, per-rank statistics, the launch kind and the
+    machine beside it."""
 
     metrics: dict[str, float]
     step_durations_ms: tuple[float, ...] = ()
@@ -61,11 +65,13 @@ class BaselineLaunch:
     def of(cls, a: Analysis, metrics: dict[str, float], *, step_summary: bool = False) -> BaselineLaunch:
         """The launch record of ``a``, with ``metrics`` (those of its metrics the baseline keeps):
         its analysis record (``Analysis.to_dict``) projected onto LAUNCH_KEYS and STEP_KEYS (and
-        STEP_SUMMARY_KEYS with ``step_summary``: a launch whose metrics hold no step time)."""
+        STEP_SUMMARY_KEYS with ``step_summary``: a launch whose metrics hold no step time), and
+        MACHINE_KEYS where it has them."""
         record = a.to_dict()
         steps = STEP_KEYS + (STEP_SUMMARY_KEYS if step_summary else ())
         detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in steps},
-                  **{k: record.get(k) for k in LAUNCH_KEYS}, **({"ranks": record["ranks"]} if a.ranks else {}),
+                  **{k: record.get(k) for k in LAUNCH_KEYS}, **{k: record[k] for k in MACHINE_KEYS if k in record},
+                  **({"ranks": record["ranks"]} if a.ranks else {}),
                   **({"comm": record["comm"]} if a.comm is not None else {})}
         return cls(metrics=metrics, step_durations_ms=tuple(a.steps.durations_ms), detail=detail)
 

@@ -284,9 +284,10 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
     """``launch_analysis``, with the Capture it analyzed (its wall time, its artifacts)."""
     from perfgate.analysis import analyze
     from perfgate.capture.launch import run_capture
+    from perfgate.capture.machine_meter import MachineMeter
     from perfgate.trace.nodes import load_job
 
-    with GpuMonitor() as monitor:
+    with GpuMonitor() as monitor, MachineMeter() as meter:   # the machine beside the launch
         capture = run_capture(spec, settings, launch_dir, cwd=cwd, extra_args=extra_args, kind=kind,
                               progress=progress)
     withheld = sorted(capture.run_dir.glob(f"*{WITHHELD_SUFFIX}"))
@@ -302,6 +303,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
     notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
     launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report,
+                     machine_state=meter.report(),
                      notes=(*analysis.launch.notes, *notes))   # the result's message says so
     analysis = _checked(replace(analysis, launch=launch), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy

@@ -4,8 +4,9 @@ diagnosis.
 
 Records layer (stdlib only). An analysis record writes each of them as the top-level key it always
 had (``launch``, ``capture``, ``self_report``, ``stability``, ``gpu_clocks``, ``gpu_memory``,
-``energy``, ``resource_metrics``, ``diagnosis``, ``diagnosis_error``), only when there is one;
-``Launch.split`` reads them back, a value of another kind staying in ``Analysis.extra`` as read.
+``energy``, ``resource_metrics``, ``diagnosis``, ``diagnosis_error``), and ``machine_state`` (a
+typed record's ``to_dict``), only when there is one; ``Launch.split`` reads them back, a value of
+another kind (or a record its ``from_dict`` does not take) staying in ``Analysis.extra`` as read.
 The launch's notes (``launch <k>: ...``) end the record's ``warnings``; ``split_warnings`` takes
 them back from there, at the edge that reads the record.
 """
@@ -15,11 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate.records.machine_state import MachineState
+
 #: Each field's key in an analysis record, and the kind of its value there.
 _KEYS = {"number": ("launch", int), "kind": ("capture", str), "self_report": ("self_report", dict),
          "stability": ("stability", dict), "gpu_clocks": ("gpu_clocks", dict), "gpu_memory": ("gpu_memory", dict),
          "energy": ("energy", dict), "resource_metrics": ("resource_metrics", dict),
          "diagnosis": ("diagnosis", dict), "diagnosis_error": ("diagnosis_error", str)}
+#: The fields that are typed records: their key, and their record (its ``to_dict`` writes it, its
+#: ``from_dict`` reads it back).
+_RECORDS = {"machine_state": ("machine_state", MachineState)}
 
 
 @dataclass(frozen=True)
@@ -36,13 +42,16 @@ class Launch:
     resource_metrics: dict[str, float] | None = None  # what Analysis.metrics() adds: memory, energy, power
     diagnosis: dict[str, Any] | None = None    # the diagnosis record (diagnosis.one_run)
     diagnosis_error: str | None = None         # why the diagnosis failed
+    machine_state: MachineState | None = None  # what the machine did beside the launch (capture.machine_meter)
     # what the result's message notes of the launch: a file withheld, a capture taken again,
     # unstable steps, a throttled GPU (``launch <k>: ...``); written at the end of ``warnings``
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The analysis record's keys of this launch (those it knows)."""
-        return {key: value for name, (key, _) in _KEYS.items() if (value := getattr(self, name)) is not None}
+        d = {key: value for name, (key, _) in _KEYS.items() if (value := getattr(self, name)) is not None}
+        return d | {key: value.to_dict() for name, (key, _) in _RECORDS.items()
+                    if (value := getattr(self, name)) is not None}
 
     @classmethod
     def split(cls, record: Mapping[str, Any]) -> tuple[Launch, dict[str, Any]]:
@@ -52,6 +61,10 @@ class Launch:
             value = rest.get(key)
             if isinstance(value, kind) and not isinstance(value, bool):
                 values[name] = rest.pop(key)
+        for name, (key, typed) in _RECORDS.items():
+            if (read := typed.from_dict(rest.get(key))) is not None:
+                values[name] = read
+                del rest[key]
         return cls(**values), rest
 
 
