@@ -13,7 +13,8 @@ from perfgate.gate.baseline import load_baseline
 from perfgate.gate.compare import ComparePolicy
 from perfgate.gate.sequential_looks import LaunchBudget, LookRun, run_looks
 from perfgate.pipeline.inputs import compare_files, metrics_from_document
-from perfgate.pipeline.workload_run import compare_policy, judge, run_workload
+from perfgate.pipeline.judge import judge
+from perfgate.pipeline.workload_run import compare_policy, run_workload
 from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads, select_workloads

@@ -79,6 +79,8 @@ def explain_regression(
     comparisons: Sequence[MetricComparison] | Any | None = None,
     *,
     provenance: Staleness | None = None,
+    same_code: bool = False,
+    machine: str | None = None,
 ) -> Attribution:
     """Attribute the change from ``baseline`` to ``current``, slower or faster. Each side is an
     Analysis or a sequence of launches (the median launch by mean step time is used; a baseline's
@@ -86,7 +88,10 @@ def explain_regression(
     MetricComparison rows or an object with ``.comparisons`` (compare.Outcome). Each side's facts
     (``Analysis.facts``, TraceFacts) sharpen the rules. ``provenance``: how the baseline differs
     from this run's code and software (perfgate.gate.provenance), said first; the reasons a
-    software change may explain too are named."""
+    software change may explain too are named. ``same_code``: both sides ran the same code, so a
+    slower step in which every part grew alike is the machine (perfgate.diagnosis.machine), said
+    with ``machine`` (how its state differed), and no mechanism of the code is named."""
+    from perfgate.diagnosis.machine import slower_machine_reason
     from perfgate.diagnosis.one_run import diagnose
 
     base, cur = _one(baseline), _one(current)
@@ -125,6 +130,9 @@ def explain_regression(
     # them: that is no slow rank
     straggler = (straggler_reason(base.ranks, cur.ranks, step_delta)
                  if step_delta > 0 and not collectives_changed(comm) else None)
+    slower_machine = slower_machine_reason(phases, step_mean_ms(base), step_mean_ms(cur), machine) if same_code else None
+    if slower_machine is not None:
+        reasons, unlocated, comm, straggler = [slower_machine], [], None, None
     if straggler is not None:
         reasons.insert(0, straggler)
     else:         # a wait that moved between ranks (no rank is slower); beside a straggler it is its wait

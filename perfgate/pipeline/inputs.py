@@ -227,7 +227,8 @@ def diagnosed(analysis: Analysis) -> Analysis:
 
 
 def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Analysis], outcome: Outcome,
-                   *, provenance: Staleness | None = None) -> Attribution | None:
+                   *, provenance: Staleness | None = None, same_code: bool = False,
+                   machine: str | None = None) -> Attribution | None:
     """perfgate.diagnosis's Attribution of the change (None when diagnosis is unavailable or fails:
     an attribution bug must not fail the gate)."""
     try:
@@ -235,7 +236,8 @@ def explain_change(baseline_launches: Sequence[Analysis], analyses: Sequence[Ana
     except ImportError:
         return None
     try:
-        return explain_regression(list(baseline_launches), list(analyses), outcome, provenance=provenance)
+        return explain_regression(list(baseline_launches), list(analyses), outcome, provenance=provenance,
+                                  same_code=same_code, machine=machine)
     except Exception as exc:  # noqa: BLE001 - reported as missing attribution, never as a gate failure
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc

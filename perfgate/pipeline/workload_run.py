@@ -3,7 +3,7 @@
 ``run_workload``: the launches (each captured, analyzed, checked and diagnosed: ``launch_analysis``)
 -> the looks against this machine's baseline and the verdict (perfgate.gate.sequential_looks.run_looks)
 -> when it fails or is unclear, the base measured in this job beside this checkout (perfgate.pipeline.confirmation)
--> ``judge`` (notes, noise, the diagnosis of a change) -> WorkloadResult, with ``result.json`` in
+-> ``judge`` (perfgate.pipeline.judge: notes, noise, the diagnosis of a change) -> WorkloadResult, with ``result.json`` in
 the run directory; or ``record`` a baseline. Each stage is walked once, in that order.
 """
 from __future__ import annotations
@@ -30,9 +30,10 @@ from perfgate.gate.baseline import (
 from perfgate.gate.baseline_lock import recording_lock
 from perfgate.gate.provenance import command_line, recording
 from perfgate.pipeline.confirmation import ConfirmRun, confirm_if_wanted, pull_request_commit
-from perfgate.pipeline.inputs import diagnosed, explain_change, explained_launches
-from perfgate.records.model import Analysis, Capture, LookRecord, Verdict, WorkloadResult
-from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
+from perfgate.pipeline.inputs import diagnosed
+from perfgate.pipeline.judge import judge
+from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
+from perfgate.records.notes import SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 from perfgate.system.machine import this_machine
@@ -337,57 +338,6 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
     if isinstance(batch, int) and isinstance(world, int) and batch > 0 and world > 0:
         return replace(options, batch_size=batch * world)
     return options
-
-
-def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, path: Path,
-          run: LookRun, confirmed: ConfirmRun | None = None) -> None:
-    """Fill ``result`` (verdict, comparisons, looks, notes, noise, attribution) from what the gate's
-    looks decided against ``baseline`` (``run``; NEW when there is none), or, when the base was
-    measured in this job (``confirmed``), what its pairs decided, and the diagnosis of the change.
-    The comparisons, analyses and baseline steps of the result are those of the comparison that decided."""
-    decided = confirmed if confirmed is not None and confirmed.outcome is not None else None
-    outcome = decided.outcome if decided is not None and decided.outcome is not None else run.outcome
-    result.verdict, result.strict = outcome.verdict, outcome.strict
-    result.comparisons = list(outcome.comparisons)
-    result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3)) for lk in run.looks)
-    result.stopped = run.stopped
-    stale = result.provenance   # the baseline measured other code or software: said first
-    notes = [*([Note(WARNING, stale.text())] if stale and stale.stale else []),
-             *([Note(NOTE, stale.edits_text())] if stale and stale.edits else []), Note(SUMMARY, outcome.summary)]
-    if confirmed is not None:
-        result.confirmation = confirmed.record
-        notes += [Note(CONFIRMATION, line) for line in confirmed.record.lines()]
-    if decided is not None:
-        result.analyses, result.stopped = list(decided.head), decided.record.stopped
-    notes += [Note(NOTE, w) for a in (*result.analyses, *([result.profile] if result.profile else []))
-              for w in a.launch.notes]
-    result.notes = tuple(notes)
-    if baseline is None:
-        hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"
-        others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
-        if others:
-            hint += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
-                     f"this machine is {path.stem}")
-        # the message has always said it at the end of its last line
-        result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
-        return
-    result.noise = run.noise
-    if decided is not None:   # the base ran here, now: no other code or software than the change's
-        result.notes += decided.undecided_notes(spec.full_name)
-        result.baseline_step_times_ms = [d for a in decided.base for d in a.steps.durations_ms]
-        base_launches, provenance = [*decided.base, *([decided.base_profile] if decided.base_profile else [])], None
-    else:
-        result.notes += run.noise_notes(spec.full_name)
-        result.baseline_step_times_ms = baseline.step_durations_ms
-        base_launches, provenance = list(baseline.launch_analyses), stale
-    if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
-        base, cur = explained_launches(base_launches, result.analyses, result.profile)
-        attribution = explain_change(base, cur, outcome, provenance=provenance)
-        if attribution is not None:
-            from perfgate.diagnosis.render import render_attribution_text
-
-            result.attribution = attribution
-            result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
 
 
 def _write_result(result: WorkloadResult) -> None:

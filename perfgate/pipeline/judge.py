@@ -1,0 +1,79 @@
+"""What a gate run decided, in words: ``judge`` fills a WorkloadResult from the looks against the
+stored baseline (perfgate.gate.sequential_looks) or, when the base was measured in the same job, its
+pairs (perfgate.pipeline.confirmation): the verdict and rows, the notes (a stale baseline, the
+change's own edits, which comparison decided, a machine in another state than at the recording,
+why an unclear run could not decide), the noise and the account of the change."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perfgate.gate.machine_states import machine_difference
+from perfgate.pipeline.inputs import explain_change, explained_launches
+from perfgate.records.model import LookRecord, Verdict, WorkloadResult
+from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
+from perfgate.settings.config import Settings
+from perfgate.settings.workloads import WorkloadSpec
+
+if TYPE_CHECKING:
+    from perfgate.gate.baseline import Baseline
+    from perfgate.gate.sequential_looks import LookRun
+    from perfgate.pipeline.confirmation import ConfirmRun
+
+
+def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, path: Path,
+          run: LookRun, confirmed: ConfirmRun | None = None) -> None:
+    """Fill ``result`` (verdict, comparisons, looks, notes, noise, attribution) from what the gate's
+    looks decided against ``baseline`` (``run``; NEW when there is none), or, when the base was
+    measured in this job (``confirmed``), what its pairs decided, and the diagnosis of the change.
+    The comparisons, analyses and baseline steps of the result are those of the comparison that decided."""
+    decided = confirmed if confirmed is not None and confirmed.outcome is not None else None
+    outcome = decided.outcome if decided is not None and decided.outcome is not None else run.outcome
+    machine = machine_difference([a.launch for a in baseline.launch_analyses], [a.launch for a in result.analyses]) \
+        if baseline is not None else None
+    result.verdict, result.strict = outcome.verdict, outcome.strict
+    result.comparisons = list(outcome.comparisons)
+    result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3)) for lk in run.looks)
+    result.stopped = run.stopped
+    stale = result.provenance   # the baseline measured other code or software: said first
+    notes = [*([Note(WARNING, stale.text())] if stale and stale.stale else []),
+             *([Note(NOTE, stale.edits_text())] if stale and stale.edits else []), Note(SUMMARY, outcome.summary)]
+    if confirmed is not None:
+        result.confirmation = replace(confirmed.record, machine=machine.text() if machine else None)
+        notes += [Note(CONFIRMATION, line) for line in result.confirmation.lines()]
+    elif machine is not None:   # the stored baseline decided, on a machine in another state: said
+        notes.append(Note(WARNING, machine.text()))
+    if decided is not None:
+        result.analyses, result.stopped = list(decided.head), decided.record.stopped
+    notes += [Note(NOTE, w) for a in (*result.analyses, *([result.profile] if result.profile else []))
+              for w in a.launch.notes]
+    result.notes = tuple(notes)
+    if baseline is None:
+        hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"
+        others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
+        if others:
+            hint += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
+                     f"this machine is {path.stem}")
+        # the message has always said it at the end of its last line
+        result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
+        return
+    result.noise = run.noise
+    if decided is not None:   # the base ran here, now: no other code or software than the change's
+        result.notes += decided.undecided_notes(spec.full_name)
+        result.baseline_step_times_ms = [d for a in decided.base for d in a.steps.durations_ms]
+        base_launches, provenance = [*decided.base, *([decided.base_profile] if decided.base_profile else [])], None
+    else:
+        result.notes += run.noise_notes(spec.full_name)
+        result.baseline_step_times_ms = baseline.step_durations_ms
+        base_launches, provenance = list(baseline.launch_analyses), stale
+    if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
+        base, cur = explained_launches(base_launches, result.analyses, result.profile)
+        same_code = decided is None and not (stale and (stale.code or stale.edits or stale.unknown))
+        attribution = explain_change(base, cur, outcome, provenance=provenance, same_code=same_code,
+                                     machine=machine.text() if machine else None)
+        if attribution is not None:
+            from perfgate.diagnosis.render import render_attribution_text
+
+            result.attribution = attribution
+            result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
