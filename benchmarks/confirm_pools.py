@@ -1,0 +1,74 @@
+"""How often the stored-baseline gate and the confirmation catch a slowdown, and raise false alarms,
+on launches measured on a shared GPU host (scripts/gpu/confirm-pools.py writes the pools): the real
+``sequential_looks.run_looks`` and ``paired_looks.run_pairs`` over runs resampled from the pools.
+
+    python benchmarks/confirm_pools.py POOLS.json [--trials 2000] [--max-launches 10]
+
+Before (the stored baseline alone): the recorded launches are the baseline; a run takes current
+launches one at a time (drawn with replacement from the head pool for the pull request, from the
+second base pool for the A/A run) and looks after each, up to ``--max-launches``. After (with the
+confirmation): a run whose stored verdict is REGRESSED or INCONCLUSIVE then takes interleaved pairs,
+whole rounds drawn with replacement (base and head, or base and base2, of one round), looks at 3 to
+``--max-launches`` pairs, and the pairs decide. Draws from a few rounds are not independent trials:
+the rates describe these pools, not the host.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from perfgate.gate.compare import ComparePolicy
+from perfgate.gate.paired_looks import BASE, pair_looks, run_pairs
+from perfgate.gate.sequential_looks import LaunchBudget, run_looks
+from perfgate.records.model import Verdict
+
+CONFIRMED = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
+
+
+def trial(pools: dict, arm: str, rng: np.random.Generator, most: int) -> tuple[Verdict, int, Verdict, int]:
+    """(stored verdict, its launches, final verdict, all launches) of one resampled run of ``arm``."""
+    policy = ComparePolicy()
+    current = pools[arm]
+    run = run_looks(pools["recorded"], lambda k: current[rng.integers(len(current))], policy, LaunchBudget(1, most))
+    launches = len(run.current)
+    if run.outcome.verdict not in CONFIRMED:
+        return run.outcome.verdict, launches, run.outcome.verdict, launches
+    rounds = [int(i) for i in rng.integers(min(len(pools["base"]), len(current)), size=most)]
+    pairs = run_pairs(lambda side, k: (pools["base"] if side == BASE else current)[rounds[k]], policy,
+                      pair_looks(min(3, most), most))
+    return run.outcome.verdict, launches, pairs.outcome.verdict, launches + 2 * pairs.pairs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pools", type=Path)
+    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--max-launches", type=int, default=10)
+    p.add_argument("--seed", type=int, default=41)
+    args = p.parse_args()
+    pools = json.loads(args.pools.read_text())
+    rng = np.random.default_rng(args.seed)
+    wall = statistics.fmean(pools["wall_s"]) if pools.get("wall_s") else None
+    step = {k: statistics.fmean(m["step_time_ms"] for m in pools[k]) for k in ("recorded", "base", "head", "base2")}
+    print(f"pools: {', '.join(f'{k} {len(pools[k])} launches, mean step {v:.3f} ms' for k, v in step.items())}; "
+          f"head/base {step['head'] / step['base'] - 1:+.1%}" + (f"; {wall:.1f} s a launch" if wall else ""))
+    print("| run | gate | REGRESSED | INCONCLUSIVE | launches (mean) | wall (mean) |")
+    print("|---|---|---|---|---|---|")
+    for arm, name in (("base2", "A/A (unchanged code)"), ("head", "the pull request")):
+        results = [trial(pools, arm, rng, args.max_launches) for _ in range(args.trials)]
+        for label, verdicts, counts in (("stored baseline alone", [r[0] for r in results], [r[1] for r in results]),
+                                        ("with the confirmation", [r[2] for r in results], [r[3] for r in results])):
+            n = len(verdicts)
+            reg = sum(v == Verdict.REGRESSED for v in verdicts)
+            inc = sum(v == Verdict.INCONCLUSIVE for v in verdicts)
+            mean = statistics.fmean(counts)
+            wall_text = f"{mean * wall:.0f} s" if wall else "-"
+            print(f"| {name} | {label} | {reg} / {n} | {inc} / {n} | {mean:.1f} | {wall_text} |")
+
+
+if __name__ == "__main__":
+    main()
