@@ -70,7 +70,10 @@ def row(name: str, k: int, run: harness.Run) -> dict[str, object]:
             "stored_verdict": confirmation.get("stored_verdict", run.verdict),
             "stored_summary": (confirmation.get("stored_summary") or "")[:300],
             "pairs": confirmation.get("pairs"), "confirmed": confirmation.get("verdict"),
-            "skipped": confirmation.get("skipped"), "machine": confirmation.get("machine"),
+            "skipped": confirmation.get("skipped"),
+            "machine": confirmation.get("machine") or next(
+                (line.removeprefix("warning: ") for line in str(run.result.get("message") or "").splitlines()
+                 if line.startswith("warning: the machine was")), None),
             "step_change": step.get("change"), "interval_ratio": confirmation.get("interval_ratio"),
             "launches": len(list(Path(run.result["run_dir"]).glob("launch-*"))) if run.result.get("run_dir") else None,
             "wall_s": round(run.wall_s, 1)}

@@ -143,3 +143,27 @@ def test_bad_pair_counts_are_config_errors() -> None:
         pair_looks(4, 3)
     assert pair_looks(3, 3) == (3,)
     assert pair_looks(3, 9, 3) == (3, 6, 9)
+
+
+def test_on_a_shared_h200_the_confirmation_ends_the_false_alarms_and_keeps_the_regression() -> None:
+    """Launches measured on an H200 while nanoGPT (GPT-2 small) trained on the same GPU
+    (docs/measurements/confirmation.md): the stored baseline, recorded with the host quiet, fails
+    unchanged code every time; the pairs with the base never do, and still fail the pull request."""
+    import json
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "benchmarks"))
+    try:
+        from confirm_pools import trial
+    finally:
+        sys.path.remove(str(repo / "benchmarks"))
+    pools = json.loads((repo / "docs" / "measurements" / "data" / "confirm-pools-h200.json").read_text())
+    rng = np.random.default_rng(7)
+    aa = [trial(pools, "base2", rng, 10) for _ in range(40)]
+    pr = [trial(pools, "head", rng, 10) for _ in range(40)]
+    assert sum(stored == Verdict.REGRESSED for stored, *_ in aa) == 40
+    assert sum(final == Verdict.REGRESSED for _, _, final, _ in aa) == 0
+    assert sum(final == Verdict.REGRESSED for _, _, final, _ in pr) >= 36
+    assert all(launches <= 10 + 2 * 10 for *_, launches in pr)
