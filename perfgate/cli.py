@@ -159,12 +159,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser = build_parser(argv)
-    except PerfgateError as exc:
-        _error(str(exc))
-        return EXIT_ERROR
-    args = parser.parse_args(argv)
-    try:
+        parser = build_parser(argv)      # a Ctrl-C while it imports a command or reads the options: 130,
+        args = parser.parse_args(argv)   # not a traceback
         with terminate_raises():
             return int(args.func(args))
     except StaleBaselineError as exc:   # the fix is a recording, with this command

@@ -197,6 +197,37 @@ def test_timeout_ends_the_workloads_child(tmp_path: Path, nsys_path: str, torch_
     assert not _alive(child), "the workload's child process outlived the timeout"
 
 
+def test_a_timeouts_message_says_the_traceback_under_it_is_the_workloads(tmp_path: Path, nsys_path: str) -> None:
+    """At the timeout nsys is asked to finish (SIGINT) and stops the workload with SIGINT: the
+    workload's own KeyboardInterrupt traceback ended the log's tail printed under perfgate's
+    message, unlabelled, and read as perfgate's crash. The tail is now said to be the workload's
+    output and nsys's, the traceback nsys's stopping the workload."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'tiny'\n")
+    (tmp_path / "sleepy.py").write_text("import time\nprint('training...', flush=True)\ntime.sleep(600)\n")
+    settings = load_settings(tmp_path, env={})
+    with pytest.raises(CaptureTimeoutError) as err:
+        run_capture(WorkloadSpec(name="sleepy", module="sleepy", timeout_s=6), settings, tmp_path / "launch-0")
+    text = str(err.value)
+    label = ("the last lines of the workload's output and nsys's ({}); the KeyboardInterrupt traceback is the "
+             "workload's own: nsys stopped it with SIGINT when perfgate ended the launch at its timeout, and it "
+             "shows where the workload was:").format(tmp_path / "launch-0" / "workload.log")
+    assert label in text.splitlines(), text
+    quoted = text.split(label, 1)[1]
+    assert "training..." in quoted and "Traceback (most recent call last)" in quoted and "time.sleep(600)" in quoted
+    assert "Traceback" not in text.split(label, 1)[0]
+
+
+def test_stopped_output_names_a_traceback_only_where_there_is_one() -> None:
+    from perfgate.capture.launch import stopped_output
+
+    log = Path("/x/workload.log")
+    plain = stopped_output("step 1\nstep 2\n", log, "at its timeout")
+    assert plain == "the last lines of the workload's output and nsys's (/x/workload.log):\nstep 1\nstep 2"
+    traced = stopped_output('Traceback (most recent call last):\n  File "w.py", line 3\nKeyboardInterrupt\n', log,
+                            "at its timeout")
+    assert traced.splitlines()[0].endswith("perfgate ended the launch at its timeout, and it shows where the workload was:")
+
+
 def test_missing_nsys_is_reported_before_anything_runs(tmp_path: Path) -> None:
     settings = load_settings(tiny_project(tmp_path).root, env={}, overrides={"nsys": "/nonexistent/nsys"})
     with pytest.raises(NsysNotFoundError, match="/nonexistent/nsys"):

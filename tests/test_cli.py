@@ -387,3 +387,20 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     proc.stdout.close()                      # as `head` does once it has its lines, here before the first
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == ""
+
+
+def test_a_ctrl_c_while_the_options_are_read_exits_130_without_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C while the command imported its modules and read its options (2 s on a loaded
+    machine) escaped as a KeyboardInterrupt traceback from argparse."""
+    import argparse
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", interrupted)
+    try:
+        code = main(["list"])
+    except KeyboardInterrupt:   # not pytest's own Ctrl-C: the session goes on
+        pytest.fail("the Ctrl-C escaped perfgate's main() as a KeyboardInterrupt")
+    assert code == 130
+    assert capsys.readouterr().err == "perfgate: interrupted\n"

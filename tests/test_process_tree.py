@@ -214,3 +214,54 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+# The gate in a child process, as `perfgate run hang` runs it, with one idle thread of its own. When
+# the capture's workload is ready, SIGINT is handed to that thread, not to the main thread: what the
+# kernel does with a process's signal while the main thread blocks it, as it does for the moment a
+# vfork()ed child (the supervisor, a probe of nsys) takes to start, and on a loaded machine that
+# thread's handler runs only once the main thread is back asleep, waiting on the supervisor.
+LATE_CTRL_C = '''
+import signal, sys, threading, time
+from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)
+root = Path(sys.argv[1])
+idle = threading.Thread(target=threading.Event().wait, daemon=True)
+idle.start()
+
+def ctrl_c_to_another_thread():
+    while not (root / "ready").exists():
+        time.sleep(0.05)
+    time.sleep(0.5)
+    signal.pthread_kill(idle.ident, signal.SIGINT)
+
+threading.Thread(target=ctrl_c_to_another_thread, daemon=True).start()
+from perfgate.cli import main
+sys.exit(main(["run", "hang"]))
+'''
+
+
+def test_a_ctrl_c_another_thread_received_under_load_still_stops_the_capture(tmp_path: Path, nsys_path: str) -> None:
+    """On a loaded 2-core machine a Ctrl-C went unnoticed until the workload had ended (or ran past
+    its timeout): the kernel gave SIGINT to another of perfgate's threads (numpy's, DuckDB's, the
+    machine meter's) while the main thread blocked it to start a child, and the main thread, asleep
+    in select() on the supervisor's socket, was never woken to run the handler. Beside CPU hogs, the
+    capture now stops as for any Ctrl-C: exit 130, the tree ended."""
+    root = hang_project(tmp_path)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    gate = _gate(root, "-c", LATE_CTRL_C, str(root))
+    try:
+        _wait_for(root / "ready", 180)
+        tree = set(descendants(gate.pid))
+        # the workload sleeps 600 s, its timeout is 300 s; the main thread woke up on its own only
+        # when the supervisor's first wait ended, 60 s (capture.launch.START_S) after nsys started
+        out, _ = gate.communicate(timeout=30)
+    finally:
+        for hog in hogs:
+            hog.kill()
+        if gate.poll() is None:   # still capturing: the failure; its supervisor ends the tree
+            gate.kill()
+            gate.communicate()
+    assert gate.returncode == 130, out
+    assert "perfgate: interrupted" in out and "Traceback" not in out
+    _assert_tree_gone(root, tree)

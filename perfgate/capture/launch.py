@@ -86,6 +86,20 @@ def log_tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(f"(log) {ln}" if ln.lstrip().startswith("::") else ln for ln in kept[-lines:])
 
 
+def stopped_output(text: str, log_path: Path, why: str) -> str:
+    """The tail of the log of a launch perfgate stopped (``why``: "at its timeout"), under a line
+    that says whose lines they are. nsys, asked to finish, stops the workload with SIGINT: a Python
+    workload's KeyboardInterrupt traceback then ends its output, and printed after perfgate's
+    message it read as perfgate's own crash. It is said to be the workload's, and where it shows the
+    workload was."""
+    tail = log_tail(text)
+    head = f"the last lines of the workload's output and nsys's ({log_path})"
+    if any(ln.strip() == "KeyboardInterrupt" or ln.startswith("KeyboardInterrupt:") for ln in tail.splitlines()):
+        head += (f"; the KeyboardInterrupt traceback is the workload's own: nsys stopped it with SIGINT when "
+                 f"perfgate ended the launch {why}, and it shows where the workload was")
+    return f"{head}:\n{tail}"
+
+
 @dataclass
 class _Attempt:
     """One run of nsys in its private folder, its cleaned files moved into the launch folder."""
@@ -155,7 +169,7 @@ def run_capture(
 
 
 def _pause(seconds: float) -> None:
-    time.sleep(seconds)
+    process_tree.pause(seconds)     # a Ctrl-C another thread received ends it too
 
 
 def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Path, timeout_s: float, *,
@@ -184,7 +198,9 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     started = time.monotonic()
     try:
         (out / "command.txt").write_text(redact_text(shlex.join(cmd), known) + "\n")
-        with (out / "workload.log").open("wb") as log:
+        # a Ctrl-C while the supervisor starts waits until it is ``run``, then stops it as below (one
+        # that broke into subprocess.Popen lost the supervisor's handle: nsys was never asked to finish)
+        with (out / "workload.log").open("wb") as log, process_tree.signals_deferred():
             run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S,
                                           finalize=(signal.SIGINT, FINALIZE_S), cwd=str(cwd or settings.root),
                                           env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -260,13 +276,13 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
     sqlite = launch_dir / f"{stems[0]}.sqlite"
     if attempt.hung:
         raise CaptureError(f"workload {spec.full_name} never ran: {attempt.hung}{tried}; "
-                           f"log: {log_path}\n{log_tail(text)}")
+                           f"log: {log_path}\n{log_tail(text)}")   # nsys's lines: it started no workload
     if attempt.returncode is None:
         kept = f"; the trace up to then: {sqlite}" if sqlite.is_file() else ""
         raise CaptureTimeoutError(
             f"workload {spec.full_name} ran past its timeout of {timeout_s:g} s; its process tree (nsys, "
-            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or {settings.option('timeout_s')}){kept}; "
-            f"log: {log_path}\n{log_tail(text)}"
+            f"the workload and their children) was ended (timeout_s in [tool.perfgate] or {settings.option('timeout_s')}){kept}\n"
+            + stopped_output(text, log_path, "at its timeout")
         )
     if attempt.returncode != 0:
         if any(launch_dir.glob(REPORTS)):   # nsys wrote a report: the workload's own exit

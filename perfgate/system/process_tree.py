@@ -15,6 +15,8 @@ makes it finish its work (``finalize``: nsys writes its report on SIGINT).
 :func:`terminate_raises` turns SIGTERM and SIGHUP into :class:`Terminated` (a KeyboardInterrupt) in
 the main thread, so that ``finally`` blocks and the capture's cleanup run as for Ctrl-C; the CLI
 then exits 143 (130 for Ctrl-C) and the pytest plugin re-raises SIGTERM after pytest's own cleanup.
+The waits on the supervisor and :func:`pause` also wake up for a signal that the kernel handed to
+another thread (:func:`signal_wakeup`).
 """
 from __future__ import annotations
 
@@ -164,16 +166,20 @@ class PrivateRun:
         if self.status is not None:
             return self.status
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while b"\n" not in self._buffer:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            readable, _, _ = select.select([self._sock], [], [], left)
-            if not readable:
-                return None
-            chunk = self._sock.recv(64)
-            if not chunk:       # the supervisor is gone without a word
-                self.status = self.proc.wait()
-                return self.status
-            self._buffer += chunk
+        with signal_wakeup() as woken:
+            while b"\n" not in self._buffer:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                readable, _, _ = select.select([self._sock, *woken], [], [], left)
+                if not readable:
+                    return None
+                if self._sock not in readable:   # a signal: its handler has run (a Ctrl-C raised);
+                    _drain(woken[0])             # one deferred (signals_deferred) goes on waiting
+                    continue
+                chunk = self._sock.recv(64)
+                if not chunk:       # the supervisor is gone without a word
+                    self.status = self.proc.wait()
+                    return self.status
+                self._buffer += chunk
         line = self._buffer.split(b"\n", 1)[0].decode(errors="replace")
         self.status = int(line.split()[1]) if line.startswith("exit ") else self.proc.wait()
         return self.status
@@ -257,6 +263,54 @@ def signals_deferred() -> Iterator[None]:
             # whose handler runs before raise_signal returns; os.kill could hand it to another thread,
             # whose C handler a loaded machine may not run before this process went on and ended
             signal.raise_signal(pending[0])
+
+
+@contextmanager
+def signal_wakeup() -> Iterator[list[socket.socket]]:
+    """Within the block, ``[sock]``: a socket that turns readable when a signal with a Python
+    handler arrives, whichever of this process's threads the kernel handed it to (``[]`` outside
+    the main thread); the previous wakeup fd comes back after it.
+
+    The kernel gives a process's signal to another thread (numpy's, DuckDB's, the machine meter's)
+    while the main thread blocks it, as it does while a vfork()ed child starts (subprocess); that
+    thread's C handler only marks the signal, and the main thread, asleep in select() on the
+    supervisor's socket, ran the handler (the KeyboardInterrupt of a Ctrl-C) only when that wait
+    ended on its own: once the workload had ended, or 60 s on. A main thread that waits with this
+    socket among those it selects on wakes up, and the handler runs as select() returns."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    ours, theirs = socket.socketpair()
+    try:
+        for end in (ours, theirs):
+            end.setblocking(False)
+        previous = signal.set_wakeup_fd(theirs.fileno(), warn_on_full_buffer=False)
+        try:
+            yield [ours]
+        finally:
+            signal.set_wakeup_fd(previous)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def _drain(sock: socket.socket) -> None:
+    with contextlib.suppress(BlockingIOError, InterruptedError):
+        while sock.recv(64):
+            pass
+
+
+def pause(seconds: float) -> None:
+    """``time.sleep(seconds)`` that a signal interrupts (its handler runs, a Ctrl-C raises)
+    whichever thread the kernel handed it to (:func:`signal_wakeup`)."""
+    deadline = time.monotonic() + seconds
+    with signal_wakeup() as woken:
+        while (left := deadline - time.monotonic()) > 0:
+            if not woken:
+                time.sleep(left)
+                return
+            if select.select(woken, [], [], left)[0]:
+                _drain(woken[0])
 
 
 def reraise(signum: int) -> None:
