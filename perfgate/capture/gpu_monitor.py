@@ -78,6 +78,24 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def open_visible(nvml: Any | None = None) -> tuple[Any, list[Any]]:
+    """NVML initialised (the ``pynvml`` module where ``nvml`` is None, else an object with its API)
+    and the handles of the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, in CUDA's order
+    (``visible_gpus``); every GPU where the variable is unset or names MIG instances by their own
+    UUIDs. Raises where NVML is unusable."""
+    if nvml is None:
+        import pynvml
+
+        nvml = pynvml
+    nvml.nvmlInit()
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cuda_visible is not None:
+        visible = visible_gpus(cuda_visible, [(i, _text(nvml.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)])
+        handles = handles if visible is None else [handles[i] for i in visible]
+    return nvml, handles
+
+
 class PynvmlReader:
     """NvmlReader over the ``pynvml`` module (or an object with its API, for tests). Its GPU i is the
     i-th GPU ``CUDA_VISIBLE_DEVICES`` leaves visible (``visible_gpus``): CUDA's device i with
@@ -90,20 +108,8 @@ class PynvmlReader:
         self._unsupported: set[str] = set()
 
     def open(self) -> int:
-        nvml = self._nvml
-        if nvml is None:
-            import pynvml
-
-            nvml = pynvml
-        nvml.nvmlInit()
-        self._nvml = nvml
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if cuda_visible is not None:
-            visible = visible_gpus(cuda_visible, [(i, _text(nvml.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)])
-            handles = handles if visible is None else [handles[i] for i in visible]
-        self._handles = handles
-        return len(handles)
+        self._nvml, self._handles = open_visible(self._nvml)
+        return len(self._handles)
 
     def _optional(self, name: str, read: Any) -> int | None:
         """``read()`` as an int, None where it failed (and, once failed, without asking again)."""

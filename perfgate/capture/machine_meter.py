@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfgate.records.machine_state import DIGITS, MachineState
-from perfgate.system.machine import visible_gpus
+from perfgate.capture.gpu_monitor import open_visible
 
 
 @dataclass(frozen=True)
@@ -161,22 +161,8 @@ class NvmlProcesses:
         self._handles: list[Any] = []
 
     def open(self) -> int:
-        nvml = self._nvml
-        if nvml is None:
-            import pynvml
-
-            nvml = pynvml
-        nvml.nvmlInit()
-        self._nvml = nvml
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if cuda_visible is not None:
-            uuids = [nvml.nvmlDeviceGetUUID(h) for h in handles]
-            visible = visible_gpus(cuda_visible, [(i, u.decode() if isinstance(u, bytes) else u)
-                                                  for i, u in enumerate(uuids)])
-            handles = handles if visible is None else [handles[i] for i in visible]
-        self._handles = handles
-        return len(handles)
+        self._nvml, self._handles = open_visible(self._nvml)
+        return len(self._handles)
 
     def pids(self, gpu: int) -> set[int]:
         return {int(p.pid) for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handles[gpu])}
