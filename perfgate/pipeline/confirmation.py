@@ -45,9 +45,9 @@ CONFIRMED_VERDICTS = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 Progress = Callable[[str], None]
 
-#: How the confirmation takes one launch: ``(launch folder, k, kind, cwd) -> its Analysis``
-#: (perfgate.pipeline.workload_run.launch_analysis, with the workload's spec and settings).
-LaunchAnalysis = Callable[[Path, int, str, Path], Analysis]
+#: How the confirmation takes one launch: ``(spec, launch folder, k, kind, cwd) -> its Analysis``
+#: (perfgate.pipeline.workload_run.launch_analysis, with the gate's settings).
+LaunchAnalysis = Callable[[WorkloadSpec, Path, int, str, Path], Analysis]
 
 
 def wanted(settings: Settings, stored: Verdict) -> bool:
@@ -139,7 +139,7 @@ def skipped(stored: Outcome, why: str) -> ConfirmRun:
 
 def confirm_if_wanted(spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, stored: Outcome,
                       policy: ComparePolicy, run_dir: Path, launch_analysis: LaunchAnalysis, *, cwd: Path | None,
-                      say: Progress, started: float, profile_base: bool) -> ConfirmRun | None:
+                      gpu_count: int, say: Progress, started: float, profile_base: bool) -> ConfirmRun | None:
     """The confirmation of ``stored`` (the verdict against ``baseline``) when the settings want one
     (:func:`wanted`): skipped with the reason when there is no base; its first look is taken even
     when ``budget_s`` (counted from ``started``) is spent."""
@@ -149,18 +149,20 @@ def confirm_if_wanted(spec: WorkloadSpec, settings: Settings, baseline: Baseline
     if isinstance(base, str):
         return skipped(stored, base)
     left = max(settings.budget_s - (time.monotonic() - started), 1e-9) if settings.budget_s else 0.0
-    return confirm(spec, settings, base, stored, policy, run_dir, launch_analysis, cwd=cwd, say=say, budget_s=left,
-                   profile_base=profile_base)
+    return confirm(spec, settings, base, stored, policy, run_dir, launch_analysis, cwd=cwd, gpu_count=gpu_count,
+                   say=say, budget_s=left, profile_base=profile_base)
 
 
 def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome, policy: ComparePolicy,
-            run_dir: Path, launch_analysis: LaunchAnalysis, *, cwd: Path | None = None,
+            run_dir: Path, launch_analysis: LaunchAnalysis, *, cwd: Path | None = None, gpu_count: int = 0,
             say: Progress = lambda line: None, budget_s: float = 0.0, profile_base: bool = False) -> ConfirmRun:
     """Measure ``base`` and this checkout in interleaved pairs (``run_dir/confirm/<side>-<k>/``),
     from FIRST_LOOK_PAIRS to ``settings.max_launches`` pairs, and decide on them; with
     ``profile_base``, a changed verdict (REGRESSED, IMPROVED) adds the base's CUDA-traced profile
-    launch (``run_dir/confirm/base-profile/``) for the diagnosis. A base that cannot be checked out
-    or run gives a skipped record (the stored verdict stands)."""
+    launch (``run_dir/confirm/base-profile/``) for the diagnosis. The base runs as its own
+    pyproject.toml declares the workload (``gpu_count`` GPUs size it), this checkout as ``spec``
+    says: arguments a change added are the change's. A base that cannot be checked out, does not
+    declare the workload or does not run gives a skipped record (the stored verdict stands)."""
     from perfgate.capture.command import PROFILE, TIMING
 
     head_tree = (cwd or settings.root).resolve()
@@ -169,9 +171,10 @@ def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome,
     try:
         with _base_tree(base, head_tree, settings) as base_tree:
             trees = {BASE: base_tree, HEAD: head_tree}
+            specs = {BASE: _base_spec(spec, settings, base_tree, gpu_count), HEAD: spec}
 
             def launch(side: str, k: int) -> Mapping[str, float]:
-                analysis = launch_analysis(run_dir / "confirm" / f"{side}-{k}", k, TIMING, trees[side])
+                analysis = launch_analysis(specs[side], run_dir / "confirm" / f"{side}-{k}", k, TIMING, trees[side])
                 analyses[side].append(analysis)
                 say(f"{spec.full_name}: confirming against the base {base.commit[:12]}: {side} launch {k + 1}: "
                     f"step {analysis.steps.time_ms:.4g} ms; {time.monotonic() - started:.0f} s")
@@ -184,11 +187,26 @@ def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome,
             run = run_pairs(launch, policy, looks, budget_s=budget_s, on_look=on_look)
             base_profile = None
             if profile_base and run.outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
-                base_profile = launch_analysis(run_dir / "confirm" / "base-profile", 0, PROFILE, base_tree)
+                base_profile = launch_analysis(specs[BASE], run_dir / "confirm" / "base-profile", 0, PROFILE, base_tree)
     except PerfgateError as exc:
         return skipped(stored, f"the base {base.commit[:12]} ({base.how}) could not be measured: {exc}")
     return ConfirmRun(_record(stored, base, run, policy.alpha), tuple(analyses[BASE]), tuple(analyses[HEAD]),
                       run.outcome, base_profile)
+
+
+def _base_spec(spec: WorkloadSpec, settings: Settings, base_root: Path, gpu_count: int) -> WorkloadSpec:
+    """The workload as the base's pyproject.toml declares it (its module, arguments, launcher);
+    ConfigError where the base does not declare it."""
+    from perfgate.settings.config import load_settings
+    from perfgate.settings.workloads import discover_workloads
+
+    pyproject = base_root / settings.pyproject.relative_to(settings.root) if settings.pyproject else None
+    found = load_settings(base_root, pyproject=pyproject if pyproject and pyproject.is_file() else None,
+                          overrides={"size": settings.size, "skip_steps": settings.skip_steps})
+    declared = [s for s in discover_workloads(found, gpu_count) if (s.name, s.variant) == (spec.name, spec.variant)]
+    if not declared:
+        raise ConfigError(f"the base does not declare the workload {spec.full_name}")
+    return declared[0]
 
 
 def _record(stored: Outcome, base: Base, run: PairRun, alpha: float) -> Confirmation:

@@ -204,7 +204,8 @@ class _Launcher:
         self.say, self.started, self.recording = say, started, recording
         self.timing: list[Analysis] = []
         self.profile: Analysis | None = None
-        self.wants_profile = profile_launch_wanted(settings, result.machine.gpu_count)
+        self.gpu_count = result.machine.gpu_count
+        self.wants_profile = profile_launch_wanted(settings, self.gpu_count)
 
     def timing_launch(self, k: int) -> Analysis:
         from perfgate.capture.command import TIMING
@@ -259,13 +260,13 @@ def _measure(launcher: _Launcher, baseline: Baseline | None, policy: ComparePoli
 
 def _confirm(launcher: _Launcher, baseline: Baseline | None, run: LookRun, policy: ComparePolicy) -> ConfirmRun | None:
     """The confirmation against the base (perfgate.pipeline.confirmation), when the settings want one."""
-    def launch(launch_dir: Path, k: int, kind: str, cwd: Path) -> Analysis:
-        return launch_analysis(launcher.spec, launcher.settings, launch_dir, k, kind, cwd=cwd,
-                               extra_args=launcher.extra_args, progress=launcher.say)
+    def launch(spec: WorkloadSpec, launch_dir: Path, k: int, kind: str, cwd: Path) -> Analysis:
+        return launch_analysis(spec, launcher.settings, launch_dir, k, kind, cwd=cwd, extra_args=launcher.extra_args,
+                               progress=launcher.say)
 
     return confirm_if_wanted(launcher.spec, launcher.settings, baseline, run.outcome, policy, launcher.run_dir, launch,
-                             cwd=launcher.cwd, say=launcher.say, started=launcher.started,
-                             profile_base=launcher.profile is not None)
+                             cwd=launcher.cwd, gpu_count=launcher.gpu_count, say=launcher.say,
+                             started=launcher.started, profile_base=launcher.profile is not None)
 
 
 def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
