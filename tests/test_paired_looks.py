@@ -167,3 +167,20 @@ def test_on_a_shared_h200_the_confirmation_ends_the_false_alarms_and_keeps_the_r
     assert sum(final == Verdict.REGRESSED for _, _, final, _ in aa) == 0
     assert sum(final == Verdict.REGRESSED for _, _, final, _ in pr) >= 36
     assert all(launches <= 10 + 2 * 10 for *_, launches in pr)
+
+
+def test_looks_from_two_pairs_compare_the_sides_unpaired() -> None:
+    """Two pairs leave a paired test one degree of freedom: a clear +20 % with 1 % noise is not
+    significant there (t must pass 31.8), and the same four launches compared unpaired find it."""
+    steps = {("base", 0): 100.0, ("head", 0): 121.0, ("head", 1): 119.0, ("base", 1): 101.5}
+
+    def launch(side: str, k: int) -> Mapping[str, float]:
+        return {"step_time_ms": steps[(side, k)], "step_time_mean_ms": steps[(side, k)]}
+
+    run = run_pairs(launch, ComparePolicy(), (2,))
+    assert run.outcome.verdict == Verdict.REGRESSED and run.outcome.summary.endswith("[2 vs 2 launches]")
+    paired = compare_launches([{"step_time_ms": 100.0, "step_time_mean_ms": 100.0},
+                               {"step_time_ms": 101.5, "step_time_mean_ms": 101.5}],
+                              [{"step_time_ms": 121.0, "step_time_mean_ms": 121.0},
+                               {"step_time_ms": 119.0, "step_time_mean_ms": 119.0}], paired=True)
+    assert paired.verdict == Verdict.INCONCLUSIVE

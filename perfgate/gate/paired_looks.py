@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from perfgate.errors import ConfigError
-from perfgate.gate.sequential_looks import LEVEL_SIMULATIONS, MAX_SIMULATED_LOOKS
+from perfgate.gate.sequential_looks import LEVEL_SIMULATIONS, MAX_SIMULATED_LOOKS, look_level
 
 if TYPE_CHECKING:
     from perfgate.gate.compare import ComparePolicy, Outcome
@@ -115,16 +115,26 @@ def pair_looks(min_pairs: int, max_pairs: int, every: int = 1) -> tuple[int, ...
     return (*range(min_pairs, max_pairs, every), max_pairs)
 
 
+#: The fewest pairs a paired test is worth its cost at: with 2 pairs it has one degree of freedom
+#: (t must pass 31.8 at a level of 0.01, where the unpaired test of the same 4 launches needs 7.0).
+PAIRED_FROM = 3
+
+
 def run_pairs(launch: PairLauncher, policy: ComparePolicy, looks: Sequence[int], *, budget_s: float = 0.0,
               on_look: Callable[[PairLook], None] | None = None,
               clock: Callable[[], float] = time.monotonic) -> PairRun:
     """Launch rounds in ``launch_order`` and compare the pairs at each count of ``looks``
     (:func:`pair_looks`), at the level that keeps the whole run's false-alarm chance at
     ``policy.alpha``, until the verdict is clear (perfgate.gate.compare.needs_more_launches is
-    False), the last look, or ``budget_s`` seconds (0: no limit; the round in flight finishes)."""
+    False), the last look, or ``budget_s`` seconds (0: no limit; the round in flight finishes).
+    Looks that start below ``PAIRED_FROM`` pairs compare the two sides unpaired (the launch-level
+    test of perfgate.gate.statistics.shift_test, at Pocock's level for its looks): the order is
+    still balanced, the test keeps its degrees of freedom."""
     from perfgate.gate.compare import compare_launches, needs_more_launches
 
-    level = paired_look_level(policy.alpha, tuple(looks))
+    paired = looks[0] >= PAIRED_FROM
+    level = paired_look_level(policy.alpha, tuple(looks)) if paired else look_level(
+        policy.alpha, tuple((n, n) for n in looks))
     look_policy = replace(policy, alpha=level)
     sides: dict[str, list[dict[str, float]]] = {BASE: [], HEAD: []}
     order: list[tuple[str, int]] = []
@@ -135,7 +145,7 @@ def run_pairs(launch: PairLauncher, policy: ComparePolicy, looks: Sequence[int],
         for side, k in launch_order(len(sides[HEAD]), n - len(sides[HEAD])):
             sides[side].append(dict(launch(side, k)))
             order.append((side, k))
-        outcome = compare_launches(sides[BASE], sides[HEAD], look_policy, paired=True)
+        outcome = compare_launches(sides[BASE], sides[HEAD], look_policy, paired=paired)
         look = PairLook(n, outcome, clock() - started)
         done.append(look)
         if on_look is not None:
@@ -168,4 +178,4 @@ def interval_ratio(base: Sequence[float], head: Sequence[float], alpha: float) -
 
 
 __all__ = ["BASE", "HEAD", "PairLauncher", "launch_order", "paired_look_level", "PairLook", "PairRun",
-           "pair_looks", "run_pairs", "interval_ratio"]
+           "pair_looks", "PAIRED_FROM", "run_pairs", "interval_ratio"]
