@@ -121,6 +121,20 @@ def test_autostep_off_sets_the_switch_off_and_leaves_pythonpath() -> None:
     assert "PYTHONPATH" not in capture_environment({"PATH": "/bin"}, autostep=False)
 
 
+def test_the_threads_setting_fixes_the_workloads_cpu_threads(tmp_path: Path) -> None:
+    """``threads`` sets OMP_NUM_THREADS and MKL_NUM_THREADS (torch's intra-op threads) over what
+    perfgate inherited; unset, the workload inherits them as they are."""
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "8"}
+    assert capture_environment(base)["OMP_NUM_THREADS"] == "8" and "MKL_NUM_THREADS" not in capture_environment(base)
+    env = capture_environment(base, threads=1)
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("1", "1")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n\n[tool.perfgate]\nthreads = 2\n")
+    assert load_settings(tmp_path, env={}).threads == 2
+    assert load_settings(tmp_path, env={"PERFGATE_THREADS": "1"}).threads == 1
+    with pytest.raises(ConfigError, match="PERFGATE_THREADS.*expected a whole number >= 1"):
+        load_settings(tmp_path, env={"PERFGATE_THREADS": "0"})
+
+
 def test_torchrun_workloads_run_through_torch_distributed() -> None:
     spec = WorkloadSpec(name="ddp", module="workloads.ddp", args=("--steps", "3"), launcher="torchrun", nproc=2)
     assert workload_command(spec, python="py", extra_args=["--x"]) == [

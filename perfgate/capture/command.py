@@ -133,14 +133,15 @@ def pytorch_trace_mode(setting: str, nsys: Path | str) -> str | None:
 
 
 def capture_environment(
-    base: Mapping[str, str], capture_range: str = "none", *, autostep: bool = True,
+    base: Mapping[str, str], capture_range: str = "none", *, autostep: bool = True, threads: int | None = None,
 ) -> dict[str, str]:
     """The profiled process's environment: ``base`` without secrets (nor other variables holding
     a secret's value), unbuffered Python output,
     and NSYS_NVTX_PROFILER_REGISTER_ONLY=0 for an NVTX capture range (torch's ranges are not
     registered strings). ``autostep``: ``PERFGATE_AUTOSTEP=1`` and autostep's sitecustomize
     folder first on ``PYTHONPATH`` (an existing PYTHONPATH kept after it); off:
-    ``PERFGATE_AUTOSTEP=0``."""
+    ``PERFGATE_AUTOSTEP=0``. ``threads`` (the ``threads`` setting): ``OMP_NUM_THREADS`` and
+    ``MKL_NUM_THREADS``, the CPU threads torch's operators use."""
     from perfgate.capture.redaction.secrets import scrubbed_environment, secret_values
 
     secrets = set(secret_values(base))
@@ -153,6 +154,8 @@ def capture_environment(
         env["PYTHONPATH"] = prepend_path(autostep_site_dir(), env.get("PYTHONPATH", ""))
     else:
         env[AUTOSTEP_ENV_VAR] = "0"
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
 
 

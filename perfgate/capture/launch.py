@@ -193,7 +193,7 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
     named = session if supports_option(nsys, "--session-new") else None
     cmd = (build(out / REPORT_STEM, named) if spec.nnodes == 1 else    # one nsys per node (capture.nodes)
            job_command(node_commands(spec, build, out, REPORT_STEM, named, session)))
-    env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep)
+    env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep, threads=settings.threads)
     env["TMPDIR"] = str(private / "tmp")
     started = time.monotonic()
     try:

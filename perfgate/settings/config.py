@@ -184,6 +184,11 @@ SETTINGS: tuple[Setting, ...] = (
             check=_machine_class),
     Setting("autostep", "bool", True, "NVTX ranges for DataLoader, backward and optimizer step from hooks in "
             "the profiled process", "autostep"),
+    Setting("threads", "int", None, "the profiled workload's CPU threads: OMP_NUM_THREADS and MKL_NUM_THREADS "
+            "in its environment (torch's intra-op threads; unset: as perfgate's own environment has them). 1 "
+            "steadies a CPU workload's step time on a machine that other processes share (docs/ci.md); "
+            "its step times change with it: record the baselines again", "threads", "N",
+            _at_least(1, "a whole number >= 1")),
     Setting("pytorch_trace", "str", "off", "nsys --pytorch: off, auto or a mode list like functions-trace",
             check=_pytorch_trace),
     Setting("cuda_memory_usage", "bool", True, "nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)"),
@@ -224,6 +229,7 @@ class Settings:
     alpha: float
     machine_class: str | None             # overrides the detected machine class
     autostep: bool                        # NVTX ranges from hooks in the profiled process (capture/autostep/)
+    threads: int | None                   # the profiled workload's OMP_NUM_THREADS / MKL_NUM_THREADS (None: as inherited)
     pytorch_trace: str                    # nsys --pytorch: off | auto | a mode list like functions-trace
     cuda_memory_usage: bool               # nsys --cuda-memory-usage=true with CUDA tracing (peak GPU memory)
     history_dir: Path | None              # opt in: one JSON line per run and workload (perfgate.commands.history)

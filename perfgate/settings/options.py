@@ -22,7 +22,8 @@ def add_setting_options(add: Callable[..., Any], prefix: str = "") -> None:
     for s in SETTINGS:
         if s.option is None:
             continue
-        default = ("found" if s.default is None else str(s.default).lower() if s.kind == "bool"
+        unset = "found" if s.key == "nsys" else "unset"
+        default = (unset if s.default is None else str(s.default).lower() if s.kind == "bool"
                    else f"{s.default:g}" if s.kind == "float" else s.default)
         where = f"default {default}; [tool.perfgate] {s.key}, {s.env}"
         if s.kind == "bool":
