@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from perfgate.cli import main
-from perfgate.gate.provenance import Provenance, current, recorded_command, source_files, staleness
+from perfgate.gate.provenance import Provenance, current, recorded_command, source_files, staleness, workload_threads
 from perfgate.records.model import MachineInfo
 from perfgate.records.staleness import Staleness
+from git_repo import git as _git
 
 MACHINE = MachineInfo(machine_class="cpu-x86_64", gpu_model=None, gpu_count=0, driver="580.1", cuda="13.0",
                       torch="2.11.0", nsys="2025.3.1")
@@ -80,10 +80,21 @@ def test_the_record_reads_back_from_a_baseline_document(tmp_path: Path) -> None:
     assert recorded_command("m", ["a b"], "torchrun", 2) == "torchrun --standalone --nproc-per-node=2 -m m 'a b'"
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout.strip()
+def test_the_cpu_threads_a_baseline_ran_with_are_part_of_what_it_measured(tmp_path: Path) -> None:
+    """One torch thread against two moved a step 7x beside a busy process (docs/ci.md): a baseline
+    recorded with other threads is stale; one that did not record them is not judged on them."""
+    assert workload_threads(None, {}) == "default"
+    assert workload_threads(None, {"OMP_NUM_THREADS": " 4 "}) == "4"
+    assert workload_threads(1, {"OMP_NUM_THREADS": "4"}) == "1"       # the setting is what the workload gets
+    root = _repo(tmp_path)
+    recorded = current(root, "workloads.train", [], MACHINE, threads="default")
+    now = current(root, "workloads.train", [], MACHINE, threads="1")
+    assert staleness(recorded, now).environment == ("CPU threads default -> 1",)
+    back = Provenance.from_dict(recorded.to_dict(), vars(MACHINE))
+    assert back.threads == "default" and not staleness(back, recorded).stale
+    older = Provenance.from_dict({k: v for k, v in recorded.to_dict().items() if k != "threads"}, vars(MACHINE))
+    assert older.threads is None and not staleness(older, now).stale
+
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

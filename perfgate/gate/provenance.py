@@ -2,7 +2,8 @@
 
 A baseline records its workload's command line, a fingerprint of the workload's source files (the
 module and every file it imports from the repository, found by reading their imports), perfgate's
-record version and the machine's software (torch, CUDA, driver, nsys). ``Provenance`` is that
+record version, the CPU threads its operators were given (the ``threads`` setting, or the
+``OMP_NUM_THREADS`` it inherited) and the machine's software (torch, CUDA, driver, nsys). ``Provenance`` is that
 record (``to_dict`` / ``from_dict`` side by side; the baseline file's ``provenance`` and ``machine``
 objects hold it); ``staleness(recorded, current)`` is what differs, as a ``Staleness``
 (perfgate.records.staleness) whose ``text()`` the gate prints first: ``the baseline was recorded from other code: workloads/
@@ -39,12 +40,14 @@ GIT_TIMEOUT_S = 30
 class Provenance:
     """What one measurement ran: ``command`` (the workload's command line, ``python -m MODULE
     ARGS``), ``sources`` (repository-relative path -> digest of each file it runs), the record
-    version, the machine's ``software`` and the git commit (with whether the tree was dirty).
+    version, ``threads`` (the workload's OMP_NUM_THREADS, ``"default"`` where it had none: torch's
+    own count), the machine's ``software`` and the git commit (with whether the tree was dirty).
     A field that a baseline did not record is None (``sources`` None: not fingerprinted)."""
 
     command: str | None = None
     sources: dict[str, str] | None = None
     record_version: int | None = None
+    threads: str | None = None
     software: dict[str, str | None] = field(default_factory=dict)
     git_commit: str | None = None
     git_dirty: bool | None = None
@@ -52,7 +55,8 @@ class Provenance:
 
     def to_dict(self) -> dict[str, Any]:
         """The keys a baseline's ``provenance`` object gains (the software lives in its ``machine``)."""
-        return {"workload_command": self.command, "sources": self.sources, "record_version": self.record_version}
+        return {"workload_command": self.command, "sources": self.sources, "record_version": self.record_version,
+                "threads": self.threads}
 
     @classmethod
     def from_dict(cls, provenance: Mapping[str, Any], machine: Mapping[str, Any] | None = None) -> Provenance:
@@ -64,6 +68,7 @@ class Provenance:
             command=_text(provenance.get("workload_command")),
             sources={str(k): str(v) for k, v in sources.items()} if isinstance(sources, Mapping) else None,
             record_version=version if isinstance(version, int) and not isinstance(version, bool) else None,
+            threads=_text(provenance.get("threads")),
             software={k: _text((machine or {}).get(k)) for k in SOFTWARE if k in (machine or {})},
             git_commit=_text(provenance.get("git_commit")),
             git_dirty=provenance.get("git_dirty") if isinstance(provenance.get("git_dirty"), bool) else None,
@@ -155,13 +160,23 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:DIGEST_CHARS]
 
 
+def workload_threads(setting: int | None, environ: Mapping[str, str]) -> str:
+    """The CPU threads a workload's operators get, as a baseline records them: the ``threads``
+    setting, else the ``OMP_NUM_THREADS`` it inherits, else ``"default"`` (torch's own count)."""
+    if setting is not None:
+        return str(setting)
+    return environ.get("OMP_NUM_THREADS", "").strip() or "default"
+
+
 def current(root: Path, module: str, args: Sequence[str], machine: MachineInfo | None, *,
-            launcher: str = "python", nproc: int = 1, nnodes: int = 1) -> Provenance:
-    """The provenance of a run of ``module`` with ``args`` from the repository at ``root`` on ``machine``."""
+            launcher: str = "python", nproc: int = 1, nnodes: int = 1, threads: str | None = None) -> Provenance:
+    """The provenance of a run of ``module`` with ``args`` from the repository at ``root`` on
+    ``machine``, its operators given ``threads`` (workload_threads)."""
     return Provenance(
         command=recorded_command(module, args, launcher, nproc, nnodes),
         sources=fingerprint(root, source_files(root, module)),
         record_version=RECORD_VERSION,
+        threads=threads,
         software={k: getattr(machine, k) for k in SOFTWARE} if machine is not None else {},
     )
 
@@ -197,6 +212,8 @@ def staleness(recorded: Provenance, now: Provenance, *, root: Path | None = None
     if recorded.record_version is not None and now.record_version is not None \
             and recorded.record_version != now.record_version:
         environment.append(f"perfgate record version {recorded.record_version} -> {now.record_version}")
+    if recorded.threads is not None and now.threads is not None and recorded.threads != now.threads:
+        environment.append(f"CPU threads {recorded.threads} -> {now.threads}")
     if compare_software:
         for key in SOFTWARE:
             before, after = recorded.software.get(key), now.software.get(key)

@@ -3,12 +3,13 @@ gate's first line when it did not): the provenance a run of a workload would rec
 (perfgate.gate.provenance), compared with each baseline file's."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import Baseline, load_baseline
-from perfgate.gate.provenance import Provenance, current, git_fingerprint, staleness
+from perfgate.gate.provenance import Provenance, current, git_fingerprint, staleness, workload_threads
 from perfgate.records.staleness import Staleness
 from perfgate.records.model import MachineInfo
 from perfgate.settings.config import Settings
@@ -19,9 +20,9 @@ from perfgate.system.machine import this_machine
 def run_provenance(spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
                    cwd: Path | None = None) -> Provenance:
     """What a run of ``spec`` measures: its command line, its source files' fingerprint, the record
-    version and this machine's software (perfgate.gate.provenance)."""
+    version, the CPU threads it is given and this machine's software (perfgate.gate.provenance)."""
     return current(cwd or settings.root, spec.module, spec.args, machine, launcher=spec.launcher, nproc=spec.nproc,
-                   nnodes=spec.nnodes)
+                   nnodes=spec.nnodes, threads=workload_threads(settings.threads, os.environ))
 
 
 def baseline_staleness(baseline: Baseline, spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
