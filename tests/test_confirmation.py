@@ -4,7 +4,6 @@ code, a pull request's real slowdown still fails, and staleness is judged agains
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from perfgate.records.confirmation import Confirmation
 from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads
+from git_repo import git as _git
 
 # The machine's speed comes from the environment, never from the code: TINY_MACHINE_SLOWDOWN=1.6
 # is a runner that got 60 % slower after the baseline was recorded (a neighbour's load, a clock).
@@ -40,10 +40,6 @@ for step in range(12):
 """
 GATE = ("--max-launches", "3", "--min-launches", "1", "--profile", "off")
 
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=perfgate", "-c", "user.email=perfgate@example.com",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _project(repo: Path) -> None:
@@ -187,3 +183,28 @@ def test_the_base_is_found_as_a_pull_requests_job_would(recorded: Path) -> None:
 def test_when_the_base_is_measured(tmp_path: Path, confirm: str, stored: Verdict, expected: bool) -> None:
     settings = load_settings(tmp_path, option_prefix="", overrides={"confirm": confirm})
     assert wanted(settings, stored) is expected
+
+
+def test_the_base_reaches_what_the_head_reaches_outside_the_repository(tmp_path: Path) -> None:
+    """The zoo's vae reads MNIST from ``../data``: a base worktree in the temporary folder found no
+    data there and tried to download it (exit 1 offline, and the stored verdict decided). The base
+    sits beside the repository, ignored files linked in, and leaves nothing behind."""
+    from perfgate.pipeline.confirmation import _base_tree
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "mnist.bin").write_bytes(b"\0")
+    repo = tmp_path / "proj"
+    _project(repo)
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.008))
+    (repo / "checkpoints").mkdir()
+    (repo / ".gitignore").write_text(".perfgate/\ncheckpoints/\n")
+    _git(repo, "commit", "-q", "-am", "the change")
+    settings = load_settings(repo, option_prefix="")
+    with _base_tree(Base(repo=repo, commit=base, how="test"), repo, settings) as tree:
+        assert tree.parent == tmp_path and tree != repo
+        assert (tree / ".." / "data" / "mnist.bin").is_file()
+        assert "0.004" in (tree / "workloads" / "tiny.py").read_text()
+        assert (tree / "checkpoints").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "proj"]
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1

@@ -4,7 +4,7 @@ interleaved (base, head, head, base, base, head, ...), and decide with the launc
 ``run_ab`` holds the schedule and the sequential decision and takes the launcher as a function
 (``launch(side, k) -> metrics``), so it is testable without nsys; ``capture_launcher`` is the real
 launcher (the gate's perfgate.pipeline.workload_run.launch_analysis, in a git worktree) and
-``git_worktree`` checks a ref out into a temporary worktree. ``add_parser`` registers ``perfgate ab``.
+``project_checkout`` checks a ref out beside the repository. ``add_parser`` registers ``perfgate ab``.
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import json
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from perfgate.gate.compare import ComparePolicy, Outcome
 from perfgate.gate.paired_looks import BASE, HEAD, PairLauncher, pair_looks, run_pairs
 from perfgate.gate.wording import describe
 from perfgate.records.model import Verdict
-from perfgate.system.git import git_worktree, repo_root
+from perfgate.system.git import project_checkout, repo_root
 
 if TYPE_CHECKING:
     from perfgate.settings.config import Settings
@@ -125,19 +124,20 @@ def run_ab_refs(
 ) -> AbResult:
     """A/B of ``spec`` between git refs of the project at ``settings.root``. ``head`` None or
     "WORKTREE" measures the current checkout (uncommitted changes included); any ref, HEAD included,
-    is checked out into a temporary worktree like ``base``."""
+    is checked out beside the repository like ``base`` (perfgate.system.git.project_checkout: the
+    files git ignores at the project's top, its data, linked in)."""
     from perfgate.pipeline.workload_run import compare_policy, new_run_dir
 
     repo = repo_root(settings.root)
-    rel = settings.root.resolve().relative_to(repo.resolve())
     run_dir = run_dir or new_run_dir(settings.artifacts_dir, f"ab-{spec.full_name}")
     policy = policy or compare_policy(settings, spec)
-    with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp, contextlib.ExitStack() as stack:
-        trees = {BASE: stack.enter_context(git_worktree(repo, base, Path(tmp) / BASE)) / rel}
+    own = (settings.artifacts_dir, settings.report_dir)
+    with contextlib.ExitStack() as stack:
+        trees = {BASE: stack.enter_context(project_checkout(repo, base, settings.root, own, BASE))}
         if head is None or head == WORKTREE:
             trees[HEAD] = settings.root
         else:
-            trees[HEAD] = stack.enter_context(git_worktree(repo, head, Path(tmp) / HEAD)) / rel
+            trees[HEAD] = stack.enter_context(project_checkout(repo, head, settings.root, own, HEAD))
         result = run_ab(capture_launcher(spec, settings, trees, run_dir), launches=launches,
                         max_launches=max_launches, policy=policy)
     (run_dir / "ab.json").write_text(json.dumps(

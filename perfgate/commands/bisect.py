@@ -3,7 +3,7 @@
 The candidates are the first-parent commits from GOOD (exclusive) to BAD. BAD is measured against
 GOOD first (not REGRESSED: no culprit, exit 0); then a binary search (perfgate.commands.bisect_search)
 measures each candidate against GOOD with the A/B machinery (perfgate.commands.ab.run_ab_refs:
-interleaved launches in this job, each side in its own temporary git worktree, the user's tree
+interleaved launches in this job, each side in its own git worktree beside the repository, the user's tree
 never touched). The culprit is printed with its subject, ``git diff --stat`` and the diagnosis
 between its first parent and it (one more capture of each, diffed by perfgate.diagnosis), and
 written as Markdown with ``--report``. Each measurement is appended to a JSONL log (``--log``,
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,22 +104,19 @@ def ab_measure(spec: WorkloadSpec, settings: Settings, span: Range, policy: Comp
 
 def parent_diagnosis(spec: WorkloadSpec, settings: Settings, repo: Path, culprit: str, policy: ComparePolicy,
                      run_dir: Path) -> str:
-    """One capture of the culprit's first parent and one of the culprit, each in a temporary
-    worktree, compared and diffed by perfgate.diagnosis (reasons, explained share, phase deltas)."""
+    """One capture of the culprit's first parent and one of the culprit, each checked out beside
+    the repository, compared and diffed by perfgate.diagnosis (reasons, explained share, phase deltas)."""
     from perfgate.capture.command import TIMING
-    from perfgate.system.git import git_worktree
+    from perfgate.system.git import project_checkout
     from perfgate.diagnosis.render import render_attribution_text
     from perfgate.gate.compare import compare_launches
     from perfgate.pipeline.inputs import explain_change
     from perfgate.pipeline.workload_run import launch_analysis
 
-    rel = settings.root.resolve().relative_to(repo.resolve())
     analyses = []
-    with tempfile.TemporaryDirectory(prefix="perfgate-bisect-") as tmp:
-        for name, ref in (("parent", f"{culprit}^"), ("culprit", culprit)):
-            with git_worktree(repo, ref, Path(tmp) / name) as tree:
-                analyses.append(launch_analysis(spec, settings, run_dir / f"diagnosis-{name}", 0, TIMING,
-                                               cwd=tree / rel))
+    for name, ref in (("parent", f"{culprit}^"), ("culprit", culprit)):
+        with project_checkout(repo, ref, settings.root, (settings.artifacts_dir, settings.report_dir), name) as tree:
+            analyses.append(launch_analysis(spec, settings, run_dir / f"diagnosis-{name}", 0, TIMING, cwd=tree))
     outcome = compare_launches([analyses[0].metrics()], [analyses[1].metrics()], policy)
     attribution = explain_change(analyses[:1], analyses[1:], outcome)
     text = f"{outcome.summary}\n"

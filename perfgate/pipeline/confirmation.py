@@ -8,7 +8,7 @@ change. A base launch beside each head launch shares the machine's state of the 
 test on the pairs' differences (perfgate.gate.paired_looks) leaves it out.
 
 ``find_base``: the commit to measure (the option, a pull request's merge-base, or the commit the
-baseline was recorded from); ``confirm``: the base checked out into a temporary worktree (this
+baseline was recorded from); ``confirm``: the base checked out beside the repository (this
 checkout when it is the base itself), the rounds in an order-balanced pattern through the gate's
 one capture-and-analyze path, and the ``Confirmation`` record of what they decided. A base that
 cannot be found, checked out or run leaves the stored verdict, with a note that says why.
@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +30,8 @@ from perfgate.records.model import Analysis, Verdict
 from perfgate.records.notes import TO_DECIDE, WHY, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
-from perfgate.system.git import git, git_worktree, head_state, merge_base, pull_request_base, repo_root, resolve_ref
+from perfgate.system.git import (head_state, merge_base, project_checkout, pull_request_base, repo_root,
+                                 resolve_ref)
 
 if TYPE_CHECKING:
     from perfgate.gate.baseline import Baseline
@@ -224,29 +224,11 @@ def _record(stored: Outcome, base: Base, run: PairRun, alpha: float) -> Confirma
 @contextlib.contextmanager
 def _base_tree(base: Base, head_tree: Path, settings: Settings) -> Iterator[Path]:
     """Where the base runs: this checkout when it is the base itself (its HEAD, nothing
-    uncommitted), else a temporary worktree of it, removed afterwards, with the files git ignores
-    at the project's top (data, checkpoints, a virtual environment) linked in from this checkout."""
+    uncommitted), else the project as the base has it (perfgate.system.git.project_checkout:
+    beside the repository, ignored files linked in but perfgate's own folders)."""
     commit, dirty = head_state(base.repo)
     if commit == base.commit and not dirty:
         yield head_tree
         return
-    rel = head_tree.relative_to(base.repo.resolve())
-    with tempfile.TemporaryDirectory(prefix="perfgate-base-") as tmp, \
-            git_worktree(base.repo, base.commit, Path(tmp) / "base") as tree:
-        _link_ignored(head_tree, tree / rel, settings)
-        yield tree / rel
-
-
-def _link_ignored(head: Path, base: Path, settings: Settings) -> None:
-    """Link each top-level entry of ``head`` that git ignores into ``base`` (where the base has
-    none), but perfgate's own folders: a workload's data is rarely committed."""
-    listed = git(head, "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "--", ".")
-    own = {settings.artifacts_dir.resolve(), settings.report_dir.resolve()}
-    for line in listed.splitlines():
-        top = line.strip().rstrip("/").split("/")[0]
-        source = head / top
-        if not top or (base / top).exists() or (base / top).is_symlink() or not source.exists():
-            continue
-        if any(source.resolve() == p or source.resolve() in p.parents for p in own):
-            continue
-        (base / top).symlink_to(source.resolve(), target_is_directory=source.is_dir())
+    with project_checkout(base.repo, base.commit, head_tree, (settings.artifacts_dir, settings.report_dir)) as tree:
+        yield tree

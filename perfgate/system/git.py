@@ -1,5 +1,7 @@
 """git, as the gate drives it: a project's repository, a ref's commit, the base of a pull request,
-a commit checked out into a temporary worktree (the user's checkout never touched).
+a commit checked out into a temporary worktree (the user's checkout never touched), and
+``project_checkout``: the user's project as another commit has it, ready to run beside the
+checkout (the confirmation's base, ``perfgate ab``'s sides, ``perfgate bisect``'s commits).
 
 ``pull_request_base`` finds what a pull request's job compares with: the merge-base of HEAD with
 the branch it merges into (``$GITHUB_BASE_REF`` on GitHub Actions, fetched as ``origin/<branch>``).
@@ -7,8 +9,10 @@ the branch it merges into (``$GITHUB_BASE_REF`` on GitHub Actions, fetched as ``
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 from perfgate.errors import ConfigError
@@ -90,3 +94,42 @@ def git_worktree(repo: Path, ref: str, dest: Path) -> Iterator[Path]:
         for args in (("worktree", "remove", "--force", str(dest)), ("worktree", "prune")):
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=GIT_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def project_checkout(repo: Path, ref: str, project: Path, keep_out: Collection[Path] = (),
+                     label: str = "base") -> Iterator[Path]:
+    """``project`` (a folder of the checkout at ``repo``) as ``ref`` has it, for the block, removed
+    afterwards: a worktree of ``ref`` beside the repository (``../.NAME-perfgate-LABEL-*``; in the
+    temporary folder where the repository's folder cannot be written), so that a path a workload
+    reaches outside the repository (the zoo's vae reads ``../data``) is the one the checkout
+    reaches, with each top-level entry of ``project`` that git ignores (data, checkpoints, a
+    virtual environment) linked in, but ``keep_out`` (perfgate's own folders)."""
+    top = repo.resolve()
+    rel = project.resolve().relative_to(top)
+    try:
+        holder = dest = Path(tempfile.mkdtemp(dir=top.parent, prefix=f".{top.name}-perfgate-{label}-"))
+    except OSError:
+        holder = Path(tempfile.mkdtemp(prefix=f"perfgate-{label}-"))
+        dest = holder / top.name
+    try:
+        with git_worktree(top, ref, dest) as tree:
+            link_ignored(project, tree / rel, keep_out)
+            yield tree / rel
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
+
+
+def link_ignored(source: Path, dest: Path, keep_out: Collection[Path] = ()) -> None:
+    """Link each top-level entry of ``source`` that git ignores into ``dest`` (where ``dest`` has
+    none), but those in ``keep_out``: a workload's data is rarely committed."""
+    listed = git(source, "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "--", ".")
+    own = {p.resolve() for p in keep_out}
+    for line in listed.splitlines():
+        top = line.strip().rstrip("/").split("/")[0]
+        entry = source / top
+        if not top or (dest / top).exists() or (dest / top).is_symlink() or not entry.exists():
+            continue
+        if any(entry.resolve() == p or entry.resolve() in p.parents for p in own):
+            continue
+        (dest / top).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
