@@ -15,6 +15,7 @@ from perfgate.commands.ab import run_ab
 from perfgate.gate.paired_looks import BASE, HEAD, launch_order
 from perfgate.errors import ConfigError
 from perfgate.records.model import Verdict
+from git_repo import git as _git
 
 
 def test_rounds_alternate_which_side_runs_first() -> None:
@@ -122,10 +123,6 @@ for step in range(10):
     nvtx.range_pop()
 """
 
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=perfgate", "-c", "user.email=perfgate@example.com",
-                    *args], check=True, capture_output=True)
 
 
 @pytest.fixture()

@@ -3,7 +3,6 @@ and the errors; the end-to-end run under the real nsys is in tests/test_bisect_r
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from perfgate.commands.bisect_report import render_markdown_report, render_text
 from perfgate.commands.bisect_search import (
     Measurement, append_log, bisect_commits, next_candidate, read_log)
 from perfgate.errors import PerfgateError
+from git_repo import git as _git
 
 COMMITS = [f"{k:02d}" + "0" * 38 for k in range(1, 12)]   # 11 candidates after GOOD, the last is BAD
 
@@ -105,10 +105,6 @@ def test_the_reports_name_each_candidate_with_its_verdict_and_the_culprit() -> N
 
 # --------------------------------------------------------------------------- the command's errors
 
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=perfgate", "-c", "user.email=perfgate@example.com",
-                    *args], check=True, capture_output=True)
 
 
 @pytest.fixture()

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from git_repo import git as _git
 
 pytestmark = [pytest.mark.nsys, pytest.mark.torch]
 
@@ -34,11 +35,6 @@ for step in range(14):
 FORWARD = [0.020] * 4 + [0.026] * 4 + [0.0278] * 4
 SLOWER, SLIGHTLY_SLOWER = 4, 8
 
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=perfgate", "-c",
-                           "user.email=perfgate@example.com", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 @pytest.fixture(scope="module")
