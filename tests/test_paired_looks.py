@@ -3,7 +3,7 @@ tested on their differences, with looks that keep the whole run's false-alarm ch
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
@@ -145,10 +145,9 @@ def test_bad_pair_counts_are_config_errors() -> None:
     assert pair_looks(3, 9, 3) == (3, 6, 9)
 
 
-def test_on_a_shared_h200_the_confirmation_ends_the_false_alarms_and_keeps_the_regression() -> None:
-    """Launches measured on an H200 while nanoGPT (GPT-2 small) trained on the same GPU
-    (docs/measurements/confirmation.md): the stored baseline, recorded with the host quiet, fails
-    unchanged code every time; the pairs with the base never do, and still fail the pull request."""
+def _pools(name: str) -> tuple[Callable[..., tuple[Verdict, int, Verdict, int]], dict]:
+    """benchmarks/confirm_pools.py's ``trial`` (one resampled gate run) and the pools of
+    docs/measurements/data/``name``."""
     import json
     import sys
     from pathlib import Path
@@ -159,7 +158,14 @@ def test_on_a_shared_h200_the_confirmation_ends_the_false_alarms_and_keeps_the_r
         from confirm_pools import trial
     finally:
         sys.path.remove(str(repo / "benchmarks"))
-    pools = json.loads((repo / "docs" / "measurements" / "data" / "confirm-pools-h200.json").read_text())
+    return trial, json.loads((repo / "docs" / "measurements" / "data" / name).read_text())
+
+
+def test_on_a_shared_h200_the_confirmation_ends_the_false_alarms_and_keeps_the_regression() -> None:
+    """Launches measured on an H200 while nanoGPT (GPT-2 small) trained on the same GPU
+    (docs/measurements/confirmation.md): the stored baseline, recorded with the host quiet, fails
+    unchanged code every time; the pairs with the base never do, and still fail the pull request."""
+    trial, pools = _pools("confirm-pools-h200.json")
     rng = np.random.default_rng(7)
     aa = [trial(pools, "base2", rng, 10) for _ in range(40)]
     pr = [trial(pools, "head", rng, 10) for _ in range(40)]
@@ -167,6 +173,22 @@ def test_on_a_shared_h200_the_confirmation_ends_the_false_alarms_and_keeps_the_r
     assert sum(final == Verdict.REGRESSED for _, _, final, _ in aa) == 0
     assert sum(final == Verdict.REGRESSED for _, _, final, _ in pr) >= 36
     assert all(launches <= 10 + 2 * 10 for *_, launches in pr)
+
+
+def test_a_ten_percent_pull_request_on_a_shared_h200_is_caught_within_ten_pairs() -> None:
+    """Call 3 of 2026-11-29 (docs/measurements/confirmation.md): word_language_model in one lane with
+    nanoGPT on the same GPU and timm_ddp in the other lane; the pull request busy-waits 415 us a step
+    (+11.3 % on the busy host). The stored baseline, recorded before the neighbour started, fails
+    unchanged code; the pairs fail the pull request and not the unchanged code."""
+    trial, pools = _pools("confirm-pools-h200-wlm-c.json")
+    rng = np.random.default_rng(11)
+    aa = [trial(pools, "base2", rng, 10) for _ in range(40)]
+    pr = [trial(pools, "head", rng, 10) for _ in range(40)]
+    assert sum(stored == Verdict.REGRESSED for stored, *_ in aa) == 40
+    assert sum(final == Verdict.REGRESSED for _, _, final, _ in aa) <= 1
+    assert sum(final == Verdict.REGRESSED for _, _, final, _ in pr) >= 36
+    assert trial(pools, "head", None, 10)[2] == Verdict.REGRESSED      # the rounds as they ran
+    assert trial(pools, "base2", None, 10)[2] == Verdict.PASS
 
 
 def test_looks_from_two_pairs_compare_the_sides_unpaired() -> None:
