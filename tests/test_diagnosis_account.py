@@ -135,8 +135,26 @@ def test_a_slower_loader_without_workers_is_not_told_as_the_same_0_workers() -> 
     reason = Reason("data_loading", "data_load", 24.7, "data_load +24.7 ms/step")
     none = _with_workers(reason, TraceFacts(steps=10, dataloader_workers=0), TraceFacts(steps=10, dataloader_workers=0),
                          slower=True)
-    assert none.text == ("data_load +24.7 ms/step: the loop waits longer for each batch with no DataLoader workers "
-                         "on both sides (batches made in the training process): a slower dataset or transform?")
+    assert none.text == ("data_load +24.7 ms/step: the loop waits longer for each batch with no loader worker "
+                         "processes on either side (batches made in the training process): a slower dataset or "
+                         "transform?")
     four = _with_workers(reason, TraceFacts(steps=10, dataloader_workers=4), TraceFacts(steps=10, dataloader_workers=4),
                          slower=True)
     assert four.text.endswith("with the same 4 DataLoader workers: a slower dataset or transform?")
+
+
+def test_a_reason_whose_figure_holds_a_colon_keeps_its_parenthesis_whole() -> None:
+    """A CPU loop that fetched its batch between steps read "(outside the step range: the loop waits
+    longer ... (batches made in the training process): a slower dataset or transform?": the figure
+    was cut at the colon inside its parenthesis, which never closed."""
+    from perfgate.diagnosis.account import _with_workers
+    from perfgate.records.facts import TraceFacts
+    from perfgate.records.diagnosis import Reason
+
+    figure = "between steps +5.0 ms/step (outside the step range: the loop's wait for its next batch)"
+    reason = Reason("data_loading", "between_steps", 5.0, f"{figure}: the loop waits longer for its batches")
+    told = _with_workers(reason, TraceFacts(steps=10, dataloader_workers=0), TraceFacts(steps=10, dataloader_workers=0),
+                         slower=True).text
+    assert told.startswith(figure + ": the loop waits longer for each batch with no loader worker processes")
+    assert told.count("(") == told.count(")")
+

@@ -150,6 +150,10 @@ def test_dataloader_blocking_on_a_cpu_only_run_fires_from_thirty_percent() -> No
     assert checks.dataloader_blocking(make_analysis({"data_load": 2.9, "forward": 7.1})) is None
     finding = checks.dataloader_blocking(make_analysis({"data_load": 3.0, "forward": 7.0}))
     assert finding is not None and "CPU-only" in finding.evidence[0]
+    # "most of the step" only above half ("most" was said of 2.3 ms in 7.1)
+    assert finding.message.startswith("data loading takes 30% of the step: ")
+    most = checks.dataloader_blocking(make_analysis({"data_load": 5.1, "forward": 4.9}))
+    assert most is not None and most.message.startswith("data loading takes most of the step: ")
 
 
 def test_blocking_copy_with_a_trace_counts_syncs_inside_h2d() -> None:
@@ -246,7 +250,16 @@ def test_warmup_in_window_flags_two_level_step_times_as_info() -> None:
 def test_warmup_in_window_flags_kernel_set_changes_from_two_steps() -> None:
     a = gpu_run()
     assert checks.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=1)) is None
-    assert checks.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=2)) is not None
+    finding = checks.warmup_in_window(a, TraceFacts(steps=STEPS, kernel_set_changes=2))
+    assert finding is not None and "cudnn.benchmark autotuning" in finding.message
+    assert finding.cause == "cudnn.benchmark/recompilation"
+
+
+def test_warmup_in_window_names_autotuning_only_where_the_kernels_show_it() -> None:
+    """A CPU MLP with a slow first step read "cudnn.benchmark autotuning, recompilation": it had neither."""
+    finding = checks.warmup_in_window(make_analysis(PHASES, durations=(20.0,) + (10.0,) * 9))
+    assert finding is not None and finding.message == "warm-up work falls inside the measured window"
+    assert "cudnn" not in finding.suggestion and finding.cause == "warm-up"
 
 
 def test_gpu_rules_stay_silent_on_a_cpu_only_run() -> None:

@@ -177,18 +177,29 @@ def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | Non
     c = cur.dataloader_workers if cur is not None else None
     if b is None or c is None:
         return reason
-    head = reason.text.split(": ", 1)[0]
+    head = _head(reason.text)
     if c < b:
         return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}: the loop now waits "
                                     "for each batch", cause="workers")
     if c > b:
         return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}", cause="workers")
     same = (f"the same {c} DataLoader worker{'s' if c != 1 else ''}" if c else
-            "no DataLoader workers on both sides (batches made in the training process)")
+            "no loader worker processes on either side (batches made in the training process)")
     if slower:
         return replace(reason, text=f"{head}: the loop waits longer for each batch with {same}: a slower "
                                     "dataset or transform?", cause="input pipeline")
     return replace(reason, text=f"{reason.text}, with {same}", cause="input pipeline")
+
+
+def _head(text: str) -> str:
+    """A reason's figure, before its first ": " outside parentheses (``between steps +5.0 ms/step
+    (outside the step range: the loop's wait ...): guess`` keeps its parenthesis whole)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(": ", i):
+            return text[:i]
+    return text
 
 
 def capped(ms: float, step_delta: float) -> float:

@@ -66,6 +66,8 @@ SUGGEST_LAUNCH = ("cut launch overhead: torch.compile(model, mode='reduce-overhe
                   "larger batches, fused optimizers (foreach/fused=True)")
 SUGGEST_WARMUP = ("keep autotuning out of the measured window: more warm-up steps "
                   "(cudnn.benchmark, torch.compile recompiles), static shapes (drop_last=True)")
+SUGGEST_WARMUP_STEPS = ("keep the first, slower steps out of the measured window: more warm-up steps "
+                      "(skip_steps), static shapes (drop_last=True)")
 SUGGEST_GAPS = "look at what the CPU does in the gap (the NVTX ranges listed) and move it off the step"
 SUGGEST_UTILIZATION = "the GPU waits more than it works: see the bottleneck and the other findings"
 
@@ -198,7 +200,7 @@ def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> 
                  else "the loop waits for its batches")
         return Finding(
             rule="dataloader_blocking", severity="warning",
-            message=f"data loading takes most of the step: {where}",
+            message=f"data loading takes {'most' if share > 0.5 else f'{share:.0%}'} of the step: {where}",
             evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                       f"(threshold {DATA_LOAD_CPU_ONLY_SHARE_MIN:.0%} on a CPU-only run)",),
             suggestion=SUGGEST_WORKERS if not workers else
@@ -390,8 +392,11 @@ def warmup_in_window(analysis: Analysis, facts: TraceFacts | None = None) -> Fin
     if not evidence:
         return None
     only_levels = len(evidence) == 1 and evidence[0].startswith("step times split")
+    # cuDNN's autotuning and recompiled graphs show as other kernels in some steps: named only there
+    kernels = facts is not None and gpu_active(analysis) and facts.kernel_set_changes >= KERNEL_SET_CHANGES_MIN
     return Finding(
         rule="warmup_in_window", severity="info" if only_levels else "warning",
-        message="warm-up work (cudnn.benchmark autotuning, recompilation) falls inside the measured "
-                "window",
-        evidence=tuple(evidence), suggestion=SUGGEST_WARMUP, cause="cudnn.benchmark/recompilation")
+        message="warm-up work " + ("(cudnn.benchmark autotuning, recompilation: other kernels in some steps) "
+                                   if kernels else "") + "falls inside the measured window",
+        evidence=tuple(evidence), suggestion=SUGGEST_WARMUP if kernels else SUGGEST_WARMUP_STEPS,
+        cause="cudnn.benchmark/recompilation" if kernels else "warm-up")
