@@ -6,9 +6,10 @@ same job says, for this repository's workloads and the zoo's public programs, as
         --hogs 2 --out /tmp/confirm-load
 
 For each program: a git repository of the user's project (a copy of this repository's workloads,
-or a zoo program's folder), its baseline recorded with the machine quiet and committed; then
-``--hogs`` busy processes (``while True: pass``) are started, and ``perfgate run`` is repeated
-``--reruns`` times on the unchanged code (``--confirm auto``, the default). Each run's result
+or a zoo program's folder), its baseline recorded with the machine quiet and committed; once every
+program's is, ``--hogs`` busy processes (``while True: pass``) are started, and ``perfgate run`` is
+repeated ``--reruns`` times on the unchanged code of each program in turn (``--confirm auto``, the
+default). Settings come as a user gives them, e.g. ``PERFGATE_THREADS=1`` in the environment. Each run's result
 record gives both verdicts: the stored baseline's (``extra.confirmation.stored_verdict``, what the
 gate said before the confirmation existed) and the one that decided. The hogs end with the script.
 Writes ``<out>/confirm-under-load.json`` and ``.md`` after each run.
@@ -112,7 +113,8 @@ def main() -> int:
     gate = ("--max-launches", str(args.max_launches), "--profile", "off", "--timeout", "600")
     rows: list[dict[str, object]] = []
     extra = {k: tuple(v.split()) for k, _, v in (a.partition("=") for a in args.args)}
-    for name in args.programs.split(","):
+    projects = []
+    for name in args.programs.split(","):     # every baseline recorded first, with the machine quiet
         folder, workload, env = project(name, work, extra.get(name, ()))
         env = {**os.environ, **env}
         recorded = harness.perfgate(folder, "baseline", "update", workload, "--record-launches",
@@ -122,20 +124,28 @@ def main() -> int:
             continue
         _git(folder, "add", "-A")
         _git(folder, "commit", "-q", "-m", "baseline")
-        busy = hogs(args.hogs)
-        try:
-            time.sleep(2)
-            for k in range(args.reruns):
-                run = harness.perfgate(folder, "run", workload, *gate, env=env,
-                                       log=args.out / f"{folder.name}-rerun-{k}.log")
+        projects.append((name, folder, workload, env))
+    busy = hogs(args.hogs)
+    try:
+        time.sleep(2)
+        for k in range(args.reruns):          # then the reruns, the programs in turn
+            for name, folder, workload, env in projects:
+                try:
+                    run = harness.perfgate(folder, "run", workload, *gate, env=env,
+                                           log=args.out / f"{folder.name}-rerun-{k}.log")
+                except subprocess.TimeoutExpired as exc:     # one run past the harness's limit: the rest go on
+                    rows.append({"program": name, "rerun": k, "verdict": f"no verdict in {exc.timeout:.0f} s",
+                                 "stored_verdict": "-", "confirmed": None, "skipped": None, "pairs": None,
+                                 "step_change": None, "launches": None, "wall_s": exc.timeout, "machine": None})
+                    continue
                 rows.append(row(name, k, run))
                 print(json.dumps(rows[-1]), flush=True)
                 (args.out / "confirm-under-load.json").write_text(json.dumps(rows, indent=2))
                 (args.out / "confirm-under-load.md").write_text(table(rows))
-        finally:
-            for h in busy:
-                h.kill()
-                h.wait()
+    finally:
+        for h in busy:
+            h.kill()
+            h.wait()
     print(table(rows))
     return 0
 
