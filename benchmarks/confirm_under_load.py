@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from zoo import harness  # noqa: E402
 
+from cpu_hogs import cpu_hogs  # noqa: E402
+
 
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), "-c", "user.name=perfgate", "-c", "user.email=perfgate@example.com", *args],
@@ -57,10 +59,6 @@ def project(name: str, work: Path, args: tuple[str, ...] = ()) -> tuple[Path, st
     _git(dest, "add", "-A")
     _git(dest, "commit", "-q", "-m", "the user's code")
     return dest, workload, env
-
-
-def hogs(n: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def row(name: str, k: int, run: harness.Run) -> dict[str, object]:
@@ -125,8 +123,7 @@ def main() -> int:
         _git(folder, "add", "-A")
         _git(folder, "commit", "-q", "-m", "baseline")
         projects.append((name, folder, workload, env))
-    busy = hogs(args.hogs)
-    try:
+    with cpu_hogs(args.hogs):
         time.sleep(2)
         for k in range(args.reruns):          # then the reruns, the programs in turn
             for name, folder, workload, env in projects:
@@ -142,10 +139,6 @@ def main() -> int:
                 print(json.dumps(rows[-1]), flush=True)
                 (args.out / "confirm-under-load.json").write_text(json.dumps(rows, indent=2))
                 (args.out / "confirm-under-load.md").write_text(table(rows))
-    finally:
-        for h in busy:
-            h.kill()
-            h.wait()
     print(table(rows))
     return 0
 

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -34,6 +33,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from zoo import harness  # noqa: E402
+
+from cpu_hogs import cpu_hogs  # noqa: E402
 
 LAST_CPU = {max(os.sched_getaffinity(0))}
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -125,8 +126,7 @@ def main() -> int:
         for hogs in map(int, args.hogs.split(",")):
             key = f"{name}@{hogs}"
             results[key] = {v: [] for v in variants}
-            procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
-            try:
+            with cpu_hogs(hogs):
                 for r in range(args.launches):
                     order = variants[r % len(variants):] + variants[:r % len(variants)]
                     for variant in order:
@@ -142,10 +142,6 @@ def main() -> int:
                         print(f"{key} {variant} {r}: {step:.3f} ms ({time.monotonic() - started:.0f} s)", flush=True)
                     (args.out / "steadiness.json").write_text(json.dumps(results, indent=1))
                     (args.out / "steadiness.md").write_text(tables(results))
-            finally:
-                for proc in procs:
-                    proc.kill()
-                    proc.wait()
     print(tables(results))
     return 0
 
