@@ -66,8 +66,7 @@ SUGGEST_LAUNCH = ("cut launch overhead: torch.compile(model, mode='reduce-overhe
                   "larger batches, fused optimizers (foreach/fused=True)")
 SUGGEST_WARMUP = ("keep autotuning out of the measured window: more warm-up steps "
                   "(cudnn.benchmark, torch.compile recompiles), static shapes (drop_last=True)")
-SUGGEST_WARMUP_STEPS = ("keep the first, slower steps out of the measured window: more warm-up steps "
-                      "(skip_steps), static shapes (drop_last=True)")
+SUGGEST_WARMUP_STEPS = "keep the first, slower steps out of the measured window: more warm-up steps (skip_steps)"
 SUGGEST_GAPS = "look at what the CPU does in the gap (the NVTX ranges listed) and move it off the step"
 SUGGEST_UTILIZATION = "the GPU waits more than it works: see the bottleneck and the other findings"
 
@@ -370,8 +369,8 @@ def _two_levels(durations: tuple[float, ...]) -> tuple[float, float, float] | No
 
 
 def warmup_in_window(analysis: Analysis, facts: TraceFacts | None = None) -> Finding | None:
-    """Autotuning/recompilation inside the measured window: first-step outliers, two-level step
-    times, or a kernel set that changes between steps."""
+    """Warm-up inside the measured window: first-step outliers, two-level step times, or a kernel set
+    that changes between steps (on a GPU: then named cudnn.benchmark autotuning, recompilation)."""
     durations = analysis.steps.durations_ms
     median = analysis.steps.summary_ms.median
     evidence: list[str] = []
@@ -384,7 +383,7 @@ def warmup_in_window(analysis: Analysis, facts: TraceFacts | None = None) -> Fin
         if levels is not None:
             evidence.append(f"step times split in two levels: {levels[0]:.2f} ms and {levels[1]:.2f} ms "
                             f"({levels[2]:.0%} of steps slow; threshold {TWO_LEVEL_RATIO}x)")
-    if facts is not None and facts.kernel_set_changes >= KERNEL_SET_CHANGES_MIN:
+    if kernels := facts is not None and facts.kernel_set_changes >= KERNEL_SET_CHANGES_MIN:
         evidence.append(f"{facts.kernel_set_changes} measured steps launch a different kernel set "
                         f"than the others (threshold {KERNEL_SET_CHANGES_MIN})")
     if facts is not None and gpu_active(analysis) and facts.cpu_only_steps > 0:
@@ -392,8 +391,7 @@ def warmup_in_window(analysis: Analysis, facts: TraceFacts | None = None) -> Fin
     if not evidence:
         return None
     only_levels = len(evidence) == 1 and evidence[0].startswith("step times split")
-    # cuDNN's autotuning and recompiled graphs show as other kernels in some steps: named only there
-    kernels = facts is not None and gpu_active(analysis) and facts.kernel_set_changes >= KERNEL_SET_CHANGES_MIN
+    kernels = kernels and gpu_active(analysis)
     return Finding(
         rule="warmup_in_window", severity="info" if only_levels else "warning",
         message="warm-up work " + ("(cudnn.benchmark autotuning, recompilation: other kernels in some steps) "
