@@ -52,8 +52,9 @@ def project(name: str, work: Path, args: tuple[str, ...] = ()) -> tuple[Path, st
                                          if (dest / ".gitignore").exists() else ".perfgate/\n")
         workload, env = program.name, program.env
     else:
+        # the user's project holds no perfgate of its own: the one under test is the installed one
         shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", ".perfgate", "__pycache__",
-                                                                  "baselines", "docs", "tests", "examples"))
+                                                                  "perfgate", "baselines", "docs", "tests", "examples"))
         workload, env = name, {}
     _git(dest, "init", "-q", "-b", "main")
     _git(dest, "add", "-A")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.diagnosis.machine import MACHINE, UNIFORM, slower_machine_reason
+from perfgate.diagnosis.machine import MACHINE, UNIFORM, slower_machine_reason, threads_hint
 from perfgate.records.diagnosis import PhaseDelta
 
 BUSY = "the machine was busier than when the baseline was recorded: other processes used 1.93 of 2 CPUs"
@@ -50,3 +50,14 @@ def test_the_bound_is_the_uniform_factor() -> None:
 def test_a_program_without_phases_is_judged_by_its_step() -> None:
     reason = slower_machine_reason([], 5.0, 7.5)
     assert reason is not None and "x1.50" in reason.text and "(" not in reason.text
+
+
+def test_a_busier_cpu_machine_with_torchs_default_threads_gets_the_threads_setting_named() -> None:
+    """Beside one busy process on 2 cores, torch's 2 threads made the zoo's word_language_model 54 times
+    slower and vae 15 times (docs/ci.md): the note names the setting, only where it applies."""
+    hint = threads_hint(True, "default", 0)
+    assert hint is not None and "threads = 1" in hint and "PERFGATE_THREADS=1" in hint
+    assert threads_hint(True, "1", 0) is None            # already set (the setting or OMP_NUM_THREADS)
+    assert threads_hint(False, "default", 0) is None     # a quieter machine
+    assert threads_hint(None, "default", 0) is None      # busier in one way, quieter in another
+    assert threads_hint(True, "default", 8) is None      # a GPU's work does not wait on those threads

@@ -35,3 +35,17 @@ def slower_machine_reason(phases: Sequence[PhaseDelta], base_step_ms: float, cur
     text = (f"the machine, not the code: the code did not change and the step took x{step:.2f}, every part alike"
             + (f" ({grown})" if grown else "") + (f"; {machine}" if machine else ""))
     return Reason(MACHINE, None, current_step_ms - base_step_ms, text, cause="the machine that ran it")
+
+
+def threads_hint(busier: bool | None, threads: str, gpu_count: int) -> str | None:
+    """What to set when a CPU-only workload ran with torch's default threads (``threads``
+    "default": one per core, perfgate.gate.provenance.workload_threads) on a machine other
+    processes were busier on: every operator then waits for its slowest thread, whichever the busy
+    process holds back; None otherwise (a GPU's work does not wait on those threads)."""
+    if busier is not True or threads != "default" or gpu_count:
+        return None
+    return ("the workload ran with torch's default CPU threads (one per core) beside busy processes: each "
+            "operator waits for whichever thread they hold back (the zoo's word_language_model went from 25.7 "
+            "to 1,395 ms a step beside one busy process on 2 cores); threads = 1 (PERFGATE_THREADS=1, "
+            "baselines recorded again) keeps its launches steady on a shared runner (docs/ci.md)")
+

@@ -5,11 +5,14 @@ change's own edits, which comparison decided, a machine in another state than at
 why an unclear run could not decide), the noise and the account of the change."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from perfgate.diagnosis.machine import threads_hint
 from perfgate.gate.machine_states import machine_difference
+from perfgate.gate.provenance import workload_threads
 from perfgate.pipeline.inputs import explain_change, explained_launches
 from perfgate.records.model import LookRecord, Verdict, WorkloadResult
 from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
@@ -44,6 +47,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         notes += [Note(CONFIRMATION, line) for line in result.confirmation.lines()]
     elif machine is not None:   # the stored baseline decided, on a machine in another state: said
         notes.append(Note(WARNING, machine.text()))
+    if machine is not None and (hint := threads_hint(machine.busier, workload_threads(settings.threads, os.environ),
+                                                     result.machine.gpu_count if result.machine else 0)):
+        notes.append(Note(NOTE, hint))
     if decided is not None:
         result.analyses, result.stopped = list(decided.head), decided.record.stopped
     notes += [Note(NOTE, w) for a in (*result.analyses, *([result.profile] if result.profile else []))
