@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from git_repo import git
 from zoo import harness
 
 CPU = [p for p in harness.programs() if p.cpu]
@@ -42,8 +43,10 @@ def gated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     env.update(program.env)
     tmp = tmp_path_factory.mktemp(program.name)
     project = harness.prepare(program, tmp / "project")
+    _commit(project, "the program")
     recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env)
     assert recorded.returncode == 0 and recorded.verdict == "PASS", recorded.output[-4000:]
+    _commit(project, "its baselines")
     rerun = harness.perfgate(project, "run", *GATE, env=env)
     slowed = {}
     for kind in ("input_slowdown", "compute_slowdown"):
@@ -55,6 +58,18 @@ def gated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         harness.apply(getattr(program, kind), changed)
         slowed[kind] = harness.perfgate(changed, "run", *GATE, env=env)
     return {"program": program, "project": project, "recorded": recorded, "rerun": rerun, **slowed}
+
+
+def _commit(project: Path, message: str) -> None:
+    """The user's repository, one commit at a time on main: the program, then the baselines recorded
+    from it (the runs folder ignored, as ``perfgate init`` has it). An unchanged rerun that its stored
+    baseline alone would fail is then confirmed in the same job against the commit the baseline was
+    recorded from (confirm = "auto")."""
+    if not (project / ".git").exists():
+        (project / ".gitignore").write_text(".perfgate/\n", encoding="utf-8")
+        git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", message)
 
 
 def test_the_steps_are_the_programs_iterations(gated: dict) -> None:
@@ -70,6 +85,10 @@ def test_the_steps_are_the_programs_iterations(gated: dict) -> None:
 def test_an_unchanged_rerun_passes(gated: dict) -> None:
     rerun = gated["rerun"]
     assert rerun.returncode == 0 and rerun.verdict == "PASS", rerun.output[-4000:]
+    confirmation = (rerun.result.get("extra") or {}).get("confirmation")
+    if confirmation is not None:      # the stored baseline alone said otherwise: the pairs decided
+        assert confirmation["verdict"] == "PASS", confirmation
+        assert confirmation["base_how"] == "the commit the baseline was recorded from", confirmation
 
 
 @pytest.mark.parametrize("kind", ["input_slowdown", "compute_slowdown"])
