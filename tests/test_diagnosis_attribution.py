@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from perfgate.diagnosis import account
 from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.render import render_attribution_text
@@ -168,3 +169,41 @@ def test_attribution_text_and_dict_carry_the_first_reason() -> None:
     assert text.splitlines()[0] == f"first reason: {a.first_reason}"
     assert "newly fires: pageable_copies" in text
     assert render_attribution_text(a) == text
+
+
+def test_unchanged_code_gets_what_moved_and_no_edit_guessed() -> None:
+    """Issue 42: an unchanged rerun whose data loading alone grew (noise, a neighbour's burst) read
+    ``data_load +0.8 ms/step ...: a slower dataset or transform?``; with the same code on both sides
+    the account says what moved, guesses no edit and names no likely change."""
+    base, cur = make_analysis(FAST), make_analysis(with_phase(h2d=2.5), pageable_copies=2 * STEPS, h2d_ms_per_step=2.0)
+    changed = explain_regression(base, cur)
+    assert changed.cause == "pinned memory" and changed.first_reason.endswith("pin_memory disabled?")
+    same = explain_regression(base, cur, same_code=True)
+    assert same.cause is None and "?" not in same.first_reason and "pin_memory" not in same.first_reason
+    assert same.first_reason == ("h2d +2.0 ms/step: pageable H2D copies appeared "
+                                 "(the code did not change: the machine or noise)")
+    assert all(r.cause is None and not r.text.endswith("?") for r in same.reasons)
+    assert "likely change" not in render_attribution_text(same)
+    waited = explain_regression(base, make_analysis(with_phase(data_load=30.5), idle_gaps=((29.0, "data_load"),)),
+                                same_code=True)
+    assert waited.first_reason == ("data_load +30.0 ms/step (GPU idle while data_load open): the DataLoader stopped "
+                                   "keeping up: the loop now waits for each batch (the code did not change: the "
+                                   "machine or noise)")
+
+
+def test_the_reasons_shares_partition_the_change() -> None:
+    """Issue 42: ``explained: 29.51 of +29.51 (100%)`` over reasons of 28.51 and 29.51 ms/step: reasons
+    that overlap each showed the whole change. In rank order, each shows what the reasons before it
+    left, so the lines add up to the explained total."""
+    assert account.shares([28.51, 29.51], 29.51) == pytest.approx([28.51, 1.0])
+    assert account.shares([3.0, 1.0, 2.0], -5.0) == pytest.approx([3.0, 1.0, 1.0])     # a speed-up too
+    assert account.shares([0.5, 0.25], 2.0) == pytest.approx([0.5, 0.25])               # under the change
+    # 30 ms of waiting for data and 2 ms of pageable copies, while forward got 4 ms faster: +28 ms/step
+    cur = make_analysis(with_phase(data_load=30.5, h2d=2.5, forward=0.0), idle_gaps=((29.0, "data_load"),),
+                        pageable_copies=2 * STEPS, h2d_ms_per_step=2.0)
+    a = explain_regression(make_analysis(FAST), cur)
+    assert len(a.reasons) >= 2 and sum(r.ms for r in a.reasons) > a.step_mean_delta_ms
+    lines = [line for line in render_attribution_text(a).splitlines() if line.strip()[:2] in {"1.", "2.", "3.", "4.", "5."}]
+    shown = [float(line.split(".", 1)[1].split("ms/step")[0]) for line in lines]
+    assert sum(shown) == pytest.approx(a.explained_ms, abs=0.01 * len(shown))
+    assert a.explained_ms <= abs(a.step_mean_delta_ms) + 1e-9

@@ -6,6 +6,7 @@ explained/unexplained line, the reasons, the kernel table, the rules that stop f
 bottleneck change all come from this one comparison (perfgate.diagnosis.attribution)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from perfgate.diagnosis.comm import without_communication
@@ -205,6 +206,18 @@ def _head(text: str) -> str:
 def capped(ms: float, step_delta: float) -> float:
     """No difference accounts for more than the whole change."""
     return min(ms, abs(step_delta)) if step_delta != 0 else ms
+
+
+def shares(reasons_ms: Sequence[float], step_delta: float) -> list[float]:
+    """Each ranked reason's share of the change: its milliseconds, up to what the reasons before it
+    left of the whole change, so that the shares partition it (reasons that overlap, a phase and
+    the wait inside it, are not counted twice). No change: each its own."""
+    left, out = abs(step_delta), []
+    for ms in reasons_ms:
+        share = max(0.0, min(ms, left)) if step_delta else ms
+        left -= share if step_delta else 0.0
+        out.append(share)
+    return out
 
 
 def first_reason(found: list[Reason], step_delta: float) -> tuple[str, str | None]:

@@ -90,8 +90,10 @@ def explain_regression(
     from this run's code and software (perfgate.gate.provenance), said first; the reasons a
     software change may explain too are named. ``same_code``: both sides ran the same code, so a
     slower step in which every part grew alike is the machine (perfgate.diagnosis.machine), said
-    with ``machine`` (how its state differed), and no mechanism of the code is named."""
-    from perfgate.diagnosis.machine import slower_machine_reason
+    with ``machine`` (how its state differed), and no reason guesses at an edit or names a likely
+    change."""
+    from perfgate.diagnosis.machine import (slower_machine_reason, unchanged_code_reason,
+                                          unchanged_code_text)
     from perfgate.diagnosis.one_run import diagnose
 
     base, cur = _one(baseline), _one(current)
@@ -133,6 +135,8 @@ def explain_regression(
     slower_machine = slower_machine_reason(phases, step_mean_ms(base), step_mean_ms(cur), machine) if same_code else None
     if slower_machine is not None:
         reasons, unlocated, comm, straggler = [slower_machine], [], None, None
+    elif same_code:           # what moved, but no edit: none was made
+        reasons = [unchanged_code_reason(r) for r in reasons]
     if straggler is not None:
         reasons.insert(0, straggler)
     else:         # a wait that moved between ranks (no rank is slower); beside a straggler it is its wait
@@ -142,11 +146,11 @@ def explain_regression(
     rows = _comparisons(comparisons)
     lead = resources.leading_reason(rows, base, cur)   # memory, energy, kernel launches per batch
     if lead is not None:
-        reason, cause = lead[0], lead[1]
+        reason, cause = (unchanged_code_text(lead[0]), None) if same_code else (lead[0], lead[1])
         notes += [f"also regressed: {t}" for t in lead[2]]
     else:
         notes += resources.notes(rows, base, cur)
-    explained = min(abs(step_delta), sum(account.capped(r.ms, step_delta) for r in reasons))
+    explained = min(abs(step_delta), sum(account.shares([r.ms for r in reasons], step_delta)))
     regressed = tuple(c.metric for c in rows if c.verdict == Verdict.REGRESSED)
     return Attribution(
         step_mean_delta_ms=step_delta,

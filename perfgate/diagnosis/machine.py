@@ -37,6 +37,30 @@ def slower_machine_reason(phases: Sequence[PhaseDelta], base_step_ms: float, cur
     return Reason(MACHINE, None, current_step_ms - base_step_ms, text, cause="the machine that ran it")
 
 
+def unguessed(text: str) -> str:
+    """A reason's words without the edit they guess at the end (``...: a slower dataset or
+    transform?``, ``... → pin_memory disabled?``, ``... (a slower dataset, or fewer workers?)``):
+    what moved, as the traces show it."""
+    if text.endswith("?)"):
+        cut = text.rfind(" (")
+    elif text.endswith("?"):
+        cut = max(text.rfind(": "), text.rfind(" → "))
+    else:
+        return text
+    return text[:cut] if cut > 0 else text
+
+
+def unchanged_code_text(text: str) -> str:
+    """A difference of code that did not change which is not every part alike (then it is
+    :func:`slower_machine_reason`): what moved, with no edit guessed, since none was made."""
+    return f"{unguessed(text)} (the code did not change: the machine or noise)"
+
+
+def unchanged_code_reason(reason: Reason) -> Reason:
+    """:func:`unchanged_code_text`'s reason, with no likely change."""
+    return Reason(reason.mechanism, reason.where, reason.ms, unchanged_code_text(reason.text), cause=None)
+
+
 def threads_hint(busier: bool | None, threads: str, gpu_count: int) -> str | None:
     """What to set when a CPU-only workload ran with torch's default threads (``threads``
     "default": one per core, perfgate.gate.provenance.workload_threads) on a machine other

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perfgate.diagnosis.account import shares
 from perfgate.records.diagnosis import Attribution, Diagnosis
 
 
@@ -79,8 +80,9 @@ def _reason_lines(d: Mapping[str, Any]) -> list[str]:
                 f"by more than noise{host}"]
     lines = [f"explained: {explained:.2f} of {delta:+.2f} ms/step ({explained / abs(delta):.0%}); "
              f"unexplained {abs(delta) - explained:.2f} ms/step{host}"]
-    for i, r in enumerate(reasons[:REASONS_SHOWN], 1):
-        lines.append(f"  {i}. {min(float(r['ms']), abs(delta)):.2f} ms/step: {r['text']}")
+    parts = shares([float(r["ms"]) for r in reasons], delta)
+    for i, (r, part) in enumerate(zip(reasons[:REASONS_SHOWN], parts), 1):
+        lines.append(f"  {i}. {part:.2f} ms/step: {r['text']}")
     software = [i for i in d.get("software_explains") or () if i <= min(len(reasons), REASONS_SHOWN)]
     if software:
         lines.append(f"  the software the baseline ran on differs: it may account for reason"
