@@ -12,8 +12,8 @@ Programs of the zoo, unmodified but for the pull request:
 - ``dcgan`` (a CNN fed by 4 DataLoader workers): the pull request busy-waits in the dataset's
   per-sample transform, in the workers;
 - ``timm_ddp`` (timm's train.py, a ResNet-18 fed by one worker decoding and augmenting images,
-  torchrun with one rank per visible GPU, ``--epochs 4``): the pull request busy-waits in each
-  sample's load (``ImageDataset.__getitem__``).
+  torchrun with one rank per visible GPU, ``--epochs 4`` unless ``--epochs`` says otherwise: 16 steps
+  an epoch on one GPU): the pull request busy-waits in each sample's load (``ImageDataset.__getitem__``).
 
 The pull request waits with ``time.perf_counter`` in a loop (a ``time.sleep`` costs more than asked:
 0.55 ms made +14.7 %), ``--spin-us`` microseconds per step (word_language_model) or per sample
@@ -89,7 +89,12 @@ def main() -> int:
     p.add_argument("--slowdown", type=float, default=0.10, help="the pull request's cost, a fraction of the step")
     p.add_argument("--spin-us", type=float, default=None, help="the pull request's wait, per step or per sample")
     p.add_argument("--neighbour", action="store_true", help="nanoGPT (GPT-2 small) trains beside the rounds")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="timm_ddp's epochs on both sides (default 4): fewer make shorter launches, more rounds")
     args = p.parse_args()
+    if args.epochs is not None and args.program != "timm_ddp":
+        p.error("--epochs is timm_ddp's alone")
+    program_args = ("--epochs", str(args.epochs)) if args.epochs is not None else ARGS.get(args.program, ())
     from perfgate.capture.command import TIMING
     from perfgate.pipeline.workload_run import launch_analysis
     from perfgate.settings.config import load_settings
@@ -101,7 +106,7 @@ def main() -> int:
     program = harness.load_program(harness.PROGRAMS / args.program)
     trees = {side: harness.prepare(program, work / side) for side in ("base", "head")}
     for tree in trees.values():
-        harness.apply(harness.Change((), ARGS.get(args.program, ()), ()), tree)
+        harness.apply(harness.Change((), program_args, ()), tree)
     file, old, new = PULL_REQUESTS[args.program]
     source = (trees["head"] / file).read_text()
     at = source.index("\nimport ") + 1
@@ -109,7 +114,7 @@ def main() -> int:
     assert new in (trees["head"] / file).read_text(), f"{args.program}: the pull request's edit did not apply"
     pools: dict[str, list[dict[str, float]]] = {"recorded": [], "base": [], "head": [], "base2": []}
     doc: dict[str, object] = {"program": args.program, "slowdown": args.slowdown, "neighbour": args.neighbour,
-                              "spin_s": None, "order": [], "wall_s": []}
+                              "args": list(program_args), "spin_s": None, "order": [], "wall_s": []}
 
     def launch(side: str, k: int) -> float:
         tree = trees["head" if side == "head" else "base"]
