@@ -158,3 +158,22 @@ def test_a_reason_whose_figure_holds_a_colon_keeps_its_parenthesis_whole() -> No
     assert told.startswith(figure + ": the loop waits longer for each batch with no loader worker processes")
     assert told.count("(") == told.count(")")
 
+
+
+def test_a_loop_that_makes_its_own_batches_is_not_told_of_a_dataloader() -> None:
+    """Issue 42: a CPU loop with no DataLoader read "(batches made in the training process): a slower
+    dataset or transform?" and "the loop waits for each batch (the trace records no DataLoader worker
+    process)"; where autostep saw no DataLoader on either side, the words are the loop's own batches."""
+    from perfgate.diagnosis.account import _with_workers
+    from perfgate.records.facts import TraceFacts
+    from perfgate.records.diagnosis import Reason
+
+    reason = Reason("data_loading", "between_steps", 5.0, "between steps +5.0 ms/step: the loop waits longer")
+    own = TraceFacts(steps=10, dataloader=False)
+    told = _with_workers(reason, own, own, slower=True)
+    assert told.text == ("between steps +5.0 ms/step: the program makes its own batches (no DataLoader on either "
+                         "side) and takes longer to make them: a slower batch preparation?")
+    assert "DataLoader worker" not in told.text and told.cause == "input pipeline"
+    # one side with a DataLoader: the worker words stand (a loader with 0 workers is a DataLoader)
+    loader = TraceFacts(steps=10, dataloader=True, dataloader_workers=0)
+    assert "no loader worker processes" in _with_workers(reason, loader, loader, slower=True).text

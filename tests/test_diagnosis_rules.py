@@ -337,3 +337,15 @@ def test_every_rule_is_one_record_and_its_findings_carry_its_id() -> None:
     assert checks.pageable_copies(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5)).rule == "pageable_copies"
     fired = rules.run_rules(gpu_run(pageable_copies=20, h2d_ms_per_step=0.5))
     assert "pageable_copies" in {f.rule for f in fired} and {f.rule for f in fired} <= set(ids)
+
+
+def test_a_cpu_loop_that_makes_its_own_batches_is_told_so() -> None:
+    """Issue 42: "a DataLoader only where one exists": autostep saw none (TraceFacts.dataloader False)."""
+    from perfgate.records.facts import TraceFacts
+
+    cpu = make_analysis({"data_load": 6.0, "forward": 2.0, "backward": 2.0})
+    own = checks.dataloader_blocking(cpu, TraceFacts(steps=STEPS, dataloader=False))
+    assert own is not None and own.message == ("data loading takes most of the step: the loop waits for the "
+                                               "batches it makes itself (no DataLoader)")
+    loader = checks.dataloader_blocking(cpu, TraceFacts(steps=STEPS, dataloader=True, dataloader_workers=0))
+    assert loader is not None and loader.message.endswith("(the trace records no DataLoader worker process)")

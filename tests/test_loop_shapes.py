@@ -319,6 +319,17 @@ def test_the_workers_of_a_loader_made_anew_each_epoch_are_counted_once(captured:
     assert list(trace.marks["text"]).count("perfgate/loader:2") == 6
 
 
+def test_a_dataloader_only_where_the_loop_iterates_one(captured: dict) -> None:
+    """Issue 42: a loop that makes its own batches was told about "DataLoader workers"; the fact is
+    autostep's: a loader mark where a DataLoader iterator was made, none where its hooks ran
+    without one (and then no worker count, not the capture's 0 worker processes)."""
+    for name, (analysis, _) in captured.items():
+        uses = "DataLoader(" in LOOPS[name]
+        assert analysis.facts.dataloader is uses, name
+        if not uses:
+            assert analysis.facts.dataloader_workers is None, name
+
+
 def test_periods_in_a_cycle_are_gated_on_their_mean_not_on_a_peak(captured: dict) -> None:
     analysis, (iterations, own_median, own_mean) = captured["bursts"]
     st = analysis.steps

@@ -13,7 +13,7 @@ from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
 from perfgate.analysis.kernel_sets import kernel_set_changes
-from perfgate.analysis.loop import loader_workers
+from perfgate.analysis.loop import loader_in_use, loader_workers
 from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
 from perfgate.records.facts import H2D_PHASE, OUTSIDE_PHASES, STEP_CODE, TraceFacts
@@ -159,8 +159,9 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     n = max(stats.count, 1)
     lo, hi = stats.window_start_ns, stats.window_end_ns
     workers = _dataloader_workers(trace, lo, hi)
+    loader = loader_in_use(trace.marks, trace.nvtx)
     if not trace.has_gpu:
-        return TraceFacts(steps=n, dataloader_workers=workers)
+        return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader)
     launched, api = trace.gpu((lo, hi))
     steps = measured_iterations(trace.nvtx, stats, trace.marks)
     if not len(steps):
@@ -171,7 +172,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     window = _window_idle(launched, phases, lo, hi, busy)
     del busy
     if window is None:
-        return TraceFacts(steps=n, dataloader_workers=workers)
+        return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader)
     gpu_ops, idle_ns, idle_phase_ns, ndev = window
     # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
@@ -226,7 +227,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
             syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
     return TraceFacts(
         kernels_by_phase=by_phase, kernels_by_family=by_family, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
-        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers,
+        fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers, dataloader=loader,
         steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
         kernels_per_step=gpu.kernels_per_step if gpu is not None else kernels / n,
@@ -329,14 +330,14 @@ def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
 
 def _dataloader_workers(trace: Trace, lo: int, hi: int) -> int | None:
     """The ``num_workers`` of the DataLoader iterator in use in the measured window, from autostep's
-    ``perfgate/loader`` marks (analysis.loop.loader_workers); in captures without them, the worker
-    processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES (2024 and
-    later: every iterator's, so an iterator made anew each epoch counts its workers each time);
-    None without either."""
+    ``perfgate/loader`` marks (analysis.loop.loader_workers); in captures without autostep's marks,
+    the worker processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES
+    (2024 and later: every iterator's, so an iterator made anew each epoch counts its workers each
+    time); None without either, and where autostep saw no DataLoader (none has workers)."""
     from perfgate.trace import database
 
     workers = loader_workers(trace.marks, lo, hi)
-    if workers is not None:
+    if workers is not None or loader_in_use(trace.marks, trace.nvtx) is False:
         return workers
     if "PROCESSES" not in trace.tables or trace._con is None:
         return None

@@ -216,6 +216,17 @@ def samples_per_iteration(batches: Columns, start: np.ndarray, end: np.ndarray, 
     return out
 
 
+def loader_in_use(marks: Columns, nvtx: Columns) -> bool | None:
+    """Whether the program iterated a DataLoader: True with ``perfgate/loader`` marks; False where
+    autostep's hooks ran (its optimizer marks, or its backward ranges: a loop that updates its
+    parameters by hand) and made none; None without either (no autostep)."""
+    if len(_marks(marks, MARK_LOADER)):
+        return True
+    if len(_marks(marks, MARK_OPTIMIZER_STEP)) or np.any(nvtx["text"] == BACKWARD):
+        return False
+    return None
+
+
 def loader_workers(marks: Columns, window_start: int, window_end: int) -> int | None:
     """``num_workers`` of the DataLoader iterator in use when the measured window began (the last
     one created before it; else the first created inside it); None without ``perfgate/loader`` marks."""

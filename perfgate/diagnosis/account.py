@@ -174,11 +174,18 @@ DATA_MECHANISMS = ("rule:dataloader_blocking", "data_loading")
 def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | None, slower: bool) -> Reason:
     """A data-loading reason with what the traces say about the DataLoader's workers: a change in
     their number is the likely edit; an unchanged number rules it out."""
+    head = _head(reason.text)
+    if base is not None and cur is not None and base.dataloader is False and cur.dataloader is False:
+        if slower:     # a DataLoader only where one exists: this loop makes its own batches
+            return replace(reason, text=f"{head}: the program makes its own batches (no DataLoader on either "
+                                        "side) and takes longer to make them: a slower batch preparation?",
+                           cause="input pipeline")
+        return replace(reason, text=f"{reason.text}, with batches the program makes itself (no DataLoader)",
+                       cause="input pipeline")
     b = base.dataloader_workers if base is not None else None
     c = cur.dataloader_workers if cur is not None else None
     if b is None or c is None:
         return reason
-    head = _head(reason.text)
     if c < b:
         return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}: the loop now waits "
                                     "for each batch", cause="workers")

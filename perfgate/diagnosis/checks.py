@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.evidence import (
-    COMPUTE_PHASES, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, innermost_phase, phase_ms,
-    phase_share, step_mean_ms,
+    COMPUTE_PHASES, batches_from, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, innermost_phase,
+    phase_ms, phase_share, step_mean_ms, workers_words,
 )
 from perfgate.records.diagnosis import Finding
 from perfgate.records.facts import H2D_PHASE, TraceFacts
@@ -69,11 +69,6 @@ SUGGEST_WARMUP = ("keep autotuning out of the measured window: more warm-up step
 SUGGEST_WARMUP_STEPS = "keep the first, slower steps out of the measured window: more warm-up steps (skip_steps)"
 SUGGEST_GAPS = "look at what the CPU does in the gap (the NVTX ranges listed) and move it off the step"
 SUGGEST_UTILIZATION = "the GPU waits more than it works: see the bottleneck and the other findings"
-
-
-def _workers(count: int) -> str:
-    """``count`` DataLoader workers, in words ("1 DataLoader worker", "4 DataLoader workers")."""
-    return f"{count} DataLoader worker{'' if count == 1 else 's'}"
 
 
 def _per_step(total: float, analysis: Analysis) -> float:
@@ -194,16 +189,13 @@ def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> 
         if share < DATA_LOAD_CPU_ONLY_SHARE_MIN:
             return None
         workers = facts.dataloader_workers if facts is not None else None
-        where = ("the loop waits for each batch (the trace records no DataLoader worker process)" if workers == 0
-                 else f"the loop waits for batches from {_workers(workers)}" if workers
-                 else "the loop waits for its batches")
         return Finding(
             rule="dataloader_blocking", severity="warning",
-            message=f"data loading takes {'most' if share > 0.5 else f'{share:.0%}'} of the step: {where}",
+            message=f"data loading takes {'most' if share > 0.5 else f'{share:.0%}'} of the step: {batches_from(facts)}",
             evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                       f"(threshold {DATA_LOAD_CPU_ONLY_SHARE_MIN:.0%} on a CPU-only run)",),
             suggestion=SUGGEST_WORKERS if not workers else
-            f"{_workers(workers)} {'does' if workers == 1 else 'do'} not keep up: more "
+            f"{workers_words(workers)} {'does' if workers == 1 else 'do'} not keep up: more "
             "workers, or a cheaper dataset or transform (decode once, cache, move work to the GPU)",
             cause="workers", phases=(phase,), impact_ms=load_ms)
     if share < DATA_LOAD_SHARE_MIN:

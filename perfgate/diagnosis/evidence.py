@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from perfgate.records.facts import OUTSIDE_PHASES
+from perfgate.records.facts import OUTSIDE_PHASES, TraceFacts
 from perfgate.records.model import Analysis
 
 DATA_PHASE = "data_load"
@@ -81,3 +81,22 @@ def data_phase(analysis: Analysis) -> str:
 def phase_ms(analysis: Analysis, name: str) -> float:
     p = analysis.phases.get(name)
     return 0.0 if p is None else float(p.cpu_per_step_ms)
+
+
+# ----------------------------------------------------------------------------- where batches come from
+
+
+def workers_words(count: int) -> str:
+    """``count`` DataLoader workers, in words ("1 DataLoader worker", "4 DataLoader workers")."""
+    return f"{count} DataLoader worker{'' if count == 1 else 's'}"
+
+
+def batches_from(facts: TraceFacts | None) -> str:
+    """What a CPU-only loop waits for, as far as the trace says where its batches come from: a
+    DataLoader only where one was in use (``TraceFacts.dataloader``)."""
+    workers = facts.dataloader_workers if facts is not None else None
+    if facts is not None and facts.dataloader is False:
+        return "the loop waits for the batches it makes itself (no DataLoader)"
+    if workers == 0:
+        return "the loop waits for each batch (the trace records no DataLoader worker process)"
+    return f"the loop waits for batches from {workers_words(workers)}" if workers else "the loop waits for its batches"

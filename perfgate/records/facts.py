@@ -44,6 +44,9 @@ class TraceFacts:
     d2h_copies_per_step: float = 0.0
     fp64_kernels_per_step: float = 0.0                 # kernels whose full name has a double type
     dataloader_workers: int | None = None              # pt_data_worker processes (None: not recorded)
+    # a DataLoader iterator was in use (autostep's loader marks); False: autostep's hooks ran and saw
+    # none (the program makes its own batches); None: not known (no autostep marks)
+    dataloader: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
