@@ -141,11 +141,13 @@ def _row(metric: str, verdict: Verdict) -> MetricComparison:
     return MetricComparison(metric, "ms", Direction.LOWER_IS_BETTER, 1.0, 2.0, 1.0, 1.0, Tolerance(0.05), verdict)
 
 
-def test_launch_lists_use_the_median_launch_and_outcomes_give_the_regressed_metrics() -> None:
+def test_launch_lists_are_taken_at_the_tables_centre_and_outcomes_give_the_regressed_metrics() -> None:
+    from perfgate.gate.statistics import geometric_mean
+
     launches = [make_analysis(with_phase(data_load=x)) for x in (0.5, 9.5, 1.5)]
     outcome = _Outcome([_row("step_time_ms", Verdict.REGRESSED), _row("phase.forward.cpu_ms", Verdict.PASS)])
     a = explain_regression([make_analysis(FAST)], launches, outcome)
-    assert a.step_mean_delta_ms == pytest.approx(1.0)
+    assert a.step_mean_delta_ms == pytest.approx(geometric_mean([10.0, 19.0, 11.0]) - 10.0)
     assert a.regressed_metrics == ("step_time_ms",)
 
 
@@ -207,3 +209,24 @@ def test_the_reasons_shares_partition_the_change() -> None:
     shown = [float(line.split(".", 1)[1].split("ms/step")[0]) for line in lines]
     assert sum(shown) == pytest.approx(a.explained_ms, abs=0.01 * len(shown))
     assert a.explained_ms <= abs(a.step_mean_delta_ms) + 1e-9
+
+
+def test_the_reasons_figures_come_from_the_launches_the_table_states() -> None:
+    """Issue 42: a reason read ``optimizer x1.19`` from the median launch beside the table's worst
+    phase ``optimizer +80.6 %``. Over several launches a side the phase deltas, and so the reasons,
+    are the table's centres (the geometric mean of the launches), not one launch's."""
+    from perfgate.gate.statistics import geometric_mean
+
+    base = [make_analysis(FAST) for _ in range(3)]
+    # the median launch by step time (forward 4.0) has optimizer 1.2; the other two 2.0 and 2.2
+    cur = [make_analysis(with_phase(optimizer=1.2)), make_analysis(with_phase(optimizer=2.0, forward=2.9)),
+           make_analysis(with_phase(optimizer=2.2, forward=4.5))]
+    a = explain_regression(base, cur)
+    optimizer = next(p for p in a.phase_deltas if p.name == "optimizer")
+    assert optimizer.current_ms == pytest.approx(geometric_mean([1.2, 2.0, 2.2]))
+    assert optimizer.current_ms != pytest.approx(1.2)
+    steps = [sum(with_phase(optimizer=o, forward=f).values()) for o, f in ((1.2, 4.0), (2.0, 2.9), (2.2, 4.5))]
+    assert a.step_mean_delta_ms == pytest.approx(geometric_mean(steps) - sum(FAST.values()))
+    # one launch a side: that launch
+    one = explain_regression(base[:1], cur[:1])
+    assert next(p for p in one.phase_deltas if p.name == "optimizer").current_ms == pytest.approx(1.2)

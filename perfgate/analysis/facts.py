@@ -160,6 +160,9 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     lo, hi = stats.window_start_ns, stats.window_end_ns
     workers = _dataloader_workers(trace, lo, hi)
     loader = loader_in_use(trace.marks, trace.nvtx)
+    if loader is False:      # worker processes are a DataLoader's, whatever the hooks saw
+        loader = True if workers else False
+        workers = workers or None
     if not trace.has_gpu:
         return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader)
     launched, api = trace.gpu((lo, hi))
@@ -330,14 +333,14 @@ def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
 
 def _dataloader_workers(trace: Trace, lo: int, hi: int) -> int | None:
     """The ``num_workers`` of the DataLoader iterator in use in the measured window, from autostep's
-    ``perfgate/loader`` marks (analysis.loop.loader_workers); in captures without autostep's marks,
-    the worker processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES
-    (2024 and later: every iterator's, so an iterator made anew each epoch counts its workers each
-    time); None without either, and where autostep saw no DataLoader (none has workers)."""
+    ``perfgate/loader`` marks (analysis.loop.loader_workers); in captures without them, the worker
+    processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES (2024 and
+    later: every iterator's, so an iterator made anew each epoch counts its workers each time);
+    None without either."""
     from perfgate.trace import database
 
     workers = loader_workers(trace.marks, lo, hi)
-    if workers is not None or loader_in_use(trace.marks, trace.nvtx) is False:
+    if workers is not None:
         return workers
     if "PROCESSES" not in trace.tables or trace._con is None:
         return None

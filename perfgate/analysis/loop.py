@@ -217,10 +217,11 @@ def samples_per_iteration(batches: Columns, start: np.ndarray, end: np.ndarray, 
 
 
 def loader_in_use(marks: Columns, nvtx: Columns) -> bool | None:
-    """Whether the program iterated a DataLoader: True with ``perfgate/loader`` marks; False where
-    autostep's hooks ran (its optimizer marks, or its backward ranges: a loop that updates its
-    parameters by hand) and made none; None without either (no autostep)."""
-    if len(_marks(marks, MARK_LOADER)):
+    """Whether the program iterated a DataLoader, as autostep's hooks saw it: True with their
+    ``perfgate/loader`` marks or ``perfgate/data_load`` ranges (captures from before the marks have
+    the ranges); False where the hooks ran (optimizer marks, or backward ranges: a loop that updates
+    its parameters by hand) and made neither; None without them (no autostep)."""
+    if len(_marks(marks, MARK_LOADER)) or np.any(nvtx["text"] == DATA_LOAD):
         return True
     if len(_marks(marks, MARK_OPTIMIZER_STEP)) or np.any(nvtx["text"] == BACKWARD):
         return False

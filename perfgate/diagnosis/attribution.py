@@ -7,6 +7,7 @@ step-time delta exactly."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from perfgate.diagnosis import resources
@@ -28,12 +29,34 @@ def _pick(values: Sequence[Any], key: Callable[[Any], float]) -> Any:
 
 
 def _one(value: Analysis | Sequence[Analysis]) -> Analysis:
-    """An Analysis (the median launch of a sequence)."""
+    """An Analysis (:func:`as_the_table_sees` of a sequence)."""
     if isinstance(value, Analysis):
         return value
     if not value:
         raise ValueError("explain_regression: an empty sequence of launches")
-    return median_launch(value)
+    return as_the_table_sees(value)
+
+
+def as_the_table_sees(launches: Sequence[Analysis]) -> Analysis:
+    """The launches as the verdict's table states them: the median launch (its kernels, facts and
+    GPU detail), its step's mean and median and each phase's CPU time per step at the table's
+    centre over the launches (perfgate.gate.statistics.center), so that a reason's figures come
+    from the same launches as the table's (a CPU trial once read ``optimizer x1.19`` from one
+    launch beside the table's ``optimizer +80.6 %``)."""
+    from perfgate.gate.metric_specs import spec_for
+    from perfgate.gate.statistics import center
+
+    one = median_launch(launches)
+    if len(launches) == 1:
+        return one
+    summaries = [a.steps.summary_ms for a in launches]
+    summary = replace(one.steps.summary_ms, mean=center([s.mean for s in summaries], True),
+                      median=center([s.median for s in summaries], True))
+    phases = {}
+    for name, phase in one.phases.items():
+        values = [a.phases[name].cpu_per_step_ms for a in launches if name in a.phases]
+        phases[name] = replace(phase, cpu_per_step_ms=center(values, spec_for(f"phase.{name}.cpu_ms").log_scale))
+    return replace(one, steps=replace(one.steps, summary_ms=summary), phases=phases)
 
 
 def _phase_deltas(base: Analysis, cur: Analysis) -> tuple[PhaseDelta, ...]:

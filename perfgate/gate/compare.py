@@ -203,8 +203,8 @@ def compare_launches(
         if not b or not c:
             no_data.append(MetricComparison(
                 metric=metric, unit=spec.unit, direction=spec.direction,
-                baseline=_center(b, spec.log_scale) if b else None,
-                current=_center(c, spec.log_scale) if c else None,
+                baseline=statistics.center(b, spec.log_scale) if b else None,
+                current=statistics.center(c, spec.log_scale) if c else None,
                 change=None, delta=None, tolerance=policy.tolerance_for(metric),
                 verdict=Verdict.NO_DATA, gating=False,
                 note="missing in the current launches" if b else "not in the baseline"))
@@ -267,12 +267,6 @@ def _order_rows(rows: list[MetricComparison]) -> list[MetricComparison]:
     return sorted(rows, key=lambda r: order[r.metric])
 
 
-def _center(values: list[float], log_scale: bool) -> float:
-    if log_scale and min(values) > 0:
-        return statistics.geometric_mean(values)
-    return sum(values) / len(values)
-
-
 def _p_worse(r: _Row) -> float:
     assert r.test is not None
     return r.test.p_increase if spec_for(r.metric).direction == LOWER else r.test.p_decrease
@@ -288,7 +282,7 @@ def _compare_row(r: _Row, policy: ComparePolicy, adjusted: tuple[float, float] |
     """The row of one metric, and the decision that gave its verdict."""
     spec = spec_for(r.metric)
     tol = policy.tolerance_for(r.metric)
-    base, cur = _center(r.base, r.log_scale), _center(r.cur, r.log_scale)
+    base, cur = statistics.center(r.base, r.log_scale), statistics.center(r.cur, r.log_scale)
     delta = cur - base
     change = cur / base - 1.0 if base != 0 else None
     sign = 1.0 if spec.direction == LOWER else -1.0
@@ -353,7 +347,7 @@ def _new_outcome(names: list[str], current: Sequence[Mapping[str, float]], polic
         c = _values(current, metric)
         rows.append(MetricComparison(
             metric=metric, unit=spec.unit, direction=spec.direction, baseline=None,
-            current=_center(c, spec.log_scale) if c else None, change=None, delta=None,
+            current=statistics.center(c, spec.log_scale) if c else None, change=None, delta=None,
             tolerance=policy.tolerance_for(metric), verdict=Verdict.NEW, gating=False, note="no baseline"))
     step = next((r for r in rows if r.metric == "step_time_ms" and r.current is not None), None)
     what = f"; step_time_ms {fmt_value(step.current, 'ms')}" if step else ""

@@ -43,6 +43,14 @@ def geometric_mean(values: Sequence[float]) -> float:
     return float(np.exp(np.log(a).mean()))
 
 
+def center(values: Sequence[float], log_scale: bool) -> float:
+    """The launches' central value of a metric, as the verdict's table states it: the geometric
+    mean on a log scale (all values positive), else the mean."""
+    if log_scale and min(values) > 0:
+        return geometric_mean(values)
+    return sum(values) / len(values)
+
+
 # --------------------------------------------------------------------------- the launch-level test
 
 
