@@ -15,6 +15,7 @@ from perfgate.commands.ab import run_ab
 from perfgate.gate.paired_looks import BASE, HEAD, launch_order
 from perfgate.errors import ConfigError
 from perfgate.records.model import Verdict
+from cpu_nvtx import NVTX
 from git_repo import git as _git
 
 
@@ -109,10 +110,7 @@ def test_a_launcher_error_propagates() -> None:
 TINY = """\
 import time
 
-import torch
-
-nvtx = torch.cuda.nvtx
-FORWARD_S = {forward_s}
+{nvtx}FORWARD_S = {forward_s}
 
 for step in range(10):
     nvtx.range_push("step")
@@ -135,12 +133,12 @@ def two_commit_repo(tmp_path: Path) -> Path:
         timeout_s = 120
         """))
     (repo / "workloads" / "__init__.py").write_text("")
-    (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.004))
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.004))
     (repo / ".gitignore").write_text(".perfgate/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "base")
-    (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.024))  # head: +20 ms in forward
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.024))  # head: +20 ms in forward
     _git(repo, "commit", "-q", "-am", "slower forward")
     return repo
 

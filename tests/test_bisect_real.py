@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 from git_repo import git as _git
 
 pytestmark = [pytest.mark.nsys, pytest.mark.torch]
@@ -19,10 +20,7 @@ pytestmark = [pytest.mark.nsys, pytest.mark.torch]
 TINY = """\
 import time
 
-import torch
-
-nvtx = torch.cuda.nvtx
-FORWARD_S = {forward_s}
+{nvtx}FORWARD_S = {forward_s}
 REVISION = {revision}   # a change that costs nothing
 
 for step in range(14):
@@ -51,7 +49,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     _git(repo, "init", "-q")
     commits = []
     for k, forward in enumerate(FORWARD):
-        (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=forward, revision=k))
+        (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=forward, revision=k))
         _git(repo, "add", ".")
         message = {SLOWER: "slow the forward down (+20 % step)", SLIGHTLY_SLOWER: "a little slower (+5 % step)"}
         _git(repo, "commit", "-q", "-m", message.get(k, f"revision {k}"))

@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 from perfgate.cli import main
 
 TINY = '''
 import json, time
-import torch
-nvtx = torch.cuda.nvtx
-for _ in range(5):
+''' + NVTX + '''for _ in range(5):
     nvtx.range_push("step")
     for phase, ms in (("data_load", 2), ("forward", 6)):
         nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()

@@ -16,6 +16,7 @@ from perfgate.records.confirmation import Confirmation
 from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads
+from cpu_nvtx import NVTX
 from git_repo import git as _git
 
 # The machine's speed comes from the environment, never from the code: TINY_MACHINE_SLOWDOWN=1.6
@@ -24,10 +25,7 @@ TINY = """\
 import os
 import time
 
-import torch
-
-nvtx = torch.cuda.nvtx
-SLOW = float(os.environ.get("TINY_MACHINE_SLOWDOWN", "1"))
+{nvtx}SLOW = float(os.environ.get("TINY_MACHINE_SLOWDOWN", "1"))
 FORWARD_S = {forward_s}
 
 for step in range(12):
@@ -50,7 +48,7 @@ def _project(repo: Path) -> None:
         timeout_s = 120
         """))
     (repo / "workloads" / "__init__.py").write_text("")
-    (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.004))
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.004))
     (repo / ".gitignore").write_text(".perfgate/\n")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", ".")
@@ -111,7 +109,7 @@ def test_a_pull_requests_slowdown_is_confirmed_against_its_base(recorded: Path, 
 
     _git(recorded, "checkout", "-q", "-b", "slower-forward")
     try:
-        (recorded / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.024))
+        (recorded / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.024))
         _git(recorded, "commit", "-q", "-am", "slower forward")
         monkeypatch.setenv("GITHUB_BASE_REF", "main")
         monkeypatch.delenv("TINY_MACHINE_SLOWDOWN", raising=False)
@@ -141,10 +139,10 @@ def test_staleness_is_judged_against_the_pull_requests_base(recorded: Path) -> N
     baseline = load_baseline(next((recorded / "baselines" / "tiny").glob("*.json")))
     start = _git(recorded, "rev-parse", "HEAD")
     try:
-        (recorded / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.005))
+        (recorded / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.005))
         _git(recorded, "commit", "-q", "-am", "main moves on")
         main_head = _git(recorded, "rev-parse", "HEAD")
-        (recorded / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.006))   # the PR, uncommitted
+        (recorded / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.006))   # the PR, uncommitted
         at_main = baseline_staleness(baseline, spec, settings, None, base=main_head)
         assert at_main.stale and at_main.code == ("workloads/tiny.py changed",)
         assert at_main.edits == ("workloads/tiny.py changed",) and at_main.base == main_head
@@ -196,7 +194,7 @@ def test_the_base_reaches_what_the_head_reaches_outside_the_repository(tmp_path:
     repo = tmp_path / "proj"
     _project(repo)
     base = _git(repo, "rev-parse", "HEAD")
-    (repo / "workloads" / "tiny.py").write_text(TINY.format(forward_s=0.008))
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.008))
     (repo / "checkpoints").mkdir()
     (repo / ".gitignore").write_text(".perfgate/\ncheckpoints/\n")
     _git(repo, "commit", "-q", "-am", "the change")

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 from perfgate.cli import main
 from perfgate.errors import BaselineError, ConfigError, PerfgateError, TraceError
@@ -23,9 +24,7 @@ from perfgate.records.model import MachineInfo, Verdict, WorkloadResult
 DEEP = "[" * 100_000 + "]" * 100_000          # valid JSON that Python's parser cannot descend
 TINY = '''
 import time
-import torch
-nvtx = torch.cuda.nvtx
-for _ in range(8):
+''' + NVTX + '''for _ in range(8):
     nvtx.range_push("step")
     for phase, ms in (("data_load", 2), ("forward", 4)):
         nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from cpu_nvtx import NVTX
 
 from perfgate.capture import machine_meter
 from perfgate.capture.machine_meter import MachineMeter, NvmlProcesses, read_totals
@@ -145,9 +146,7 @@ def test_others_on_the_gpus_are_those_before_the_launch_and_those_outside_its_tr
 
 BUSY = '''
 import json, time
-import torch
-nvtx = torch.cuda.nvtx
-for _ in range(8):
+''' + NVTX + '''for _ in range(8):
     nvtx.range_push("step")
     t, x = time.perf_counter(), 0
     while time.perf_counter() - t < 0.3:      # a CPU busy for the step

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 from nsys_run import run_supervised
 from perfgate.capture.redaction.launch_folder import clean_artifacts
@@ -36,9 +37,7 @@ NEEDLES = (TOKEN, PASSWORD, WEBHOOK.rsplit("/", 1)[1])
 
 TINY = '''
 import sys, time
-import torch
-nvtx = torch.cuda.nvtx
-for _ in range(6):
+''' + NVTX + '''for _ in range(6):
     nvtx.range_push("step")
     for phase, ms in (("data_load", 2), ("forward", 5)):
         nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()
