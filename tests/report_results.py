@@ -1,6 +1,6 @@
 """WorkloadResults for the report tests (imported by tests/test_report_*.py and test_github.py).
 
-``real_results`` captures a tiny NVTX-instrumented torch script with the real nsys (three baseline
+``real_results`` captures a tiny NVTX-instrumented script with the real nsys (three baseline
 launches, two launches with an injected sleep in ``forward``), analyses the traces with
 ``perfgate.analysis.analyze_trace`` and compares them with ``perfgate.gate.compare.compare_launches``:
 results the way the pipeline makes them. They are made once per test session.
@@ -14,6 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from cpu_nvtx import NVTX
 from nsys_run import run_supervised
 from perfgate.records.model import (
     Analysis, Direction, MachineInfo, MetricComparison, PhaseStats, Tolerance, Verdict, WorkloadResult,
@@ -29,17 +30,16 @@ INJECTED_FORWARD_MS = 20.0
 
 SCRIPT = f"""
 import sys, time
-import torch
-
+{NVTX}
 extra_forward_s = float(sys.argv[1]) / 1000.0
 phase_s = {{name: ms / 1000.0 for name, ms in {PHASE_MS!r}.items()}}
 for _ in range({STEPS}):
-    torch.cuda.nvtx.range_push("step")
+    nvtx.range_push("step")
     for name, seconds in phase_s.items():
-        torch.cuda.nvtx.range_push(name)
+        nvtx.range_push(name)
         time.sleep(seconds + (extra_forward_s if name == "forward" else 0.0))
-        torch.cuda.nvtx.range_pop()
-    torch.cuda.nvtx.range_pop()
+        nvtx.range_pop()
+    nvtx.range_pop()
 """
 
 _CACHE: dict[str, list[WorkloadResult]] = {}

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 from perfgate.capture.autostep.install import site_dir
 from perfgate.capture.command import (
@@ -24,7 +25,6 @@ from perfgate.system.nsys import supports_option
 
 TINY = '''
 import json, os, subprocess, sys, time
-import torch
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 if mode == "crash":
     print("loading the model...")
@@ -34,8 +34,7 @@ if mode == "hang":
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     open("child.pid", "w").write(str(child.pid))
     time.sleep(600)
-nvtx = torch.cuda.nvtx
-for _ in range(6):
+''' + NVTX + '''for _ in range(6):
     nvtx.range_push("step")
     for phase, ms in (("data_load", 2), ("forward", 8)):
         nvtx.range_push(phase); time.sleep(ms / 1000); nvtx.range_pop()

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 ALNUM = string.ascii_letters + string.digits
 
@@ -34,13 +35,12 @@ ALNUM = string.ascii_letters + string.digits
 STUBBORN = '''
 import os, signal, time
 from pathlib import Path
-import torch
-signal.signal(signal.SIGTERM, signal.SIG_IGN)          # a workload that ignores SIGTERM
+''' + NVTX + '''signal.signal(signal.SIGTERM, signal.SIG_IGN)          # a workload that ignores SIGTERM
 ready = Path(os.environ["LEAK_DIR"]) / "ready"
 name = os.environ["LEAK_SEED"][::-1]
 for i in range(1000000):
-    torch.cuda.nvtx.range_push("step"); time.sleep(0.02); torch.cuda.nvtx.range_pop()
-    torch.cuda.nvtx.range_push(name); torch.cuda.nvtx.range_pop()
+    nvtx.range_push("step"); time.sleep(0.02); nvtx.range_pop()
+    nvtx.range_push(name); nvtx.range_pop()
     if i == 20:
         ready.write_text("1")
 '''
@@ -48,8 +48,7 @@ for i in range(1000000):
 DAEMON = '''
 import os, sys, time
 from pathlib import Path
-import torch
-out = Path(os.environ["LEAK_DIR"])
+''' + NVTX + '''out = Path(os.environ["LEAK_DIR"])
 if os.fork() == 0:              # a daemon: double fork, new session (setsid), re-parented away
     os.setsid()
     if os.fork() == 0:
@@ -57,7 +56,7 @@ if os.fork() == 0:              # a daemon: double fork, new session (setsid), r
         time.sleep(600)
     os._exit(0)
 for _ in range(30):
-    torch.cuda.nvtx.range_push("step"); time.sleep(0.01); torch.cuda.nvtx.range_pop()
+    nvtx.range_push("step"); time.sleep(0.01); nvtx.range_pop()
 '''
 
 
@@ -181,9 +180,9 @@ def test_a_workload_leaving_a_setsid_daemon_is_gated_in_its_own_time(tmp_path: P
 
 
 QUICK = '''
-import time, torch
-for _ in range(10):
-    torch.cuda.nvtx.range_push("step"); time.sleep(0.01); torch.cuda.nvtx.range_pop()
+import time
+''' + NVTX + '''for _ in range(10):
+    nvtx.range_push("step"); time.sleep(0.01); nvtx.range_pop()
 '''
 
 

@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 TINY = '''
-import time, torch
-for _ in range(8):
-    torch.cuda.nvtx.range_push("step"); time.sleep(0.01); torch.cuda.nvtx.range_pop()
+import time
+''' + NVTX + '''for _ in range(8):
+    nvtx.range_push("step"); time.sleep(0.01); nvtx.range_pop()
 '''
 
 

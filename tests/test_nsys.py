@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 from nsys_run import run_supervised
 from perfgate.analysis import AnalysisOptions, analyze_trace
@@ -18,8 +19,8 @@ from perfgate.system.nsys import (
 
 CPU = Path(__file__).parent / "fixtures" / "traces" / "cpu-train-loop" / "trace.sqlite"
 SCRIPT = """
-import torch.cuda.nvtx as nvtx, time
-for i in range(4):
+import time
+""" + NVTX + """for i in range(4):
     nvtx.range_push("train_step")
     nvtx.range_push("forward"); time.sleep(0.003); nvtx.range_pop()
     nvtx.range_pop()

@@ -1,7 +1,7 @@
 """Secrets stay out of artifacts: scrubbed environments, artifact scans, withholding.
 
 The capture tests run the real nsys twice (scrubbed and, as a control that proves the check can
-fail, unscrubbed) on a tiny script with torch.cuda.nvtx ranges, sharing both captures module-wide.
+fail, unscrubbed) on a tiny script with NVTX ranges, sharing both captures module-wide.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_nvtx import NVTX
 
 from nsys_run import run_supervised
 from perfgate.capture.redaction.secrets import (
@@ -27,12 +28,11 @@ FAKE_API_KEY = "".join(pysecrets.choice(ALNUM) for _ in range(32))
 HARMLESS_MARKER = "marker-" + "".join(pysecrets.choice(ALNUM) for _ in range(16))
 
 SCRIPT = """
-import torch
-for _ in range(3):
-    torch.cuda.nvtx.range_push("step")
-    torch.cuda.nvtx.range_push("forward")
-    torch.cuda.nvtx.range_pop()
-    torch.cuda.nvtx.range_pop()
+""" + NVTX + """for _ in range(3):
+    nvtx.range_push("step")
+    nvtx.range_push("forward")
+    nvtx.range_pop()
+    nvtx.range_pop()
 """
 
 
