@@ -161,7 +161,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     workers = _dataloader_workers(trace, lo, hi)
     loader = loader_in_use(trace.marks, trace.nvtx)
     if loader is False:      # worker processes are a DataLoader's, whatever the hooks saw
-        loader = True if workers else False
+        loader = bool(workers)
         workers = workers or None
     if not trace.has_gpu:
         return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader)

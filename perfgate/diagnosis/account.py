@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from perfgate.diagnosis.comm import without_communication
 from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MECHANISM_ORDER, MODEL_PHASE, differences
-from perfgate.diagnosis.evidence import BETWEEN_STEPS, data_phase, gpu_active, idle_ms_per_step, step_mean_ms
+from perfgate.diagnosis.evidence import (BETWEEN_STEPS, data_phase, gpu_active, idle_ms_per_step, step_mean_ms,
+                                        workers_words)
 from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
 from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
@@ -191,7 +192,7 @@ def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | Non
                                     "for each batch", cause="workers")
     if c > b:
         return replace(reason, text=f"{head}: DataLoader workers went from {b} to {c}", cause="workers")
-    same = (f"the same {c} DataLoader worker{'s' if c != 1 else ''}" if c else
+    same = (f"the same {workers_words(c)}" if c else
             "no loader worker processes on either side (batches made in the training process)")
     if slower:
         return replace(reason, text=f"{head}: the loop waits longer for each batch with {same}: a slower "
@@ -219,10 +220,12 @@ def shares(reasons_ms: Sequence[float], step_delta: float) -> list[float]:
     """Each ranked reason's share of the change: its milliseconds, up to what the reasons before it
     left of the whole change, so that the shares partition it (reasons that overlap, a phase and
     the wait inside it, are not counted twice). No change: each its own."""
+    if not step_delta:
+        return list(reasons_ms)
     left, out = abs(step_delta), []
     for ms in reasons_ms:
-        share = max(0.0, min(ms, left)) if step_delta else ms
-        left -= share if step_delta else 0.0
+        share = max(0.0, min(ms, left))
+        left -= share
         out.append(share)
     return out
 
