@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from perfgate.analysis.kernel_names import shortened
 from perfgate.diagnosis.mechanisms import Families, Replacement, families_from_names, merged, replacements
+from perfgate.diagnosis.machine import unguessed
 from perfgate.records.diagnosis import Reason
 from perfgate.records.ranks import RankStats, rank_name
 
@@ -184,8 +185,7 @@ def _merge_model_phases(reasons: list[Reason]) -> list[Reason]:
         return reasons
     lead = min(model, key=lambda r: (MECHANISM_ORDER.index(r.mechanism), -r.ms))
     # the others are evidence of the lead's change: their own guesses ("more layers?") are dropped
-    others = "; ".join(r.text.rsplit(": ", 1)[0] if r.text.endswith("?") else r.text
-                       for r in model if r is not lead)
+    others = "; ".join(unguessed(r.text) for r in model if r is not lead)
     merged = Reason(lead.mechanism, lead.where, sum(r.ms for r in model), f"{lead.text}; also {others}",
                     lead.cause)
     return [r for r in reasons if r not in model] + [merged]
