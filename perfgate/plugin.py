@@ -2,8 +2,8 @@
 
 Inert without ``--perfgate``: options are registered (built from perfgate.settings.config.SETTINGS,
 as the ``perfgate`` command's are), nothing is collected or imported beyond this module and
-perfgate.settings.config. The work happens in perfgate.pipeline.workload_run; reports come from
-perfgate.report.
+perfgate.settings.config. Each workload's run and the reports are the ``perfgate run`` command's
+(perfgate.commands.run.gate_workload, write_reports).
 """
 from __future__ import annotations
 
@@ -193,11 +193,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     settings = session.config.stash[SETTINGS_KEY]
     try:
-        from perfgate.report import write_all
+        from perfgate.commands.run import write_reports
 
-        machine = next((r.machine for r in results if r.machine is not None), None)
-        written = write_all(results, settings.report_dir,
-                            machine_info=None if machine is None else vars(machine))
+        written = write_reports(results, settings.report_dir)
         session.config.stash[REPORTS_KEY] = {"dir": settings.report_dir, "files": written}
     except Exception as exc:  # reports must never turn a run into a crash, but a run without them fails
         text = str(exc) if isinstance(exc, PerfgateError) else f"{type(exc).__name__}: {exc}"
@@ -261,19 +259,14 @@ def _progress(config: pytest.Config) -> Any:
 
 def _run(config: pytest.Config, spec: WorkloadSpec) -> WorkloadResult:
     """Run ``spec`` through the pipeline, record its result; raise PerfgateFailure when it fails."""
-    from perfgate.pipeline.workload_run import run_workload
+    from perfgate.commands.run import gate_workload
     from perfgate.report.terminal import failure_message
 
-    settings = config.stash[SETTINGS_KEY]
     update = config.getoption("perfgate_update_baselines")
-    result = run_workload(spec, settings, update_baseline=update, progress=_progress(config))
+    result, problem = gate_workload(spec, config.stash[SETTINGS_KEY], update=update, progress=_progress(config))
     config.stash[RESULTS_KEY].append(result)
-    from perfgate.commands import history
-
-    try:
-        history.record(result, settings, update_baseline=update)   # with history_dir set
-    except PerfgateError as exc:
-        raise PerfgateFailure(_inert(f"perfgate: error: {exc}")) from None
+    if problem is not None:            # its history line could not be written
+        raise PerfgateFailure(_inert(f"perfgate: error: {problem}")) from None
     if result.failed:
         raise PerfgateFailure(_inert(failure_message(result)))
     return result

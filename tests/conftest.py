@@ -63,9 +63,21 @@ def fixtures_dir() -> Path:
 collect_ignore_glob = ["zoo/programs/*"]
 
 
+#: The tiers, by rule: a test that uses one of these fixtures (itself or through another fixture)
+#: carries these markers. ``python3 -m pytest -m "not slow"`` is the fast tier: the tests that read
+#: committed captures and run no nsys and no torch (a few others are marked ``slow`` where they are).
+FIXTURE_MARKS = {"nsys_path": ("nsys", "slow"), "torch_module": ("torch", "slow")}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The zoo's slower programs (marker ``zoo_full``) run only when ``-m`` names the zoo
-    (``-m zoo``): CI's test command runs the fast subset."""
+    """Markers by rule (:data:`FIXTURE_MARKS`; the zoo's programs are ``slow`` too); then the zoo's
+    slower programs (marker ``zoo_full``) run only when ``-m`` names the zoo (``-m zoo``): CI's test
+    command runs the fast subset."""
+    for item in items:
+        names = {mark for fixture in getattr(item, "fixturenames", ()) for mark in FIXTURE_MARKS.get(fixture, ())}
+        names |= {"slow"} if item.get_closest_marker("zoo") is not None else set()
+        for name in sorted(names - {m.name for m in item.iter_markers()}):
+            item.add_marker(name)
     if "zoo" in (config.option.markexpr or ""):
         return
     kept = [item for item in items if item.get_closest_marker("zoo_full") is None]

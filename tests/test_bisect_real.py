@@ -15,8 +15,6 @@ import pytest
 from cpu_nvtx import NVTX
 from git_repo import git as _git
 
-pytestmark = [pytest.mark.nsys, pytest.mark.torch]
-
 TINY = """\
 import time
 

@@ -72,6 +72,46 @@ def test_compare_accepts_analyze_json_output(traces: Path, tmp_path: Path, capsy
     assert main(["compare", str(saved), str(trace), "--tolerance", "step_time_ms=1%"]) == 0
 
 
+def test_compare_takes_its_tolerances_and_alpha_from_the_project_as_the_gate_does(
+        traces: Path, tmp_path: Path, capsys) -> None:
+    """``perfgate compare`` read --tolerance and --alpha only: a project's [tool.perfgate] tables
+    silently did not apply. The order is the gate's: the option, the workload's table (when the
+    inputs name the workload), the global table, the default."""
+    fast, slow = (str(traces / name / "trace.sqlite") for name in ("cpu-train-loop", "cpu-two-procs"))  # +76.7 %
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[tool.perfgate]\nalpha = 0.05\n\n[tool.perfgate.tolerance]\n"phase.*" = "off"\n"step_time*" = "100%"\n\n'
+        '[tool.perfgate.workloads.tiny]\ntolerance = { "step_time*" = "10%" }\n')
+
+    def summary(*args: str) -> tuple[int, str]:
+        code = main(["compare", *args, "--root", str(project)])
+        out = capsys.readouterr().out
+        # a phase that grew on the CPU read "checkpoint +0.4 ms/step of host time host work in this phase"
+        assert not any(line.endswith("of host time host work in this phase") for line in out.splitlines()), out
+        assert any(line.endswith(": checkpoint +0.4 ms/step of host time") for line in out.splitlines()), out
+        return code, out.splitlines()[0]
+
+    assert summary(fast, slow) == (0, "PASS: step_time_ms +76.7 % (3.60 ms -> 6.37 ms, tolerance 100 %); "
+                                      "step_time_mean_ms +72.6 % (3.62 ms -> 6.25 ms, tolerance 100 %) [1 vs 1 launch]")
+    code, line = summary(fast, slow, "--tolerance", "step_time_ms=3%")
+    assert code == 1 and line.startswith("REGRESSED: step_time_ms +76.7 % (3.60 ms -> 6.37 ms, tolerance 3 %)"), line
+    named = []
+    for trace in (fast, slow):            # an analysis that names its workload (as a result JSON does)
+        assert main(["analyze", trace, "--format", "json"]) == 0
+        doc = {**json.loads(capsys.readouterr().out), "workload": "tiny"}
+        named.append(tmp_path / f"{len(named)}.json")
+        named[-1].write_text(json.dumps(doc))
+    code, line = summary(*map(str, named))
+    assert code == 1 and "step_time_ms +76.7 % (3.60 ms -> 6.37 ms, tolerance 10 %)" in line, line
+    assert "phase." not in line                                      # the global table still applies to phases
+    (project / "pyproject.toml").write_text("[tool.perfgate]\nalpha = 2.0\n")
+    assert main(["compare", fast, slow, "--root", str(project)]) == 2
+    assert f"{project / 'pyproject.toml'} [tool.perfgate] alpha" in capsys.readouterr().err
+    assert main(["compare", fast, slow, "--alpha", "nan"]) == 2
+    assert "perfgate: error: option --alpha" in capsys.readouterr().err
+
+
 def test_missing_file_and_bad_tolerance_exit_2_naming_them(traces: Path, tmp_path: Path, capsys) -> None:
     assert main(["analyze", str(tmp_path / "absent.sqlite")]) == 2
     assert "perfgate: error:" in (err := capsys.readouterr().err) and "absent.sqlite" in err
@@ -247,7 +287,7 @@ def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits
     """Reports that could not be written were a warning, and the run still exited 0 or 1."""
     from report_results import make_result
 
-    from perfgate.cli import _write_reports
+    from perfgate.commands.run import write_reports
     from perfgate.records.model import Verdict
     from perfgate.report import ReportWriteError, write_all
 
@@ -260,8 +300,8 @@ def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits
     assert sorted(p.name for p in out.iterdir()) == ["annotations.txt", "benchmark.json", "perfgate-report.json",
                                                      "pr-comment.md", "summary.md"]
     (out / f".junit.xml.{os.getpid()}.tmp").symlink_to("/dev/full")   # the report's temp file
-    assert _write_reports([make_result("w", Verdict.PASS)], out) is False   # cmd_run then returns 2
-    assert "perfgate: error: reports in" in capsys.readouterr().err
+    with pytest.raises(ReportWriteError, match=f"{out / 'junit.xml'}: No space left on device"):
+        write_reports([make_result("w", Verdict.PASS)], out)      # the gate run's: cmd_run then says so, exits 2
 
 
 # ----------------------------------------------------------------------------- issue 16: honest errors
@@ -349,14 +389,14 @@ def test_a_command_whose_module_cannot_be_imported_says_why(monkeypatch: pytest.
     real = importlib.import_module
 
     def failing(name: str, *args: object) -> object:
-        if name == "perfgate.report":
+        if name == "perfgate.commands.report":
             raise ImportError("No module named 'junit_xml'")
         return real(name, *args)
 
     monkeypatch.setattr(cli.importlib, "import_module", failing)
     assert main(["report", "--from", "r.json"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("perfgate: error: perfgate report cannot run: importing perfgate.report failed "
+    assert err.startswith("perfgate: error: perfgate report cannot run: importing perfgate.commands.report failed "
                           "(No module named 'junit_xml')"), err
     assert "unavailable: No module named 'junit_xml'" in " ".join(cli.build_parser().format_help().split())
 

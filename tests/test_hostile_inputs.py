@@ -346,11 +346,11 @@ def test_terminal_text_and_annotation_messages_fold_control_characters() -> None
 def test_an_unexpected_error_exits_2_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A bug anywhere in a command gave a traceback and exit 1, which CI reads as a regression."""
-    import perfgate.cli as cli
+    from perfgate.commands import list_workloads
 
     def broken(args: object) -> int:
         raise RecursionError("maximum recursion depth exceeded")
-    monkeypatch.setattr(cli, "cmd_list", broken)
+    monkeypatch.setattr(list_workloads, "cmd_list", broken)
     assert main(["list"]) == 2
     err = _no_traceback(capsys)
     assert "perfgate: error: internal error (a bug in perfgate, please report it): RecursionError" in err

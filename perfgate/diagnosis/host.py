@@ -96,10 +96,10 @@ def host_reasons(phases: Sequence[PhaseDelta], self_delta: float, located: set[s
     for p in left:
         if p in compute:
             continue
-        what = ("with the same kernels and synchronizations: host work in this phase (Python, the framework, "
-                "a CPU computation?)" if gpu else "host work in this phase")
+        what = (" with the same kernels and synchronizations: host work in this phase (Python, the framework, "
+                "a CPU computation?)" if gpu else "")    # on the CPU the phase's time is all there is to say
         out.append(Reason("phase_time", p.name, sign * p.delta_ms, f"{p.name} {_fmt(p.delta_ms)} ms/step of host "
-                          f"time {what}", None))
+                          f"time{what}", None))
     if STEP_CODE not in located and sign * self_delta >= least:
         what = ("(host work, or the wait for the GPU's work at the step's end)" if gpu else "of host time")
         out.append(Reason("phase_time", STEP_CODE, sign * self_delta, f"the step's own code (outside its phases) "

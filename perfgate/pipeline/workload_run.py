@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
     from perfgate.gate.compare import ComparePolicy, Outcome
     from perfgate.gate.sequential_looks import LookRun
+    from perfgate.settings.pyproject import WorkloadConfig
 
 RESULT_FILE = "result.json"
 
@@ -57,9 +58,11 @@ def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
     return AnalysisOptions(**kwargs)
 
 
-def compare_policy(settings: Settings, spec: WorkloadSpec | None = None) -> ComparePolicy:
-    """The ComparePolicy of a workload. Tolerances, first match wins: the command line's, the
-    workload table's, the ``[tool.perfgate.tolerance]`` table's, the metric's default."""
+def compare_policy(settings: Settings, spec: WorkloadSpec | WorkloadConfig | None = None) -> ComparePolicy:
+    """The ComparePolicy of a workload (its spec, or its ``[tool.perfgate.workloads]`` table; None:
+    the global tables alone). Tolerances, first match wins: the command line's, the workload
+    table's, the ``[tool.perfgate.tolerance]`` table's, the metric's default. ``perfgate run``,
+    ``pytest --perfgate`` and ``perfgate compare`` all take theirs from here."""
     from perfgate.gate.compare import ComparePolicy
 
     overrides = (settings.option_tolerances, *([spec.tolerances] if spec else []))

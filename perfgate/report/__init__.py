@@ -17,7 +17,6 @@ summary and the annotations are printed to stdout, unless told otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -29,7 +28,7 @@ from perfgate.capture.redaction.secrets import redact_text, secret_values
 from perfgate.errors import PerfgateError
 from perfgate.records.model import WorkloadResult
 
-__all__ = ["ReportWriteError", "add_parser", "write_all"]
+__all__ = ["ReportWriteError", "append_text", "write_all"]
 
 CHARTS_DIR = "charts"
 
@@ -53,7 +52,8 @@ def _write_text(path: Path, text: str) -> Path:
     return path
 
 
-def _append(path: str, text: str) -> None:
+def append_text(path: str, text: str) -> None:
+    """Append ``text`` to the file at ``path`` (GitHub's step summary)."""
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(text)
 
@@ -114,7 +114,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
     written.update({f"chart:{k}": p for k, p in chart_paths.items()})
     step_summary = env.get("GITHUB_STEP_SUMMARY")
     if (github_summary if github_summary is not None else bool(step_summary)) and step_summary:
-        attempt(step_summary, lambda: _append(step_summary, summary_md + "\n"))
+        attempt(step_summary, lambda: append_text(step_summary, summary_md + "\n"))
     if annotations if annotations is not None else bool(step_summary):
         out = stdout or sys.stdout
         if lines:
@@ -125,72 +125,3 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
     if failures:
         raise ReportWriteError(f"reports in {out_dir} not all written ({len(written)} written): " + "; ".join(failures))
     return written
-
-
-# ----------------------------------------------------------------------------- `perfgate report`
-
-
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """``perfgate report --from perfgate-report.json [--post-status] [--github-summary] ...``."""
-    parser = subparsers.add_parser(
-        "report", help="re-render a perfgate-report.json: summary, job summary, annotations, commit statuses")
-    parser.add_argument("--from", dest="source", type=Path, required=True, metavar="JSON",
-                        help="a perfgate-report.json written by a run")
-    parser.add_argument("--post-status", action="store_true",
-                        help="post one commit status per workload (GITHUB_TOKEN, GITHUB_REPOSITORY, "
-                             "PERFGATE_STATUS_SHA or GITHUB_SHA from the environment)")
-    parser.add_argument("--github-summary", action="store_true",
-                        help="append the Markdown summary to $GITHUB_STEP_SUMMARY")
-    parser.add_argument("--annotations", action="store_true", help="print ::error/::warning workflow commands")
-    parser.add_argument("--pr-comment", type=Path, default=None, metavar="FILE",
-                        help="write the PR-comment Markdown (<= 65,536 characters) to FILE")
-    parser.add_argument("--fail-on-regression", action="store_true",
-                        help="exit 1 when a workload regressed or errored")
-    parser.set_defaults(func=cmd_report)
-    return parser
-
-
-def _written(option: str, path: object, write: Callable[[], Any]) -> None:
-    """Run ``write``; an OSError becomes a PerfgateError naming ``option``, the file and why."""
-    try:
-        write()
-    except OSError as exc:
-        raise PerfgateError(f"{option} {exc.filename or path}: cannot write: {exc.strerror or exc}") from None
-
-
-def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
-    """Run ``perfgate report``; returns the exit status."""
-    from perfgate.report.annotations import render_annotations
-    from perfgate.report.json_report import results_from_report
-    from perfgate.report.markdown import render_markdown, render_pr_comment
-    from perfgate.report.terminal import render_summary
-
-    env = os.environ if env is None else env
-    try:
-        doc = json.loads(args.source.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise PerfgateError(f"--from {args.source}: cannot read a perfgate report ({why})") from None
-    results = results_from_report(doc, where=str(args.source))
-    known = secret_values(env)
-    for line in render_summary(results):
-        print(redact_text(line, known))
-    if args.github_summary:
-        target = env.get("GITHUB_STEP_SUMMARY")
-        if not target:
-            print("perfgate: warning: --github-summary: GITHUB_STEP_SUMMARY is not set", file=sys.stderr)
-        else:
-            text = redact_text(render_markdown(results), known) + "\n"
-            _written("GITHUB_STEP_SUMMARY", target, lambda: _append(target, text))
-    if args.annotations:
-        for line in render_annotations(results):
-            print(redact_text(line, known))
-    if args.pr_comment is not None:
-        _written("--pr-comment", args.pr_comment, lambda: args.pr_comment.write_text(  # in place: FILE may be a pipe
-            redact_text(render_pr_comment(results), known), encoding="utf-8"))
-    if args.post_status:
-        from perfgate.report.github import post_statuses
-
-        for warning in post_statuses(results, env=env):
-            print(warning, file=sys.stderr)
-    return 1 if args.fail_on_regression and any(r.failed for r in results) else 0
