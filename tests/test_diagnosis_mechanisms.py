@@ -88,3 +88,18 @@ def test_a_replacement_is_told_in_its_direction() -> None:
     assert faster.text.startswith("GEMMs went from fp32 to bf16/fp16") and faster.new[0][0] == "nvjet_a"
     assert slower.evidence() == "gone: nvjet_a -10/step; new: sgemm_b +10/step"
     assert replacements(half, half) == []
+
+
+def test_a_pattern_of_two_words_looks_ahead_from_the_names_start_only() -> None:
+    """Unanchored, ``(?=.*conv)(?=.*bf16)`` ran both look-aheads from every position of a name
+    (re.search), O(n^2) in its length: a ResNet capture's 61 cuDNN kernels (names up to 5,805
+    characters) took 9 s of a 10 s ``perfgate analyze``. Anchored, each pattern reads a name once
+    (benchmarks/bench_command.py); the families of the committed captures' names are unchanged
+    (test_a_kernel_is_read_into_its_family_on_a_real_capture)."""
+    from perfgate.analysis.kernel_families import FAMILIES
+
+    two_words = [f for f in FAMILIES if "(?=" in f.pattern.pattern]
+    assert {f.id for f in two_words} == {"conv.half", "conv.tf32", "matmul.half", "matmul.tf32"}
+    assert all(f.pattern.pattern.startswith(r"\A(?=.*?") for f in two_words), [f.pattern.pattern for f in two_words]
+    long_name = "void cudnn::engines::kernel<" + "float, " * 2000 + "bf16>"   # both words, far apart
+    assert family_of(long_name) == "conv.half" and family_of(long_name.replace("bf16", "f32")) == "conv.fp32"
