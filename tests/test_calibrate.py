@@ -103,6 +103,7 @@ def test_run_pools_sizes_injection_from_the_aa_median_and_interleaves_pools() ->
     json.dumps(pools)  # what calibration.json stores
 
 
+@pytest.mark.slow   # 20 s: the k = 3 table of 140 A/A and 5 x 500 injected comparisons
 def test_h100_calibration_pools_reproduce_the_published_table(tmp_path, repo_root) -> None:
     """The committed H100 pools (28 launches of transformer_lm) give the README's k = 3 row with the
     gate's default policy, and --from-json takes the injected phase from the file."""

@@ -133,6 +133,7 @@ def test_each_node_runs_torchrun_with_the_shared_c10d_rendezvous() -> None:
     assert recorded_command("m", [], "torchrun", 2, 2) == "torchrun --nnodes=2 --nproc-per-node=2 -m m"
 
 
+@pytest.mark.slow   # 11 s: a node left waiting is stopped after the grace period
 def test_the_fanout_runs_every_node_and_exits_with_a_failed_ones_status() -> None:
     ok = [sys.executable, "-c", "pass"]
     assert subprocess.run(job_command([ok, ok]), timeout=60).returncode == 0

@@ -12,41 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfgate.commands.history_entry import STEP_METRIC, Entry
 from perfgate.errors import ConfigError, PerfgateError
 from perfgate.records.model import WorkloadResult
 
 FORMAT = "perfgate-history"
 VERSION = 1
-STEP_METRIC = "step_time_ms"
 #: verdicts whose launches may make a baseline (a regression or an error never does)
 ACCEPTED = ("PASS", "IMPROVED", "NEW", "INCONCLUSIVE")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One line of a history file."""
-
-    time: str
-    verdict: str
-    launches: tuple[dict[str, float], ...]
-    commit: str | None = None
-    kind: str = "gate"                     # "gate" or "baseline" (a recording run)
-    baseline_step_time_ms: float | None = None
-    machine: Mapping[str, Any] | None = None
-
-    @property
-    def step_time_ms(self) -> float | None:
-        """Geometric mean over the launches of each launch's step time (what the gate compares)."""
-        values = [m[STEP_METRIC] for m in self.launches if m.get(STEP_METRIC, 0) > 0]
-        return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
 def history_path(history_dir: Path, workload: str, machine_class: str, variant: str | None = None) -> Path:

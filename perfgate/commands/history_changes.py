@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from perfgate.commands.history_entry import Entry
 from perfgate.gate.change_points import MAX_PVALUE, MIN_MAGNITUDE, ChangePoint, Run, change_points
-
-if TYPE_CHECKING:   # perfgate.commands.history imports this module when --changes is given
-    from perfgate.commands.history import Entry
 
 
 def runs_of(entries: Sequence[Entry], metric: str = "step_time_ms") -> list[Run]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from perfgate.capture.autostep.install import Installation
+    from perfgate.capture.autostep.installation import Installation
 
 __all__ = ["TARGETS", "bind_evaluation_end", "end_evaluation", "in_range", "is_compiling", "leading_dimension",
            "reset_state", "state", "unbind_is_compiling"]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from perfgate.capture.autostep.install import Installation
+    from perfgate.capture.autostep.installation import Installation
 
 __all__ = ["TARGETS"]
 
