@@ -24,7 +24,7 @@ from cpu_nvtx import NVTX
 from nsys_run import run_supervised
 from perfgate.capture.redaction.launch_folder import clean_artifacts
 from perfgate.capture.redaction.nsys_rep import mask_bytes
-from perfgate.capture.redaction.secrets import REDACTED, find_secrets, redact_text, scrubbed_environment
+from perfgate.system.secrets import REDACTED, find_secrets, redact_text, scrubbed_environment
 from perfgate.capture.redaction.sqlite_export import scan_sqlite
 
 ALNUM = string.ascii_letters + string.digits
@@ -101,7 +101,7 @@ def _launch_like_perfgate(nsys: str, workdir: Path, planted: dict[str, str]) -> 
     (workdir / "tiny.py").write_text(TINY)
     launcher = (
         "import os, subprocess, sys\n"
-        "from perfgate.capture.redaction.secrets import scrubbed_environment\n"
+        "from perfgate.system.secrets import scrubbed_environment\n"
         f"cmd = [{nsys!r}, 'profile', '--trace=nvtx,osrt', '--sample=none', '--cpuctxsw=none', '--export=sqlite',\n"
         f"       '-o', 'trace', '-f', 'true', sys.executable, 'tiny.py']\n"
         "sys.exit(subprocess.run(cmd, env=scrubbed_environment(os.environ), capture_output=True).returncode)\n")

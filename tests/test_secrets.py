@@ -17,7 +17,7 @@ import pytest
 from cpu_nvtx import NVTX
 
 from nsys_run import run_supervised
-from perfgate.capture.redaction.secrets import (
+from perfgate.system.secrets import (
     WITHHELD_SUFFIX, is_secret_name, scan_artifacts, scrubbed_environment, secret_values, withhold,
     withhold_secrets,
 )
@@ -90,7 +90,7 @@ def test_scan_finds_utf8_and_utf16_copies_and_ignores_clean_files(tmp_path: Path
 
 
 def test_scan_finds_a_secret_split_across_read_chunks(tmp_path: Path) -> None:
-    from perfgate.capture.redaction.secrets import file_contains
+    from perfgate.system.secrets import file_contains
 
     path = tmp_path / "big.bin"
     path.write_bytes(b"x" * 1000 + FAKE_GITHUB_TOKEN.encode() + b"y" * 10)
@@ -195,7 +195,7 @@ def test_secret_values_skips_paths_and_values_a_public_variable_also_holds():
         "GITHUB_TOKEN": "ghp_" + "Ab1" * 12,
         "MY_API_KEY": "s3cr3t-value-123",
     }
-    from perfgate.capture.redaction.secrets import scrubbed_environment, secret_values
+    from perfgate.system.secrets import scrubbed_environment, secret_values
 
     assert "AWS_CA_BUNDLE" not in scrubbed_environment(env)
     assert secret_values(env) == ["ghp_" + "Ab1" * 12, "s3cr3t-value-123"]

@@ -142,7 +142,7 @@ def capture_environment(
     folder first on ``PYTHONPATH`` (an existing PYTHONPATH kept after it); off:
     ``PERFGATE_AUTOSTEP=0``. ``threads`` (the ``threads`` setting): ``OMP_NUM_THREADS`` and
     ``MKL_NUM_THREADS``, the CPU threads torch's operators use."""
-    from perfgate.capture.redaction.secrets import scrubbed_environment, secret_values
+    from perfgate.system.secrets import scrubbed_environment, secret_values
 
     secrets = set(secret_values(base))
     env = scrubbed_environment(base, drop=[name for name, value in base.items() if value in secrets])

@@ -35,7 +35,7 @@ from perfgate.capture.nodes import job_command, node_commands, node_stem
 from perfgate.capture.nsys_log import failure_cause
 from perfgate.capture.private_dir import Kept
 from perfgate.capture.redaction.launch_folder import clean_artifacts
-from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
+from perfgate.system.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.errors import CaptureError, CaptureTimeoutError, ImporterError, WorkloadFailedError
 from perfgate.records.model import Capture
 from perfgate.settings.config import Settings

@@ -1,7 +1,7 @@
 """A capture's private folder: where nsys writes, where its output is cleaned of secrets, and
 from where only cleaned files reach the artifacts.
 
-nsys records environments (perfgate.capture.redaction.secrets says whose), and it writes more than its report: its
+nsys records environments (perfgate.system.secrets says whose), and it writes more than its report: its
 raw capture (``nsys-report-XXXX.qdstrm``, mode 0664), the profiled process's output, a log that
 holds nsys's own environment (``nvidia/nsight_systems/telemetry-0/*.qdlog``) and, when it cannot
 write its ``-o`` file, a report of its own name; all under ``$TMPDIR`` (checked with nsys 2022.4),

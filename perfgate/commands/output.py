@@ -17,7 +17,7 @@ def say(text: str, stream: TextIO | None = None) -> None:
 
 def say_error(message: Any) -> None:
     """Print ``perfgate: error: <message>`` to stderr, the environment's secrets redacted."""
-    from perfgate.capture.redaction.secrets import redact_text, secret_values
+    from perfgate.system.secrets import redact_text, secret_values
     from perfgate.report.escape import terminal_text
 
     print(f"perfgate: error: {terminal_text(redact_text(str(message), secret_values(os.environ)))}", file=sys.stderr)

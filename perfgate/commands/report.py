@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfgate.capture.redaction.secrets import redact_text, secret_values
+from perfgate.system.secrets import redact_text, secret_values
 from perfgate.errors import PerfgateError
 from perfgate.report import append_text
 

@@ -14,6 +14,7 @@ from perfgate.commands.output import say, say_error
 from perfgate.errors import PerfgateError
 from perfgate.settings.options import add_command_options, settings_from_args
 from perfgate.settings.workloads import helper_notes, selected_specs
+from perfgate.system.machine import machine_info
 
 if TYPE_CHECKING:
     from perfgate.records.model import WorkloadResult
@@ -36,7 +37,7 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     """Exit 0 when every workload passed, 1 when one regressed, 2 when one errored or a history line
     or a report could not be written (the verdicts are printed first)."""
     settings = settings_from_args(args)
-    specs = selected_specs(settings)
+    specs = selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)
     for note in helper_notes(settings):
         print(f"perfgate: note: {note}", file=sys.stderr)
     update = args.update_baseline if update is None else update

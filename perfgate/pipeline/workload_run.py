@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.analysis.resources import attach_resources
 from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
-from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, redact_text, secret_values
+from perfgate.system.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.gate.baseline import (
     Baseline, baseline_from_analyses, baseline_path, check_identity, load_baseline, profile_metrics, write_baseline,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from perfgate.capture.redaction.secrets import redact_text, secret_values
+from perfgate.system.secrets import redact_text, secret_values
 from perfgate.errors import PerfgateError
 from perfgate.records.model import WorkloadResult
 
@@ -67,7 +67,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
 
     ``github_summary``/``annotations``: None means "when ``GITHUB_STEP_SUMMARY`` is set in
     ``env`` (default ``os.environ``)". ``stdout`` receives the annotations (default sys.stdout).
-    Every text is redacted of the secrets of ``env`` (perfgate.capture.redaction.secrets). A file that cannot be
+    Every text is redacted of the secrets of ``env`` (perfgate.system.secrets). A file that cannot be
     written (a full disk, no permission) does not stop the others: ReportWriteError at the end
     names each one and why, and the files written stay.
     """

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 
-from perfgate.capture.redaction.secrets import redact_text, secret_values
+from perfgate.system.secrets import redact_text, secret_values
 from perfgate.records.model import Verdict, WorkloadResult
 from perfgate.report.digest import one_line
 

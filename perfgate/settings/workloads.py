@@ -155,13 +155,11 @@ def select_workloads(specs: list[WorkloadSpec], names: tuple[str, ...] | list[st
     return chosen
 
 
-def selected_specs(settings: Settings) -> list[WorkloadSpec]:
-    """The workloads a run runs on this machine: those named in ``settings.selected``, else all
-    enabled (ConfigError when there are none)."""
-    from perfgate.system.machine import machine_info
-
-    gpus = machine_info(None, settings.machine_class).gpu_count
-    specs = select_workloads(discover_workloads(settings, gpus), settings.selected)
+def selected_specs(settings: Settings, gpu_count: int) -> list[WorkloadSpec]:
+    """The workloads a run runs on a machine of ``gpu_count`` GPUs (the front end counts them:
+    perfgate.system.machine): those named in ``settings.selected``, else all enabled (ConfigError
+    when there are none)."""
+    specs = select_workloads(discover_workloads(settings, gpu_count), settings.selected)
     if not specs:
         raise ConfigError(f"no enabled workloads in {settings.workloads_dir} or [tool.perfgate.workloads]")
     return specs

@@ -1,6 +1,6 @@
 """Cleaning a launch's artifacts of secrets while keeping its trace usable.
 
-nsys writes environments into the report and its SQLite export (perfgate.capture.redaction.secrets says whose), so
+nsys writes environments into the report and its SQLite export (perfgate.system.secrets says whose), so
 after every launch, successful or not, :func:`clean_artifacts` goes through the launch folder:
 
 - ``.sqlite``: redacted in place and vacuumed, then byte-scanned (perfgate.capture.redaction.sqlite_export);
@@ -12,7 +12,7 @@ after every launch, successful or not, :func:`clean_artifacts` goes through the 
 - anything else (a ``.qdstrm`` the importer left) cannot be checked: withheld when it holds a
   known secret's bytes, or when it is a raw capture (``.qdstrm``).
 
-Withholding replaces a file by ``<name>.withheld.txt`` saying why (perfgate.capture.redaction.secrets.withhold).
+Withholding replaces a file by ``<name>.withheld.txt`` saying why (perfgate.system.secrets.withhold).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.capture.redaction.nsys_rep import clean_report, reexport_sqlite, found_in_report
-from perfgate.capture.redaction.secrets import WITHHELD_SUFFIX, file_contains, redact_text
+from perfgate.system.secrets import WITHHELD_SUFFIX, file_contains, redact_text
 from perfgate.capture.redaction.sqlite_export import clean_sqlite, needles, withhold_quietly
 
 TEXT_SUFFIXES = frozenset({".txt", ".log", ".json", ".csv", ".md", ".xml", ".out", ".err"})
@@ -56,7 +56,7 @@ def clean_text_file(path: Path, known: Sequence[str]) -> bool:
 
 def clean_artifacts(folder: Path, known: Sequence[str], nsys: Path | None = None) -> Cleaning:
     """Clean every file under ``folder`` (see the module docstring). ``known``: secret values of
-    perfgate's own environment (perfgate.capture.redaction.secrets.secret_values); ``nsys``: the nsys that exports
+    perfgate's own environment (perfgate.system.secrets.secret_values); ``nsys``: the nsys that exports
     a report to check it, and a report without a sibling export."""
     done = Cleaning()
     if not folder.is_dir():

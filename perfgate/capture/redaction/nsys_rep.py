@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from perfgate.capture.redaction.secrets import MIN_SECRET_LENGTH, REDACTED, Found, find_secrets
+from perfgate.system.secrets import MIN_SECRET_LENGTH, REDACTED, Found, find_secrets
 from perfgate.capture.redaction.sqlite_export import scan_sqlite, text_columns, withhold_quietly
 
 EXPORT_TIMEOUT_S = 600

@@ -1,6 +1,6 @@
 """Redacting secrets in an nsys SQLite export in place (perfgate.capture.redaction.launch_folder says when).
 
-Every text value of every table goes through perfgate.capture.redaction.secrets.find_secrets (known secret values,
+Every text value of every table goes through perfgate.system.secrets.find_secrets (known secret values,
 secret-named environment entries, credential shapes) and is rewritten with ``[REDACTED]``; values
 found by their variable's name are searched for everywhere in a second pass; ``VACUUM`` then
 rewrites the file so that no free page keeps the old bytes, and a byte scan confirms it.
@@ -12,14 +12,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.capture.redaction.secrets import (
+from perfgate.system.secrets import (
     Found, MIN_SECRET_LENGTH, file_contains, find_secrets, is_harmless, is_searchable,
     public_environment_values, redact_text, withhold,
 )
 
 
 def withhold_quietly(path: Path, reason: str) -> Path:
-    """perfgate.capture.redaction.secrets.withhold without a Python warning: the pipeline reports withheld files."""
+    """perfgate.system.secrets.withhold without a Python warning: the pipeline reports withheld files."""
     return withhold(path, reason, warn=False)
 
 
@@ -66,7 +66,7 @@ def _sqlite_pass(conn: sqlite3.Connection, known: Sequence[str], write: bool) ->
 def scan_sqlite(path: Path, known: Sequence[str] = (), *, write: bool = False) -> list[Found]:
     """The secrets in the SQLite file ``path`` (with ``write``: redacted in place, in two passes so
     that a value found by its variable's name is also redacted where it appears without it, then
-    ``VACUUM``), without the harmless ones (perfgate.capture.redaction.secrets.is_harmless: a path, a value a
+    ``VACUUM``), without the harmless ones (perfgate.system.secrets.is_harmless: a path, a value a
     non-secret variable holds too), which are redacted all the same. Raises sqlite3.Error for a
     file that is not SQLite."""
     uri = f"file:{path}" if write else f"file:{path}?mode=ro"
