@@ -106,7 +106,7 @@ def test_history_changes_finds_both_change_points_of_real_gated_runs(
     try:
         for commit in commits:
             _git(repo, "checkout", "-q", commit)
-            proc = _perfgate("run", "tiny", "--launches", "3", "--report-dir", str(tmp_path / "r"), cwd=repo, env=env)
+            proc = _perfgate("run", "tiny", "--launches", "2", "--report-dir", str(tmp_path / "r"), cwd=repo, env=env)
             assert proc.returncode == 0, proc.stderr[-3000:]
     finally:
         _git(repo, "checkout", "-q", "master" if "master" in _git(repo, "branch") else "main")
