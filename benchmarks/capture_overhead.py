@@ -52,14 +52,13 @@ def bare_run(spec, root: Path, log: Path) -> dict:
 
 
 def traced_run(spec, settings, trace: str, launch_dir: Path) -> dict:
-    from perfgate.analysis import analyze
-    from perfgate.pipeline.workload_run import analysis_options
+    from perfgate.analysis import AnalysisOptions, analyze
     from perfgate.trace.export import load_trace
 
     capture = run_capture(spec, dataclasses.replace(settings, trace=trace), launch_dir)
     report = capture.self_report or {}
     started = time.monotonic()
-    analysis = analyze(load_trace(capture.sqlite_path), analysis_options(spec))
+    analysis = analyze(load_trace(capture.sqlite_path), AnalysisOptions.given(spec.step_pattern, spec.skip_steps, spec.batch_size))
     return {"wall_s": capture.wall_s, "own_ms": report.get("step_ms_median"),
             "perfgate_ms": analysis.steps.summary_ms.median, "analysis_s": time.monotonic() - started,
             "steps": analysis.steps.count, "trace_mib": capture.sqlite_path.stat().st_size / 2**20}

@@ -49,6 +49,12 @@ class AnalysisOptions:
         if self.top_kernels < 0 or self.longest_gaps < 0:
             raise ConfigError("top_kernels and longest_gaps must be >= 0")
 
+    @classmethod
+    def given(cls, step_pattern: str | None, skip_steps: int | None, batch_size: int | None) -> AnalysisOptions:
+        """The options a workload's table or a command's options give (None: not given, the default)."""
+        return cls(step_pattern=step_pattern, batch_size=batch_size,
+                   skip_steps=DEFAULT_SKIP_STEPS if skip_steps is None else skip_steps)
+
 
 def analyze_trace(path: str | Path, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
     """Analyze an nsys SQLite export (or an ``.nsys-rep``, exported to SQLite beside it first)."""

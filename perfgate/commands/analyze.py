@@ -33,10 +33,7 @@ def add_analysis_options(parser: argparse.ArgumentParser) -> None:
 def analysis_options_from(args: argparse.Namespace) -> AnalysisOptions:
     from perfgate.analysis import AnalysisOptions
 
-    kwargs: dict[str, Any] = {"step_pattern": args.step_pattern, "batch_size": args.batch_size}
-    if args.skip_steps is not None:
-        kwargs["skip_steps"] = args.skip_steps
-    return AnalysisOptions(**kwargs)
+    return AnalysisOptions.given(args.step_pattern, args.skip_steps, args.batch_size)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -48,16 +48,6 @@ if TYPE_CHECKING:
 RESULT_FILE = "result.json"
 
 
-def analysis_options(spec: WorkloadSpec) -> AnalysisOptions:
-    """AnalysisOptions for ``spec`` (its step pattern, skipped steps and batch size)."""
-    from perfgate.analysis import AnalysisOptions
-
-    kwargs: dict[str, Any] = {"step_pattern": spec.step_pattern, "batch_size": spec.batch_size}
-    if spec.skip_steps is not None:
-        kwargs["skip_steps"] = spec.skip_steps
-    return AnalysisOptions(**kwargs)
-
-
 def compare_policy(settings: Settings, spec: WorkloadSpec | WorkloadConfig | None = None) -> ComparePolicy:
     """The ComparePolicy of a workload (its spec, or its ``[tool.perfgate.workloads]`` table; None:
     the global tables alone). Tolerances, first match wins: the command line's, the workload
@@ -287,7 +277,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
                                 cwd: Path | None = None, extra_args: Sequence[str] = (),
                                 progress: Progress | None = None) -> tuple[Capture, Analysis]:
     """``launch_analysis``, with the Capture it analyzed (its wall time, its artifacts)."""
-    from perfgate.analysis import analyze
+    from perfgate.analysis import AnalysisOptions, analyze
     from perfgate.capture.launch import run_capture
     from perfgate.capture.machine_meter import MachineMeter
     from perfgate.trace.nodes import load_job
@@ -304,7 +294,8 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
                 raise TraceError(f"{capture.run_dir}: {why} (see {exports[0]})")
         raise TraceError(f"{capture.run_dir}: nsys left no SQLite export{withheld and f' (withheld: {withheld[0]})' or ''}")
     trace = load_job(capture.node_sqlite or [capture.sqlite_path])   # one report, or one per node
-    analysis = analyze(trace, _with_reported_batch(analysis_options(spec), capture.self_report))
+    options = AnalysisOptions.given(spec.step_pattern, spec.skip_steps, spec.batch_size)
+    analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
     notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
     launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report,
