@@ -194,6 +194,18 @@ def test_perfgate_has_no_import_cycle_even_of_type_only_imports(graph: tuple[lis
     assert found is None, " -> ".join(found or [])
 
 
+#: Imports the layers allow that the stages' design does not (docs/ARCHITECTURE.md, the review of
+#: 2026-11-28): a renderer does not reach into the capture stage, the settings do not ask the
+#: machine. (Two more are still to go: gate/baseline.py -> analysis/, pipeline/ -> report/json_report.)
+NEVER = [("report", "capture"), ("settings", "system")]
+
+
+def test_the_stages_never_import_what_their_design_rules_out(graph: tuple[list[Edge], dict]) -> None:
+    found = [f"{e.source}:{e.line} imports {e.target}" for e in graph[0]
+             for source, target in NEVER if unit(e.source) == source and unit(e.target) == target]
+    assert found == []
+
+
 def test_every_module_is_in_a_layer(ranks: dict[str, int]) -> None:
     missing = sorted({unit(m) for m in module_names(PACKAGE)} - set(ranks))
     stale = sorted(set(ranks) - {unit(m) for m in module_names(PACKAGE)})

@@ -44,11 +44,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path, what in ((args.baseline, "BASELINE"), (args.current, "CURRENT")):
         if not path.exists():
             raise ConfigError(f"{what} {path}: no such file")
+    sides = identity(args.baseline), identity(args.current)
     if not args.force:
-        check_comparable(args.baseline, args.current)
+        check_comparable(*sides)
     settings = load_settings(args.root, overrides={"alpha": args.alpha, "tolerance": args.tolerance},
                              option_prefix="")
-    named = identity(args.baseline).workload or identity(args.current).workload
+    named = sides[0].workload or sides[1].workload
     workload = settings.workloads.get(named.split("[", 1)[0]) if named else None
     outcome, attribution = compare_and_explain(args.baseline, args.current, compare_policy(settings, workload),
                                                analysis_options_from(args), args.nsys)

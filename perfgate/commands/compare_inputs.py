@@ -50,9 +50,8 @@ def identity(path: Path) -> Identity:
         return Identity(path)
 
 
-def check_comparable(baseline: Path, current: Path) -> None:
-    """ConfigError when the two inputs name different workloads or machine classes."""
-    b, c = identity(baseline), identity(current)
+def check_comparable(b: Identity, c: Identity) -> None:
+    """ConfigError when the two inputs (their identities) name different workloads or machine classes."""
     differ = [what for what, x, y in (("workloads", b.workload, c.workload),
                                       ("machine classes", b.machine_class, c.machine_class)) if x and y and x != y]
     if differ:

@@ -36,6 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     """Exit 0 when every workload passed, 1 when one regressed, 2 when one errored or a history line
     or a report could not be written (the verdicts are printed first)."""
+    from perfgate.records.model import Verdict
+
     settings = settings_from_args(args)
     specs = selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)
     for note in helper_notes(settings):
@@ -55,7 +57,7 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
             unrecorded = True
     _print_results(results)
     reports_written = _write_reports_saying(results, settings.report_dir)
-    if unrecorded or not reports_written or any(r.verdict.value == "ERROR" for r in results):
+    if unrecorded or not reports_written or any(r.verdict is Verdict.ERROR for r in results):
         return EXIT_ERROR
     return EXIT_REGRESSION if any(r.failed for r in results) else EXIT_PASS
 
