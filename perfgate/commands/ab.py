@@ -177,14 +177,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     from perfgate.settings.options import settings_from_args
     from perfgate.pipeline.workload_run import compare_policy
-    from perfgate.settings.workloads import selected_specs
-    from perfgate.system.machine import machine_info
+    from perfgate.commands.run import specs_on_this_machine
 
     try:
         launches = args.launches if args.launches is not None else 3
         # --launches and --max-launches are this command's own (per side), not the gate's launch design
         settings = settings_from_args(argparse.Namespace(**{**vars(args), "launches": None, "max_launches": None}))
-        specs = selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)
+        specs = specs_on_this_machine(settings)
         results: dict[str, AbResult] = {}
         for spec in specs:
             policy = compare_policy(settings, spec)

@@ -156,8 +156,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from perfgate.commands.bisect_report import render_markdown_report, render_text
     from perfgate.pipeline.workload_run import compare_policy, new_run_dir
     from perfgate.settings.options import settings_from_args
-    from perfgate.settings.workloads import selected_specs
-    from perfgate.system.machine import machine_info
+    from perfgate.commands.run import specs_on_this_machine
 
     launches = args.launches if args.launches is not None else 3
     max_launches = args.max_launches if args.max_launches is not None else 3 * launches
@@ -170,7 +169,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     workload = args.workloads
     args.workloads = [workload] if workload else []
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "launches": None, "max_launches": None}))
-    specs = selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)
+    specs = specs_on_this_machine(settings)
     if len(specs) != 1:
         raise ConfigError(f"argument WORKLOAD: name one workload to bisect (enabled: "
                           f"{', '.join(s.full_name for s in specs) or 'none'})")

@@ -324,8 +324,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from perfgate.settings.options import settings_from_args
-    from perfgate.settings.workloads import selected_specs
-    from perfgate.system.machine import machine_info
+    from perfgate.commands.run import specs_on_this_machine
     from perfgate.pipeline.workload_run import compare_policy, new_run_dir
 
     try:
@@ -334,7 +333,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         pool_size = args.pool if args.pool is not None else args.launches
         args.launches = None   # the pool size, not the gate's fixed design
         settings = settings_from_args(args)
-        spec = selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)[0]
+        spec = specs_on_this_machine(settings)[0]
         policy = compare_policy(settings, spec)
         if args.alpha is not None:
             policy = replace(policy, alpha=args.alpha)

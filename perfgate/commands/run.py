@@ -39,7 +39,7 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     from perfgate.records.model import Verdict
 
     settings = settings_from_args(args)
-    specs = selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)
+    specs = specs_on_this_machine(settings)
     for note in helper_notes(settings):
         print(f"perfgate: note: {note}", file=sys.stderr)
     update = args.update_baseline if update is None else update
@@ -60,6 +60,12 @@ def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     if unrecorded or not reports_written or any(r.verdict is Verdict.ERROR for r in results):
         return EXIT_ERROR
     return EXIT_REGRESSION if any(r.failed for r in results) else EXIT_PASS
+
+
+def specs_on_this_machine(settings: Settings) -> list[WorkloadSpec]:
+    """The workloads a command runs here (settings.workloads.selected_specs with this machine's GPU
+    count, or the count of ``machine_class`` where it is set)."""
+    return selected_specs(settings, machine_info(None, settings.machine_class).gpu_count)
 
 
 def gate_workload(spec: WorkloadSpec, settings: Settings, *, update: bool,
