@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from perfgate.diagnosis.comm import without_communication
-from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MECHANISM_ORDER, MODEL_PHASE, differences
+from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MECHANISM_ORDER, MIN_PER_STEP, MODEL_PHASE, differences
 from perfgate.diagnosis.evidence import (BETWEEN_STEPS, data_phase, gpu_active, idle_ms_per_step, step_mean_ms,
                                         workers_words)
 from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
 from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
+from perfgate.diagnosis.model_change import MODEL_MECHANISMS, model_change, told_as_model_change, work
 from perfgate.records.diagnosis import Finding, KernelDelta, PhaseDelta, Reason
 from perfgate.diagnosis.rules import RULE_BY_ID
 from perfgate.records.staleness import Staleness
@@ -81,8 +82,10 @@ def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: t
         else:   # NCCL kernels: perfgate.diagnosis.comm names their changes
             found = differences(*placed, base_facts.syncs_by_phase, cur_facts.syncs_by_phase, host_ms, host_bound,
                                 idle_delta, data_ms, cur_facts.d2h_copies_per_step - base_facts.d2h_copies_per_step,
-                                cur_facts.fp64_kernels_per_step - base_facts.fp64_kernels_per_step,
-                                base_families=fb, cur_families=fc)
+                                _fp64_added(base_facts, cur_facts), base_families=fb, cur_families=fc)
+            change = model_change(work(base, base_facts), work(cur, cur_facts))
+            if change is not None:
+                found = told_as_model_change(found, change, KERNEL_MECHANISMS)
         out = _one_account(out, found)
         if any(r.where is not None and MODEL_PHASE.search(r.where) and r.mechanism in KERNEL_MECHANISMS for r in out):
             located |= {p.name for p in phases if MODEL_PHASE.search(p.name)}   # one reason for the model's phases
@@ -113,6 +116,16 @@ def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: t
     # distribution: it ranks behind a difference located in a phase of the same size
     return sorted(out, key=lambda r: -(capped(r.ms, step_delta) if r.where is not None
                                        else 0.5 * capped(r.ms, step_delta))), unlocated
+
+
+FP64_GREW = 2.0        # float64 kernels per step at least this many times the base's: new float64 work
+
+
+def _fp64_added(base: TraceFacts, cur: TraceFacts) -> float:
+    """float64 kernels per step that appeared: none where the base ran nearly as many (5 -> 6 in a
+    wider model is more of the same work, not a round trip through double)."""
+    b, c = base.fp64_kernels_per_step, cur.fp64_kernels_per_step
+    return c - b if c - b >= MIN_PER_STEP and c >= FP64_GREW * b else 0.0
 
 
 def _top_kernels(a: Analysis) -> dict[str, list[float]]:
@@ -153,7 +166,7 @@ def _kernel_time(base: Analysis, cur: Analysis, kernels: tuple[KernelDelta, ...]
 #: reasons that are changes of the kernels launched (a place's reason covers its host time too)
 KERNEL_MECHANISMS = (*MECHANISM_ORDER, FASTER_KERNELS, "replaced:attention", "replaced:precision",
                      "replaced:compile", "replaced:graphs", "replaced:optimizer", "replaced:convolution",
-                     "replaced:library")
+                     "replaced:library", *MODEL_MECHANISMS)
 #: a whole-step rule, and the replacements that tell its change kernel by kernel
 TOLD_BY = {"rule:no_mixed_precision": ("replaced:precision",),
            "rule:not_compiled": ("replaced:compile", "replaced:graphs")}

@@ -180,12 +180,29 @@ def _attention(base: Families, cur: Families) -> Replacement | None:
     return None
 
 
+#: names that state fp32 work: the fp32 families also take every GEMM or convolution whose name states
+#: no type (``gemmSN_TN_kernel``, ``wgrad_alg0_engine``), which says nothing of its precision
+STATES_FP32 = re.compile(r"sgemm|f32f32_f32|fp32|float(?!16)", re.IGNORECASE)
+
+
+def _states_precision(kernels: tuple[tuple[str, float, float], ...], family: str) -> bool:
+    """Whether most launches of ``kernels`` (of ``family``; none: nothing to doubt) state its precision
+    in their names."""
+    if not family.endswith(".fp32"):
+        return True
+    total = sum(abs(c) for _, c, _ in kernels)
+    return total == 0 or sum(abs(c) for n, c, _ in kernels if STATES_FP32.search(n)) >= 0.5 * total
+
+
 def _precision(base: Families, cur: Families) -> Replacement | None:
     for role, ids in PRECISIONS.items():
         for i, low in enumerate(ids):
             for high in ids[i + 1:]:
                 a, b = low.split(".")[1], high.split(".")[1]
                 what = "GEMMs" if role == "matmul" else "convolutions"
+                if not (_states_precision(_kernels(base, cur, (high,), +1), high)
+                        and _states_precision(_kernels(base, cur, (high,), -1), high)):
+                    continue      # fp32 only by default: other kernels of no stated type, no precision change
                 if _fell(base, cur, (low,)) and _rose(base, cur, (high,)):
                     guess = ("TF32 turned off (torch.backends.cuda.matmul.allow_tf32 / cudnn.allow_tf32, "
                              "set_float32_matmul_precision(\"highest\"))?" if a == "tf32" else

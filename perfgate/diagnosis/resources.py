@@ -3,9 +3,11 @@ for a workload that gates them on their own, the kernel launches of an inference
 a lost compilation or lost CUDA graphs).
 
 Such a metric leads the attribution (it becomes the first reason) when it regressed and no
-step-time metric regressed, or when it regressed by more than every regressed step-time metric
-(a lost compilation: kernels per batch x50, latency +40 %). Otherwise the step-time diagnosis
-leads and these reasons follow as notes.
+step-time metric regressed; kernel launches also when they regressed by more than every regressed
+step-time metric (a lost compilation: kernels per batch x50, latency +40 %). Memory and energy
+never lead a step-time regression: a deeper or wider model holds more memory at its peak, and the
+step's reasons say why it is slower. Otherwise the step-time diagnosis leads and these reasons
+follow as notes.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from perfgate.records.model import Analysis, Direction, MetricComparison, Verdic
 
 RESOURCE_PATTERNS = ("gpu_memory.*", "energy.*", "kernels_per_step", "cuda_api_ms_per_step")
 STEP_PATTERNS = ("step_time_*", "phase.*", "gpu_idle_fraction")
+OWN_LINES = ("gpu_memory.*", "energy.*")    # never the first reason of a step-time regression
 
 _MEMORY_WORDS = {
     "gpu_memory.peak_allocated_mib": "peak GPU memory allocated (torch allocator)",
@@ -85,9 +88,12 @@ def leading_reason(comparisons: Sequence[MetricComparison], base: Analysis | Non
         return None
     step_worse = [_worse(c) for c in comparisons
                   if c.gating and c.verdict is Verdict.REGRESSED and _matches(c.metric, STEP_PATTERNS)]
+    if step_worse:     # memory and energy keep their own lines beside a step-time regression
+        leads = [f for f in found if not _matches(f[0].metric, OWN_LINES)]
+        if not leads or _worse(leads[0][0]) <= max(step_worse):
+            return None
+        found = leads + [f for f in found if f not in leads]
     top, text, cause = found[0]
-    if step_worse and _worse(top) <= max(step_worse):
-        return None
     return text, cause, [t for _, t, _ in found[1:]]
 
 

@@ -1,0 +1,159 @@
+"""A change of the model, in the model's words: the work per step of both runs' profile launches,
+read by kernel role (perfgate.analysis.kernel_families), and what changed in it.
+
+The work a step does: the launches and GPU time of its layers' kernels (GEMMs, convolutions,
+attention, normalization) outside the optimizer, the optimizer's kernels (their time grows with
+the parameters it updates), the bytes copied to the GPU (the inputs: batch times sample size) and
+the batch size where the loop's DataLoader says it. What changed, each a predicate on both sides:
+
+- **deeper**: the layers run more of the same kernels (the layer roles' launches grew by
+  ``GREW`` or more, none fell) and the optimizer's time grew with them (more parameters; where the
+  optimizer's time is too small to read, "or layers called more often"). The same parameters with
+  more launches is no model change: recomputation, or another path's kernels.
+- **a larger batch**: the batch size grew, the layers' launches did not.
+- **larger inputs**: the bytes copied to the GPU grew at the same batch (or no known batch), the
+  layers' launches and the optimizer's time did not.
+- **wider**: the layers' launches are the same, their kernels take longer, the inputs did not
+  grow and the optimizer's time grew (more parameters).
+
+None of them (the same work in other kernels: an algorithm, a precision, a path) is left to
+perfgate.diagnosis.mechanisms. Pure functions."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from statistics import median
+
+from perfgate.analysis.kernel_families import BY_ID
+from perfgate.diagnosis.differences import MODEL_PHASE
+from perfgate.records.diagnosis import Reason
+from perfgate.records.facts import TraceFacts
+from perfgate.records.model import Analysis
+
+MODEL_MECHANISMS = ("model:deeper", "model:batch", "model:inputs", "model:wider")
+LAYER_ROLES = {"matmul": "GEMMs", "convolution": "convolutions", "attention": "attention kernels",
+               "normalization": "normalization kernels"}
+OPTIMIZER_PLACE = re.compile(r"optim", re.IGNORECASE)
+MIN_LAUNCHES = 1.0          # launches per step a role needs on both sides to be read
+GREW = 1.15                 # a ratio at least this: grew
+SAME = 0.10                 # launches within this share of each other: the same
+MIN_PARAMS_MS = 0.05        # optimizer ms/step under which its change says nothing
+
+
+@dataclass(frozen=True)
+class Work:
+    """One run's work per step: layer role -> (launches, GPU ms); the optimizer's GPU ms; bytes
+    copied to the GPU; the batch size (None where not known)."""
+
+    layers: dict[str, tuple[float, float]]
+    params_ms: float
+    input_bytes: float | None
+    batch: int | None
+    samples_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    kind: str                   # deeper, batch, inputs, wider
+    text: str
+    cause: str
+
+
+def work(a: Analysis, facts: TraceFacts | None) -> Work | None:
+    """The work per step of one run's profile launch; None without kernels by family."""
+    if facts is None or not facts.kernels_by_family:
+        return None
+    layers: dict[str, list[float]] = {}
+    params = 0.0
+    for place, families in facts.kernels_by_family.items():
+        for family, names in families.items():
+            role = BY_ID[family].role if family in BY_ID else family
+            n, ms = sum(v[0] for v in names.values()), sum(v[1] for v in names.values())
+            if role == "optimizer":
+                params += ms
+            elif role in LAYER_ROLES and not OPTIMIZER_PLACE.search(place):
+                into = layers.setdefault(role, [0.0, 0.0])
+                into[0] += n
+                into[1] += ms
+    inputs = a.gpu.h2d_bytes_per_step if a.gpu is not None else None
+    return Work({r: (v[0], v[1]) for r, v in layers.items()}, params, inputs or None, a.steps.batch_size,
+                a.steps.samples_per_s)
+
+
+def _ratio(b: float, c: float) -> float:
+    return c / b if b > 0 else float("inf")
+
+
+def _counts(base: Work, cur: Work, roles: list[str]) -> str:
+    return ", ".join(f"{LAYER_ROLES[r]} {base.layers[r][0]:.0f} -> {cur.layers[r][0]:.0f}" for r in roles)
+
+
+def _layer_ms(w: Work, roles: list[str]) -> float:
+    return sum(w.layers[r][1] for r in roles)
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
+    """What changed in the model's work per step from ``base`` to ``cur``, or None when none of the
+    predicates above holds (module docstring)."""
+    if base is None or cur is None:
+        return None
+    roles = [r for r in LAYER_ROLES if base.layers.get(r, (0, 0))[0] >= MIN_LAUNCHES
+             and cur.layers.get(r, (0, 0))[0] >= MIN_LAUNCHES]
+    if not roles:
+        return None
+    counts = {r: _ratio(base.layers[r][0], cur.layers[r][0]) for r in roles}
+    b_ms, c_ms = _layer_ms(base, roles), _layer_ms(cur, roles)
+    time = f"{b_ms:.2f} -> {c_ms:.2f} ms/step of GPU time"
+    params_known = max(base.params_ms, cur.params_ms) >= MIN_PARAMS_MS
+    params = _ratio(base.params_ms, cur.params_ms) if params_known else None
+    optimizer = (f"the optimizer's kernels {base.params_ms:.2f} -> {cur.params_ms:.2f} ms/step"
+                 if params_known else "")
+    if median(counts.values()) >= GREW and min(counts.values()) >= 1 - SAME:
+        grew = [r for r in roles if counts[r] >= GREW]
+        if params is not None and params >= GREW:
+            guess, cause = f"{optimizer} (more parameters to update): a deeper model", "deeper model"
+        elif params is not None:
+            return None       # the same parameters: layers run again (recomputation), or other kernels
+        else:
+            guess, cause = ("a deeper model, or layers called more often per step (a longer sequence through a "
+                            "recurrent layer)?", "deeper model")
+        head = "more layers: the" if params is not None else "the"
+        return ModelChange("deeper", f"{head} same kernels run more often per step "
+                                     f"({_counts(base, cur, grew)} launches/step; {time}); {guess}", cause)
+    same = all(abs(c - 1) <= SAME for c in counts.values())
+    if not same or _ratio(b_ms, c_ms) < GREW:
+        return None
+    longer = f"the layers' {sum(cur.layers[r][0] for r in roles):.0f} kernel launches/step take x{c_ms / b_ms:.2f} as long ({time})"
+    if base.batch and cur.batch and cur.batch > base.batch:
+        rate = (f"; samples/s {base.samples_per_s:.0f} -> {cur.samples_per_s:.0f}"
+                if base.samples_per_s and cur.samples_per_s else "")
+        return ModelChange("batch", f"a larger batch: {base.batch} -> {cur.batch} samples per step; {longer}{rate}",
+                           "larger batch")
+    inputs = (_ratio(base.input_bytes, cur.input_bytes)
+              if base.input_bytes and cur.input_bytes else None)
+    if inputs is not None and inputs >= GREW and (params is None or params < GREW):
+        batch = (f" (the same batch of {cur.batch}: larger samples)" if base.batch and base.batch == cur.batch else "")
+        unchanged = f", {optimizer} (the same parameters)" if params_known else ""
+        what = ("larger images or longer sequences" if batch else "a larger batch, longer sequences or larger images")
+        return ModelChange("inputs", f"larger inputs: {_bytes(base.input_bytes or 0)} -> {_bytes(cur.input_bytes or 0)} "
+                                     f"copied to the GPU per step{batch}; {longer}{unchanged}: {what}?", "larger inputs")
+    if params is not None and params >= GREW and (inputs is None or inputs < GREW):
+        return ModelChange("wider", f"wider layers: {longer}, and {optimizer} (more parameters to update), "
+                                    "with the same inputs: a wider model (hidden sizes or channels)?", "wider model")
+    return None
+
+
+def told_as_model_change(reasons: list[Reason], change: ModelChange, kernel_mechanisms: tuple[str, ...]) -> list[Reason]:
+    """The reasons with every kernel difference (each place's, and the replacements they were told
+    as: other kernels chosen for the new shapes are the model change's, not an algorithm's or a
+    precision's) told as one: the model change, credited with their milliseconds together."""
+    kernel = [r for r in reasons if r.mechanism in kernel_mechanisms and r.mechanism != "dtype"]
+    if not kernel:
+        return reasons
+    lead = next((r for r in kernel if r.where is not None and MODEL_PHASE.search(r.where)), kernel[0])
+    told = Reason(f"model:{change.kind}", lead.where, sum(r.ms for r in kernel), change.text, change.cause)
+    return sorted([r for r in reasons if r not in kernel] + [told], key=lambda r: -r.ms)

@@ -1,0 +1,147 @@
+"""A change of the model told in the model's words (perfgate.diagnosis.model_change).
+
+The zoo's model pull requests, captured on an H200 (scripts/gpu/model-prs.py, nsys 2025.3.1, one
+launch per side, unmodified public programs changed through their own flags; the traces
+xz-compressed under tests/fixtures/model-prs/ beside nsys's stats of each): each is REGRESSED and its
+first reason names the model change, with counts that are the traces' own. Then each predicate of
+the account held against a case that satisfies it and one that does not."""
+from __future__ import annotations
+
+import lzma
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perfgate.diagnosis.mechanisms import replacements
+from perfgate.diagnosis.model_change import Work, model_change, work
+from perfgate.records.model import Verdict
+
+CAPTURES = Path(__file__).parent / "fixtures" / "model-prs"
+
+#: (program, pull request) -> the first reason's mechanism and words (searched)
+TRUTH = {
+    ("nanogpt", "deeper"): ("model:deeper", r"^more layers: .*GEMMs 100 -> 148, attention kernels 24 -> 36, "
+                                            r"normalization kernels 39 -> 57 launches/step.*: a deeper model$"),
+    ("nanogpt", "wider"): ("model:wider", r"^wider layers: .*\(more parameters to update\), with the same inputs"),
+    ("nanogpt", "batch"): ("model:inputs", r"^larger inputs: 256 KiB -> 384 KiB copied to the GPU per step.*"
+                                           r"\(the same parameters\): a larger batch, longer sequences"),
+    ("nanogpt", "sequence"): ("model:inputs", r"^larger inputs: 256 KiB -> 384 KiB"),
+    ("timm_ddp", "deeper"): ("model:deeper", r"^more layers: .*convolutions 235 -> 426, normalization kernels "
+                                             r"40 -> 72 launches/step.*a deeper model$"),
+    ("timm_ddp", "batch"): ("model:batch", r"^a larger batch: 64 -> 128 samples per step"),
+    ("timm_ddp", "images"): ("model:inputs", r"^larger inputs: .*\(the same batch of 64: larger samples\).*"
+                                             r"larger images or longer sequences\?$"),
+    ("dcgan", "wider"): ("model:wider", r"^wider layers: .*x2\.\d+ as long"),
+}
+#: nothing in any of these reasons may name a mechanism the pull request did not touch
+NEVER = re.compile(r"cudnn\.benchmark|TF32|float64|autotun|recompil|precision|cuDNN ran other", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("model-prs")
+    for side in CAPTURES.glob("*/*"):
+        (root / side.parent.name / side.name).mkdir(parents=True)
+        with lzma.open(side / "trace.sqlite.xz") as src, \
+                open(root / side.parent.name / side.name / "trace.sqlite", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return root
+
+
+def _compare(traces: Path, program: str, pr: str):
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.pipeline.inputs import compare_and_explain
+
+    return compare_and_explain(traces / program / "base" / "trace.sqlite", traces / program / pr / "trace.sqlite",
+                               options=AnalysisOptions())
+
+
+def test_every_pull_request_was_captured_beside_nsys_stats() -> None:
+    sides = {(p.parent.name, p.name) for p in CAPTURES.glob("*/*")}
+    assert {k for k in TRUTH} | {(p, "base") for p, _ in TRUTH} <= sides
+    for side in CAPTURES.glob("*/*"):
+        assert (side / "cuda_gpu_kern_sum.csv").stat().st_size > 0 and (side / "nvtx_sum.csv").is_file()
+
+
+@pytest.mark.parametrize("program,pr", list(TRUTH), ids=lambda v: str(v))
+def test_a_model_pull_request_is_told_as_the_model_change(traces: Path, program: str, pr: str) -> None:
+    outcome, attribution = _compare(traces, program, pr)
+    assert outcome.verdict == Verdict.REGRESSED, outcome.summary
+    assert attribution is not None
+    mechanism, words = TRUTH[(program, pr)]
+    top = attribution.reasons[0]
+    assert top.mechanism == mechanism, top.text
+    assert re.search(words, top.text), top.text
+    assert attribution.first_reason == top.text     # memory (it grew too) keeps its own line
+    assert not any(NEVER.search(r.text) for r in attribution.reasons), [r.text for r in attribution.reasons]
+    # one account: the shares partition the change
+    assert attribution.explained_ms <= attribution.step_mean_delta_ms + 1e-9
+
+
+def test_the_counts_a_reason_states_are_the_traces_launches(traces: Path) -> None:
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.pipeline.inputs import analyze_file
+
+    base, cur = (analyze_file(traces / "timm_ddp" / s / "trace.sqlite", AnalysisOptions()) for s in ("base", "deeper"))
+    wb, wc = work(base, base.facts), work(cur, cur.facts)
+    assert wb is not None and wc is not None
+    change = model_change(wb, wc)
+    assert change is not None and change.kind == "deeper"
+    # resnet18 -> resnet34: 8 -> 16 basic blocks, 20 -> 36 batch norms in the model (forward, and
+    # backward's two kernels per norm): the normalization launches per step grew 40 -> 72
+    assert round(wb.layers["normalization"][0]) == 40 and round(wc.layers["normalization"][0]) == 72
+    assert f"normalization kernels {wb.layers['normalization'][0]:.0f} -> {wc.layers['normalization'][0]:.0f}" in change.text
+    assert f"{wb.params_ms:.2f} -> {wc.params_ms:.2f} ms/step" in change.text
+
+
+# ----------------------------------------------------------------------------- the predicates
+
+
+def _work(layers: dict[str, tuple[float, float]], params: float = 0.2, inputs: float | None = 1e6,
+          batch: int | None = None) -> Work:
+    return Work(layers, params, inputs, batch)
+
+
+BASE = _work({"matmul": (100, 2.0), "normalization": (40, 1.0)})
+
+
+def test_deeper_needs_more_launches_and_more_parameters() -> None:
+    deeper = _work({"matmul": (150, 3.0), "normalization": (60, 1.5)}, params=0.3)
+    assert model_change(BASE, deeper).kind == "deeper"
+    # the same launches more often with the same parameters: recomputation or another path, no model change
+    recomputed = _work({"matmul": (150, 3.0), "normalization": (60, 1.5)}, params=0.2)
+    assert model_change(BASE, recomputed) is None
+    # an optimizer too small to read: deeper, or layers called more often
+    tiny = model_change(_work(BASE.layers, params=0.01), _work({"matmul": (200, 4.0), "normalization": (80, 2.0)},
+                                                                  params=0.01))
+    assert tiny.kind == "deeper" and "or layers called more often" in tiny.text
+    assert tiny.text.startswith("the same kernels run more often")      # not "more layers": it may be more calls
+
+
+def test_wider_needs_the_same_launches_longer_kernels_more_parameters_and_the_same_inputs() -> None:
+    wider = _work({"matmul": (98, 4.0), "normalization": (40, 1.4)}, params=0.45)
+    assert model_change(BASE, wider).kind == "wider"
+    assert model_change(BASE, _work(wider.layers, params=0.2)) is None           # same parameters: no model change
+    assert model_change(BASE, _work({"matmul": (100, 2.1), "normalization": (40, 1.0)}, params=0.45)) is None
+    # launches neither the same nor grown together: no model change told
+    assert model_change(BASE, _work({"matmul": (112, 4.0), "normalization": (40, 1.4)}, params=0.45)) is None
+
+
+def test_a_larger_batch_and_larger_inputs() -> None:
+    longer = {"matmul": (100, 3.0), "normalization": (40, 1.5)}
+    batch = model_change(_work(BASE.layers, batch=64), _work(longer, batch=128))
+    assert batch.kind == "batch" and batch.text.startswith("a larger batch: 64 -> 128 samples per step")
+    inputs = model_change(_work(BASE.layers, batch=64), _work(longer, inputs=2e6, batch=64))
+    assert inputs.kind == "inputs" and "the same batch of 64" in inputs.text
+    # the same inputs, the same parameters, longer kernels: other kernels (an algorithm), not the model
+    assert model_change(BASE, _work(longer)) is None
+
+
+def test_no_precision_change_is_told_from_kernels_that_state_no_precision() -> None:
+    tf32 = {"matmul.tf32": {"sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n": [36.0, 0.2]}}
+    untyped = {"matmul.fp32": {"gemmSN_TN_kernel": [40.0, 0.25]}}
+    sgemm = {"matmul.fp32": {"cutlass_80_simt_sgemm_256x128_8x4_nn_align1": [36.0, 0.9]}}
+    assert [r.kind for r in replacements(tf32, untyped)] == []
+    assert [r.kind for r in replacements(tf32, sgemm)] == ["precision"]
