@@ -17,7 +17,7 @@ from nsys_run import run_supervised
 from perfgate.capture.autostep import install as autostep
 from perfgate.capture.autostep.post_import import PostImportFinder
 from perfgate.capture.command import capture_environment, prepend_path
-from perfgate.records.autostep_ranges import BACKWARD, DATA_LOAD, NOTE_PREFIX, OPTIMIZER
+from perfgate.records.autostep_ranges import BACKWARD, DATA_LOAD, FORWARD, NOTE_PREFIX, OPTIMIZER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,9 +98,48 @@ breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
 print("pid", os.getpid(), "graph_breaks", breaks)
 '''
 
+# The forward hooks' rules: a LightningModule-like wrapper whose own forward is never called (its
+# child's is), an evaluation in eval mode under no_grad, a frozen module (no parameter needing a
+# gradient), and a forward that raises (the range still ends).
+WRAPPED_MODEL = r'''
+import os
+import torch
+class Wrapper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    def training_step(self, x, y):
+        return torch.nn.functional.mse_loss(self.net(x), y)
+frozen = torch.nn.Linear(8, 8).requires_grad_(False)
+model = Wrapper()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(4, 8), torch.randn(4, 1)
+for step in range(3):
+    loss = model.training_step(frozen(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        model.net(x)
+    model.train()
+try:
+    model.net(torch.randn(4, 3))
+except RuntimeError:
+    pass
+torch.save(model, "model.pt")     # a whole module: pickled with its hooks
+with open("model.pt", "rb") as fh:
+    saved = fh.read()
+print("perfgate_in_checkpoint", b"perfgate" in saved, "hooks_after_save", len(model.net._forward_hooks))
+print("pid", os.getpid())
+'''
+
 STEP = [("start", DATA_LOAD), ("end", DATA_LOAD), ("start", BACKWARD), ("end", BACKWARD),
         ("start", OPTIMIZER), ("end", OPTIMIZER)]
+# from the second step on: the model's forward, hooked at the first backward pass (forward.py)
+STEP_WITH_FORWARD = [*STEP[:2], ("start", FORWARD), ("end", FORWARD), *STEP[2:]]
 LAST_NEXT = [("start", DATA_LOAD), ("end", DATA_LOAD)]  # the __next__ that raises StopIteration
+TRAIN_RANGES = STEP + STEP_WITH_FORWARD * 2 + LAST_NEXT   # TRAIN's three steps and its last __next__
 
 
 def child_env(base_pythonpath: str = "", **extra: str) -> dict[str, str]:
@@ -154,7 +193,7 @@ def test_each_step_gives_data_load_backward_optimizer(tmp_path: Path, torch_modu
     pid = main_pid(proc)
     assert "steps 3 autostep True" in proc.stdout
     # three steps, then the __next__ that ends the loop (StopIteration) is a data_load range too
-    assert [(e, n) for p, e, n in events(debug)] == STEP * 3 + LAST_NEXT
+    assert [(e, n) for p, e, n in events(debug)] == STEP + STEP_WITH_FORWARD * 2 + LAST_NEXT
     assert {p for p, _, _ in events(debug)} == {pid}
     # the iterator's workers, its batch size once (it does not change), the optimizer's number and
     # class at its first step, then one step mark per step
@@ -167,14 +206,36 @@ def test_breaking_out_of_the_loop_gives_one_data_load_per_step(tmp_path: Path, t
     debug = tmp_path / "ranges.txt"
     proc = run_python(TRAIN, tmp_path, child_env(PERFGATE_AUTOSTEP_DEBUG=str(debug)), "5", "3")
     main_pid(proc)
-    assert [(e, n) for _, e, n in events(debug)] == STEP * 3
+    assert [(e, n) for _, e, n in events(debug)] == STEP + STEP_WITH_FORWARD * 2
 
 
 def test_nested_calls_give_one_range_each(tmp_path: Path, torch_module: object) -> None:
     debug = tmp_path / "ranges.txt"
     proc = run_python(NESTED, tmp_path, child_env(PERFGATE_AUTOSTEP_DEBUG=str(debug)))
     main_pid(proc)
-    assert [(e, n) for _, e, n in events(debug)] == STEP * 4 + LAST_NEXT
+    # the checkpoint's recomputation inside backward opens no forward range
+    assert [(e, n) for _, e, n in events(debug)] == STEP + STEP_WITH_FORWARD * 3 + LAST_NEXT
+
+
+def test_the_forward_of_the_trained_model_is_one_range_from_the_second_step(tmp_path: Path,
+                                                                            torch_module: object) -> None:
+    debug = tmp_path / "ranges.txt"
+    proc = run_python(WRAPPED_MODEL, tmp_path, child_env(PERFGATE_AUTOSTEP_DEBUG=str(debug)))
+    main_pid(proc)
+    ranges = [n for e, n in ((e, n) for _, e, n in events(debug)) if e == "start"]
+    evaluation = "perfgate/eval"
+    first = [BACKWARD, OPTIMIZER, evaluation]
+    # the wrapper's child is hooked (its own forward is never called); the frozen module and the
+    # evaluation's call emit none; the call that raised is a range that ended
+    assert ranges == first + [FORWARD, BACKWARD, OPTIMIZER, evaluation] * 2 + [FORWARD, "perfgate/checkpoint"]
+    assert len(events(debug)) == 2 * len(ranges)
+    # torch.save of a hooked module: the checkpoint does not name perfgate, the hooks stay on
+    assert "perfgate_in_checkpoint False hooks_after_save 1" in proc.stdout
+    off = tmp_path / "off.txt"
+    main_pid(run_python(WRAPPED_MODEL, tmp_path, child_env(PERFGATE_AUTOSTEP_DEBUG=str(off),
+                                                           PERFGATE_AUTOSTEP_FORWARD="0")))
+    assert FORWARD not in {n for _, _, n in events(off)}
+    assert our_notes(proc.stderr) == []
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
@@ -182,7 +243,7 @@ def test_dataloader_workers_run_and_emit_nothing(tmp_path: Path, torch_module: o
     debug = tmp_path / "ranges.txt"
     proc = run_python(TRAIN, tmp_path, child_env(PERFGATE_AUTOSTEP_DEBUG=str(debug)), "3", "0", "2", context)
     pid = main_pid(proc)
-    assert [(e, n) for p, e, n in events(debug) if p == pid] == STEP * 3 + LAST_NEXT
+    assert [(e, n) for p, e, n in events(debug) if p == pid] == TRAIN_RANGES
     assert {p for p, _, _ in events(debug)} == {pid}, "a worker process emitted ranges"
     assert our_notes(proc.stderr) == []
 
@@ -194,6 +255,7 @@ def test_torch_compile_keeps_its_graph_breaks_and_the_eager_backward_keeps_its_r
     off = run_python(COMPILED, tmp_path, child_env(PERFGATE_AUTOSTEP="0"))
     main_pid(on), main_pid(off)
     assert on.stdout.split()[-2:] == off.stdout.split()[-2:] == ["graph_breaks", "1"]  # Tensor.backward()
+    # the model's call is traced by torch.compile: its forward hooks emit nothing, and break no graph
     assert [(e, n) for _, e, n in events(debug)] == STEP * 3 + LAST_NEXT
 
 
@@ -233,7 +295,7 @@ def test_users_own_sitecustomize_still_runs_once(tmp_path: Path, torch_module: o
     main_pid(proc)
     assert mark.read_text() == "ran\n"
     assert "user value 42" in proc.stdout
-    assert len(events(debug)) == (len(STEP * 3 + LAST_NEXT) if value == "1" else 0)
+    assert len(events(debug)) == (len(TRAIN_RANGES) if value == "1" else 0)
 
 
 def test_a_failing_user_sitecustomize_is_one_line_and_the_program_runs(tmp_path: Path, torch_module: object) -> None:
@@ -245,7 +307,7 @@ def test_a_failing_user_sitecustomize_is_one_line_and_the_program_runs(tmp_path:
     main_pid(proc)
     assert our_notes(proc.stderr) == [
         f"perfgate autostep: error in {user / 'sitecustomize.py'}: RuntimeError: boom"]
-    assert [(e, n) for _, e, n in events(debug)] == STEP * 3 + LAST_NEXT
+    assert [(e, n) for _, e, n in events(debug)] == TRAIN_RANGES
 
 
 CHAINING_SITECUSTOMIZE = '''
@@ -271,7 +333,7 @@ def test_a_chaining_user_sitecustomize_does_not_recurse(tmp_path: Path, torch_mo
     proc = run_python(TRAIN, tmp_path, child_env(str(user), USER_SITE_MARK=str(mark), PERFGATE_AUTOSTEP_DEBUG=str(debug)))
     main_pid(proc)
     assert mark.read_text() == "ran\n"
-    assert [(e, n) for _, e, n in events(debug)] == STEP * 3 + LAST_NEXT
+    assert [(e, n) for _, e, n in events(debug)] == TRAIN_RANGES
     assert our_notes(proc.stderr) == []
 
 
@@ -352,8 +414,8 @@ def test_nsys_records_one_range_of_each_kind_per_step(tmp_path: Path, nsys_path:
     assert "steps 3 autostep True" in proc.stdout
     nvtx = load_trace(tmp_path / "trace.sqlite").nvtx.frame()
     ours = nvtx[nvtx["text"].str.startswith("perfgate/")].sort_values("start", kind="stable")
-    assert ours["text"].value_counts().to_dict() == {DATA_LOAD: 3, BACKWARD: 3, OPTIMIZER: 3}
-    assert list(ours["text"]) == [DATA_LOAD, BACKWARD, OPTIMIZER] * 3
+    assert ours["text"].value_counts().to_dict() == {DATA_LOAD: 3, FORWARD: 2, BACKWARD: 3, OPTIMIZER: 3}
+    assert list(ours["text"]) == [DATA_LOAD, BACKWARD, OPTIMIZER] + [DATA_LOAD, FORWARD, BACKWARD, OPTIMIZER] * 2
     assert ours["global_tid"].nunique() == 1 and not ours["unterminated"].any()
     starts, ends = ours["start"].to_numpy(), ours["end"].to_numpy()
     assert (ends > starts).all()

@@ -63,6 +63,26 @@ def test_every_phase_slowing_together_is_the_machine() -> None:
     assert explain_regression(loaded, base).first_reason.startswith("every phase got faster")
 
 
+def test_compute_phases_growing_together_in_changed_code_are_the_models_work() -> None:
+    """A model made four times as deep on the CPU grows forward, backward and the optimizer by
+    about one factor (the zoo's nanoGPT: x3.26, x3.52, x2.73): where the code changed that is the
+    model's work, not the machine; with the code unknown, still the machine."""
+    loaded = analyze_file(CPU["wider"], AnalysisOptions(skip_steps=5))
+    compute = {n: p for n, p in loaded.phases.items() if re.search(r"forward|backward|optim", n)}
+    assert len(compute) >= 3
+    base = replace(loaded, phases=compute)       # a loop of compute phases alone, as nanoGPT's
+    grown = {n: replace(p, cpu_per_step_ms=3 * p.cpu_per_step_ms, cpu_mean_ms=3 * p.cpu_mean_ms)
+             for n, p in compute.items()}
+    summary = base.steps.summary_ms
+    added = sum(p.cpu_per_step_ms for p in compute.values()) * 2
+    deeper = replace(base, phases=grown, steps=replace(base.steps, summary_ms=replace(
+        summary, mean=summary.mean + added, median=summary.median + added)))
+    edited = explain_regression(base, deeper, provenance=Staleness(edits=("model.py changed",)))
+    assert edited.first_reason.startswith("compute +"), edited.first_reason
+    assert "the model does more work per step" in edited.first_reason and edited.cause != "machine"
+    assert explain_regression(base, deeper).first_reason.startswith("every phase got slower")
+
+
 def _pairs() -> list[tuple[str, Path, Path]]:
     corpus = [(f"corpus:{p.name}", CORPUS / "base" / "trace.sqlite", p / "trace.sqlite")
               for p in sorted(CORPUS.iterdir()) if p.name not in ("base", "base2", "base3")][:6]

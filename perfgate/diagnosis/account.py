@@ -52,14 +52,15 @@ def _rule_reasons(base: Analysis, cur: Analysis, changed: tuple[Finding, ...], i
 def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: tuple[Finding, ...],
             phases: tuple[PhaseDelta, ...], idle_phase: dict[str, float], base_facts: TraceFacts | None,
             cur_facts: TraceFacts | None, step_delta: float,
-            kernels: tuple[KernelDelta, ...] = ()) -> tuple[list[Reason], list[Reason]]:
+            kernels: tuple[KernelDelta, ...] = (), code_changed: bool = False) -> tuple[list[Reason], list[Reason]]:
     """Differences between the two runs that account for part of the step-time change, the
     largest share first, in the direction of the change (what made a slower run slower, what made
     a faster one faster): rules whose condition changed, what changed among the kernels and
     synchronizations launched in each place, data loading, every phase changing together (the
     machine), and host time no other reason locates (returned apart on a GPU run with other
     reasons: the unlocated rest). A rule that fires on both sides is a standing condition: never a
-    reason."""
+    reason. ``code_changed``: the provenance says the code differs (the compute phases growing
+    together are then the model's work, not the machine's: host.machine_reason)."""
     faster = step_delta < 0
     out = _rule_reasons(base, cur, resolved if faster else new, idle_phase, faster)
     by_phase = {p.name: p.delta_ms for p in phases}
@@ -98,7 +99,7 @@ def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: t
     out = [_with_workers(r, base_facts, cur_facts, not faster) if r.mechanism in DATA_MECHANISMS else r
            for r in out]
     if not any(r.mechanism in KERNEL_MECHANISMS for r in out):
-        machine = machine_reason(phases, step_mean_ms(base), step_delta)
+        machine = machine_reason(phases, step_mean_ms(base), step_delta, code_changed)
         if machine is not None:   # the phases' changes are the machine's: not reasons of their own
             out = [r for r in out if r.mechanism not in DATA_MECHANISMS] + [machine]
             located |= {p.name for p in phases} | {STEP_CODE}

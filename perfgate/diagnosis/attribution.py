@@ -142,8 +142,9 @@ def explain_regression(
     ib, ic = idle_ms_per_step(base), idle_ms_per_step(cur)
     kernels = () if partial else _kernel_deltas(base, cur)
     step_delta = step_mean_ms(cur) - step_mean_ms(base)
+    code_changed = provenance is not None and bool(provenance.code or provenance.edits)
     reasons, unlocated = account.reasons(base, cur, new, resolved, phases, idle_phase_delta, base_facts, cur_facts,
-                                  step_delta, kernels)
+                                  step_delta, kernels, code_changed)
     comm = None if step_delta <= 0 else comm_reason(
         base.comm, cur.comm, step_delta, base_facts.kernels_by_phase if base_facts else None,
         cur_facts.kernels_by_phase if cur_facts else None,

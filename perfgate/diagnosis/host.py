@@ -50,12 +50,17 @@ def data_reason(data: str, phases: Mapping[str, float], step_delta: float, idle_
     return Reason("data_loading", data, sign * ms, f"{head}: {guess}", None)
 
 
-def machine_reason(phases: Sequence[PhaseDelta], base_step_ms: float, step_delta: float) -> Reason | None:
+def machine_reason(phases: Sequence[PhaseDelta], base_step_ms: float, step_delta: float,
+                   code_changed: bool = False) -> Reason | None:
     """Every phase slower (or faster) by about the same factor: what changed is the machine (its
-    load, its clock, its software), not one part of the code."""
+    load, its clock, its software), not one part of the code. Not where the code changed and every
+    such phase is the model's compute (forward, backward, optimizer): a model four times as deep
+    makes each of them slower by about its factor."""
     big = [p for p in phases if p.name != BETWEEN_STEPS and base_step_ms > 0
            and p.baseline_ms >= MACHINE_PHASE_SHARE * base_step_ms]
     if len(big) < MACHINE_PHASES or step_delta == 0:
+        return None
+    if code_changed and all(COMPUTE_PHASE.search(p.name) for p in big):
         return None
     ratios = [p.current_ms / p.baseline_ms for p in big]
     slower = step_delta > 0

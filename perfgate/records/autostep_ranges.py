@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["BACKWARD", "CHECKPOINT", "DATA_LOAD", "EVALUATION", "INTERLUDE_RANGES", "MARK_BATCH", "MARK_LOADER",
+__all__ = ["BACKWARD", "CHECKPOINT", "DATA_LOAD", "EVALUATION", "FORWARD", "INTERLUDE_RANGES", "MARK_BATCH", "MARK_LOADER",
            "MARK_OPTIMIZER_NEW", "MARK_OPTIMIZER_SKIPPED", "MARK_OPTIMIZER_STEP", "NOTE_PREFIX", "OPTIMIZER",
            "MARK_RANK", "PREFIX", "RANGE_NAMES", "WRAPPED", "note"]
 
 PREFIX = "perfgate/"
 DATA_LOAD = "perfgate/data_load"
 BACKWARD = "perfgate/backward"
+FORWARD = "perfgate/forward"
 OPTIMIZER = "perfgate/optimizer"
 EVALUATION = "perfgate/eval"
 CHECKPOINT = "perfgate/checkpoint"
-RANGE_NAMES = (DATA_LOAD, BACKWARD, OPTIMIZER, EVALUATION, CHECKPOINT)
+RANGE_NAMES = (DATA_LOAD, FORWARD, BACKWARD, OPTIMIZER, EVALUATION, CHECKPOINT)
 #: Ranges that are not part of a training iteration: a period holding one is an interlude.
 INTERLUDE_RANGES = (EVALUATION, CHECKPOINT)
 

@@ -15,7 +15,7 @@ from _thread import _local
 
 from perfgate.records.autostep_ranges import (
     BACKWARD, DATA_LOAD, MARK_BATCH, MARK_LOADER, MARK_OPTIMIZER_NEW, MARK_OPTIMIZER_SKIPPED,
-    MARK_OPTIMIZER_STEP, MARK_RANK, OPTIMIZER, WRAPPED,
+    MARK_OPTIMIZER_STEP, MARK_RANK, OPTIMIZER, WRAPPED, note,
 )
 
 TYPE_CHECKING = False
@@ -42,6 +42,8 @@ class _State(_local):
     optimizer_steps = 0         # optimizer steps ended on this thread (GradScaler.step compares)
     eval_range: Any = None      # the open evaluation range's id
     eval_module = 0             # id() of the module whose train(False) opened it
+    forward_range: Any = None   # the open forward range's id (perfgate/capture/autostep/forward.py)
+    forward_module = 0          # id() of the module whose call opened it
 
 
 _state = _State()
@@ -199,7 +201,23 @@ def _patch_autograd(inst: Installation, module: ModuleType) -> None:
     # -1 outside a backward pass; >= 0 on any thread running one (a reentrant backward from a
     # checkpointed function may run on an autograd device thread, where our flag is not set)
     graph_task_id = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None) or (lambda: -1)
-    backward = in_range(original, "backward", *pair, busy=lambda: graph_task_id() != -1, training=True)
+    start, end = pair
+    started = False
+
+    def start_first() -> int:
+        """The first backward pass's start: the model has run its first forward; then ``start``."""
+        nonlocal started
+        if not started:
+            started = True
+            first = inst.first_backward
+            if first is not None:
+                try:
+                    first()
+                except Exception as exc:  # noqa: BLE001 - never raise into the user's program
+                    note(f"could not hook the model's forward: {type(exc).__name__}: {exc}")
+        return start()
+
+    backward = in_range(original, "backward", start_first, end, busy=lambda: graph_task_id() != -1, training=True)
     inst.own(backward)
     setattr(module, "backward", backward)
     inst.undo.append(lambda: setattr(module, "backward", original))

@@ -19,6 +19,8 @@ module                            hook                                          
                                   mode until it is put back in training mode or
                                   training resumes (a backward pass, an optimizer step)
 ``torch.serialization``           ``torch.save``                                       ``perfgate/checkpoint``
+(the model, found at the first    forward pre/post hooks of its outermost trained      ``perfgate/forward``
+backward pass)                    modules and their direct children
 ================================  ===================================================  ==========================
 
 Ranges are NVTX *start/end* ranges of torch's own binding (``torch.cuda.nvtx.range_start`` /
@@ -46,9 +48,10 @@ A CPU-only torch (no NVTX binding) gets no hooks and one line on stderr. Code th
 captures emits nothing (``torch.compiler.is_compiling()``: no graph break); code it leaves to eager
 execution after a graph break (``loss.backward()`` inside a compiled step) still does, because the
 wrappers' frames are registered with torch._dynamo as never compiled on their own once it is loaded.
-There is no ``forward`` range: it would need a global module hook, which costs Python work on every
-module call and interferes with torch.compile; the time outside the ranges is the forward pass (plus
-whatever else the loop does there).
+The forward pass gets ``perfgate/forward`` without a global module hook (one would cost Python work
+on every module call and interfere with torch.compile): at the first backward pass the model's
+outermost trained modules are found once and only their calls are hooked
+(perfgate/capture/autostep/forward.py; ``PERFGATE_AUTOSTEP_FORWARD=0`` turns it off).
 
 Test hook: ``PERFGATE_AUTOSTEP_DEBUG=<file>`` makes every range and mark also append a line
 ``<pid> start|end|mark <text>`` to that file (read once, by :func:`install`).
@@ -58,10 +61,11 @@ runs in every Python process that inherits the environment (nsys helpers, DataLo
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
-from perfgate.capture.autostep import hooks as autostep_hooks, interludes as autostep_interludes
+from perfgate.capture.autostep import forward as autostep_forward, hooks as autostep_hooks, interludes as autostep_interludes
 from perfgate.capture.autostep.installation import DEBUG_ENV_VAR, Installation
 from perfgate.records.autostep_ranges import note
 
@@ -78,6 +82,7 @@ ENV_VAR = "PERFGATE_AUTOSTEP"
 """``1`` (or ``true``/``yes``/``on``) in a process's environment turns autostep on there."""
 
 _ON_VALUES = frozenset({"1", "true", "yes", "on"})
+_OFF_VALUES = frozenset({"0", "false", "no", "off"})
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
@@ -109,6 +114,8 @@ def install(environ: dict[str, str] | None = None) -> bool:
         env = os.environ if environ is None else environ
         inst = Installation({**autostep_hooks.TARGETS, **autostep_interludes.TARGETS},
                             env.get(DEBUG_ENV_VAR) or None, lambda: _installation is inst)
+        if env.get(autostep_forward.ENV_VAR, "1").strip().lower() not in _OFF_VALUES:
+            inst.first_backward = functools.partial(autostep_forward.discover, inst)
         _installation = inst
         sys.meta_path.insert(0, inst.finder)
         if not _fork_hook_registered and hasattr(os, "register_at_fork"):

@@ -39,6 +39,7 @@ class Installation:
         self.codes: list[CodeType] = []     # code of every wrapper and hook, see skip_frames
         self.skipped = 0                     # how many of them torch.compile has been told to skip
         self.optimizer_number: Callable[[Any], int] | None = None   # set by the optimizer hook
+        self.first_backward: Callable[[], None] | None = None       # run once, at the first backward pass
 
     def nvtx(self) -> Any:
         """torch's NVTX binding (``torch._C._nvtx``), or None (and one note) without one."""

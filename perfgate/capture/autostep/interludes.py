@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from perfgate.capture.autostep import hooks
+from perfgate.capture.autostep import forward, hooks
 from perfgate.records.autostep_ranges import CHECKPOINT, EVALUATION, WRAPPED
 
 TYPE_CHECKING = False
@@ -58,14 +58,20 @@ def _patch_module(inst: Installation, module: ModuleType) -> None:
 
 def _patch_serialization(inst: Installation, module: ModuleType) -> None:
     """``torch.save`` in a ``perfgate/checkpoint`` range (torch's package imports ``save`` from this
-    module after it executes, so ``torch.save`` is the wrapper too)."""
+    module after it executes, so ``torch.save`` is the wrapper too), with the forward hooks taken
+    off what it saves (perfgate/capture/autostep/forward.py)."""
     original = module.save
     if getattr(original, WRAPPED, False):
         return
     pair = inst.range(CHECKPOINT)
     if pair is None:
         return
-    save = hooks.in_range(original, "checkpoint", *pair)
+    @functools.wraps(original)
+    def without_our_hooks(*args: Any, **kwargs: Any) -> Any:
+        with forward.detached():
+            return original(*args, **kwargs)
+
+    save = hooks.in_range(without_our_hooks, "checkpoint", *pair)
     inst.own(save)
     setattr(module, "save", save)
     inst.undo.append(lambda: setattr(module, "save", original))
