@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +40,7 @@ PROGRAMS = {"nanogpt": ("--max_iters=60", "--log_interval=1", "--eval_interval=1
 
 def launch(program: harness.Program, project: Path, extra: tuple[str, ...], forward: str, gpu: bool,
            skip: int) -> float | None:
-    table = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["perfgate"]["workloads"][program.name]
-    cmd = [sys.executable, "-m", table["module"], *table["gpu_args" if gpu else "cpu_args"], *extra]
+    cmd = harness.workload_command(program, project, extra, gpu=gpu)
     nsys = [shutil.which("nsys") or "nsys", "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none",
             "--export=none", "-f", "true", "-o", str(project / "bench")]
     env = {**capture_environment({**os.environ, **program.env}), "PERFGATE_AUTOSTEP_FORWARD": forward}

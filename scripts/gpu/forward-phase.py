@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,22 +47,13 @@ SKIP = 10
 CPU = os.environ.get("FORWARD_PHASE_CPU") == "1"     # this script's own check: cpu_args, no CUDA trace
 
 
-def command(program: harness.Program, project: Path, extra: tuple[str, ...]) -> list[str]:
-    table = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["perfgate"]["workloads"][program.name]
-    args = [*table["cpu_args" if CPU else "gpu_args"], *extra]
-    if table.get("launcher") == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-                "-m", table["module"], *args]
-    return [sys.executable, "-m", table["module"], *args]
-
-
 def launch(program: harness.Program, project: Path, extra: tuple[str, ...], out: Path, trace: str,
            forward: str) -> tuple[int, str]:
     out.mkdir(parents=True, exist_ok=True)
     nsys = ["nsys", "profile", f"--trace={'nvtx' if CPU else trace}", "--sample=none", "--cpuctxsw=none", "--export=sqlite", "-f", "true",
             "-o", str(out / "trace")]
     env = {**capture_environment({**os.environ, **program.env}), "PERFGATE_AUTOSTEP_FORWARD": forward}
-    cmd = command(program, project, extra)
+    cmd = harness.workload_command(program, project, extra, gpu=not CPU)
     done = subprocess.run([*nsys, *cmd], cwd=project, env=env, capture_output=True, text=True, timeout=400)
     log = " ".join(cmd) + "\n\n" + done.stdout + done.stderr
     (out / "workload.log").write_text(log)

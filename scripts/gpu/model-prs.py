@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,15 +48,6 @@ STATS = ("nvtx_sum", "cuda_gpu_kern_sum", "nvtx_gpu_proj_sum")
 PART = 15 * 2**20
 
 
-def command(program: harness.Program, project: Path, extra: tuple[str, ...], cpu: bool) -> list[str]:
-    table = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["perfgate"]["workloads"][program.name]
-    args = [*table["cpu_args" if cpu else "gpu_args"], *extra]
-    if table.get("launcher") == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-                "-m", table["module"], *args]
-    return [sys.executable, "-m", table["module"], *args]
-
-
 def capture(program: harness.Program, project: Path, extra: tuple[str, ...], side: Path, cpu: bool) -> int:
     side.mkdir(parents=True, exist_ok=True)
     trace = "nvtx" if cpu else "cuda,nvtx"
@@ -65,9 +55,9 @@ def capture(program: harness.Program, project: Path, extra: tuple[str, ...], sid
             *([] if cpu else ["--cuda-memory-usage=true"]), "--export=sqlite", "-f", "true", "-o", str(side / "trace")]
     env = capture_environment({**os.environ, **program.env})
     with open(side / "workload.log", "w") as log:
-        log.write(" ".join(command(program, project, extra, cpu)) + "\n\n")
+        log.write(" ".join(harness.workload_command(program, project, extra, gpu=not cpu)) + "\n\n")
         log.flush()
-        rc = subprocess.run([*nsys, *command(program, project, extra, cpu)], cwd=project, env=env,
+        rc = subprocess.run([*nsys, *harness.workload_command(program, project, extra, gpu=not cpu)], cwd=project, env=env,
                             stdout=log, stderr=subprocess.STDOUT, timeout=400).returncode
     (side / "trace.nsys-rep").unlink(missing_ok=True)
     db = side / "trace.sqlite"

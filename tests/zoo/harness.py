@@ -100,6 +100,18 @@ def _workload_table(folder: Path, name: str) -> dict[str, Any]:
         return tomllib.load(fh).get("tool", {}).get("perfgate", {}).get("workloads", {}).get(name, {})
 
 
+def workload_command(program: Program, project: Path, extra: tuple[str, ...] = (), gpu: bool = True,
+                     python: str = sys.executable) -> list[str]:
+    """The command the workload declared in ``project``'s pyproject.toml runs (its ``gpu_args`` or
+    ``cpu_args``, then ``extra``; torchrun with one process per node for a torchrun launcher), as a
+    script run outside perfgate runs it (scripts/gpu/model-prs.py, forward-phase.py)."""
+    table = _workload_table(project, program.name)
+    args = [*table["gpu_args" if gpu else "cpu_args"], *extra]
+    if table.get("launcher") == "torchrun":
+        return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", table["module"], *args]
+    return [python, "-m", table["module"], *args]
+
+
 # --------------------------------------------------------------------------- a user's project
 
 
