@@ -20,11 +20,10 @@ None of them (the same work in other kernels: an algorithm, a precision, a path)
 perfgate.diagnosis.mechanisms. Pure functions."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from statistics import median
 
-from perfgate.analysis.kernel_families import BY_ID
+from perfgate.analysis.kernel_families import BY_ID, OPTIMIZER_PLACE
 from perfgate.diagnosis.differences import MODEL_PHASE
 from perfgate.records.diagnosis import Reason
 from perfgate.records.facts import TraceFacts
@@ -33,7 +32,6 @@ from perfgate.records.model import Analysis
 MODEL_MECHANISMS = ("model:deeper", "model:batch", "model:inputs", "model:wider")
 LAYER_ROLES = {"matmul": "GEMMs", "convolution": "convolutions", "attention": "attention kernels",
                "normalization": "normalization kernels"}
-OPTIMIZER_PLACE = re.compile(r"optim", re.IGNORECASE)
 MIN_LAUNCHES = 1.0          # launches per step a role needs on both sides to be read
 GREW = 1.15                 # a ratio at least this: grew
 SAME = 0.10                 # launches within this share of each other: the same
