@@ -12,7 +12,7 @@ variants interleaved round by round, in an order that turns each round, so that 
 machine's other users do hits every variant alike. The pinning applies to this process while a
 launch runs (the supervisor, nsys and the workload inherit it; perfgate only waits meanwhile).
 Writes ``<out>/steadiness.json`` and ``.md`` after each round: per program, hogs and variant, the
-launches' step times, their mean, their CV (sample standard deviation over the mean), and the CPU
+launches' step times (and each launch's iteration periods, its statistic and step counts), their mean, their CV (sample standard deviation over the mean), and the CPU
 cores other processes used beside each launch (its machine state: a shared machine's other users
 and the hogs).
 """
@@ -66,6 +66,15 @@ def launched_with(env: dict[str, str], cpus: set[int] | None) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of a list such as ``0-7,12``."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def project(name: str, work: Path) -> tuple[Path, str, dict[str, str]]:
     """(project folder, workload name, environment) of ``zoo:<program>`` or a workload of this
     repository."""
@@ -106,8 +115,15 @@ def main() -> int:
     parser.add_argument("--hogs", default="0,1", help="the hog counts to measure beside, comma-separated")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--args", default="", help="added to each launch's command line (e.g. a zoo program's --steps 6)")
+    parser.add_argument("--cpus", default=None,
+                        help="the pinned variants' CPU set, as taskset writes it (0-7,12); default: the last CPU")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.cpus is not None:
+        cpus = cpu_list(args.cpus)
+        for name, (extra, pinned) in VARIANTS.items():
+            if pinned is not None:
+                VARIANTS[name] = (extra, cpus)
     from perfgate.capture.command import TIMING
     from perfgate.pipeline.workload_run import launch_capture_and_analysis
     from perfgate.settings.config import load_settings
@@ -138,7 +154,13 @@ def main() -> int:
                                                                       extra_args=args.args.split())
                         step = float(analysis.metrics()["step_time_ms"])
                         state = analysis.launch.machine_state
-                        results[key][variant].append({"step_time_ms": step, "others_cores": state and state.others_cores})
+                        st = analysis.steps
+                        results[key][variant].append({
+                            "step_time_ms": step, "others_cores": state and state.others_cores,
+                            "statistic": st.statistic, "steps": st.count, "warmup_skipped": st.warmup_skipped,
+                            "interludes": st.interludes, "mean_period_ms": st.summary_ms.mean,
+                            "median_period_ms": st.summary_ms.median,
+                            "periods_ms": [round(x, 3) for x in st.durations_ms]})
                         print(f"{key} {variant} {r}: {step:.3f} ms ({time.monotonic() - started:.0f} s)", flush=True)
                     (args.out / "steadiness.json").write_text(json.dumps(results, indent=1))
                     (args.out / "steadiness.md").write_text(tables(results))
