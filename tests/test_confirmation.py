@@ -99,6 +99,27 @@ def test_a_slower_machine_does_not_fail_unchanged_code(recorded: Path, monkeypat
     assert "decided by 3 interleaved pairs" in out
 
 
+def test_a_faster_machine_does_not_credit_unchanged_code(recorded: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The other way round: a machine twice as fast as at the recording makes the stored baseline
+    say IMPROVED of code that did not change (the zoo's vae once read IMPROVED -20.3 % so); the base
+    measured beside it is just as fast, and the pairs say PASS."""
+    from perfgate.cli import main
+
+    monkeypatch.setenv("TINY_MACHINE_SLOWDOWN", "0.5")
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    code = main(["run", "tiny", "--root", str(recorded), *GATE])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = _result(recorded)
+    confirmation = Confirmation.from_dict(result["extra"]["confirmation"])
+    assert confirmation is not None and confirmation.decided, out
+    assert confirmation.stored_verdict == "IMPROVED", out
+    assert confirmation.verdict in ("PASS", "INCONCLUSIVE") and result["verdict"] == confirmation.verdict, out
+    assert max(confirmation.base_step_ms) < 0.8 * 13.0, confirmation    # the base ran on the fast machine too
+    assert "against the stored baseline alone: IMPROVED" in out
+
+
 def test_a_pull_requests_slowdown_is_confirmed_against_its_base(recorded: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,7 +197,7 @@ def test_the_base_is_found_as_a_pull_requests_job_would(recorded: Path) -> None:
 
 @pytest.mark.parametrize("confirm, stored, expected", [
     ("auto", Verdict.REGRESSED, True), ("auto", Verdict.INCONCLUSIVE, True), ("auto", Verdict.PASS, False),
-    ("auto", Verdict.IMPROVED, False), ("always", Verdict.PASS, True), ("never", Verdict.REGRESSED, False),
+    ("auto", Verdict.IMPROVED, True), ("always", Verdict.PASS, True), ("never", Verdict.REGRESSED, False),
     ("always", Verdict.ERROR, False)])
 def test_when_the_base_is_measured(tmp_path: Path, confirm: str, stored: Verdict, expected: bool) -> None:
     settings = load_settings(tmp_path, option_prefix="", overrides={"confirm": confirm})

@@ -99,7 +99,7 @@ def test_unchanged_rerun_passes(gated: dict) -> None:
     confirmation = rerun.confirmation
     if confirmation is not None:
         # the stored baseline alone would have failed it: the base was measured beside it
-        assert confirmation.stored_verdict in ("REGRESSED", "INCONCLUSIVE"), confirmation
+        assert confirmation.stored_verdict in ("REGRESSED", "INCONCLUSIVE", "IMPROVED"), confirmation
         assert confirmation.decided, confirmation.skipped
         assert confirmation.base_how == "the commit the baseline was recorded from", confirmation
         assert rerun.verdict == Verdict(confirmation.verdict), (rerun.verdict, confirmation)

@@ -1,5 +1,5 @@
 """The confirmation against the base: before a gate run fails on its stored baseline (or stays
-unclear against it), the base of the change is measured in the same job, interleaved launch by
+unclear against it, or credits the change with a speed-up), the base of the change is measured in the same job, interleaved launch by
 launch with this checkout, and the pairs decide (docs/statistics.md §6).
 
 A stored baseline was recorded at another time, in another state of the machine: a neighbour's
@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 #: Pairs before the first look: a paired test of 2 pairs has one degree of freedom, and a look
 #: that cannot decide only spends part of the run's false-alarm budget.
 FIRST_LOOK_PAIRS = 3
-#: The stored verdicts that ``confirm = "auto"`` confirms: one that would fail, one that is unclear.
-CONFIRMED_VERDICTS = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
+#: The stored verdicts that ``confirm = "auto"`` confirms: one that would fail, one that is unclear,
+#: and one that claims the code got faster (an unchanged rerun on a machine quieter than at the
+#: recording was IMPROVED -20 % after one launch; a reviewer would credit the pull request).
+CONFIRMED_VERDICTS = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED)
 
 Progress = Callable[[str], None]
 
