@@ -34,6 +34,11 @@ TRUTH = {
     ("timm_ddp", "images"): ("model:inputs", r"^larger inputs: .*\(the same batch of 64: larger samples\).*"
                                              r"larger images or longer sequences\?$"),
     ("dcgan", "wider"): ("model:wider", r"^wider layers: .*x2\.\d+ as long"),
+    # per step 64 -> 128 samples and +10 %; per sample faster. Its epoch's end (a checkpoint, sample
+    # images) falls on 15 measured steps instead of 39: the same synchronizations, fewer steps
+    ("dcgan", "batch"): ("model:batch", r"^a larger batch: 64 -> 128 samples per step; the step 22\.3 -> 24\.5 ms, "
+                                        r"per sample 0\.348 -> 0\.191 ms \(x0\.55\).*synchronizations in .*backward: "
+                                        r"521 -> 377 in the launch's measured steps, over 39 -> 15 steps"),
 }
 #: nothing in any of these reasons may name a mechanism the pull request did not touch
 NEVER = re.compile(r"cudnn\.benchmark|TF32|float64|autotun|recompil|precision|cuDNN ran other", re.IGNORECASE)
@@ -137,6 +142,37 @@ def test_a_larger_batch_and_larger_inputs() -> None:
     assert inputs.kind == "inputs" and "the same batch of 64" in inputs.text
     # the same inputs, the same parameters, longer kernels: other kernels (an algorithm), not the model
     assert model_change(BASE, _work(longer)) is None
+
+
+def test_a_larger_batch_is_told_whatever_its_kernels_and_per_sample() -> None:
+    """A batch that grew is the change even where the layers' launches moved with it (cuDNN's other
+    algorithms, an epoch's end on fewer steps), and the step is told per sample too; a batch that
+    grew less than GREW is not."""
+    more = Work({"matmul": (130, 5.0), "normalization": (40, 1.1)}, 0.2, 1e6, 128, None, 24.5, 15)
+    batch = model_change(Work(BASE.layers, 0.2, 1e6, 64, None, 22.3, 39), more)
+    assert batch.kind == "batch", batch
+    assert "the step 22.3 -> 24.5 ms, per sample 0.348 -> 0.191 ms (x0.55)" in batch.text
+    assert "140 -> 170 kernel launches/step" in batch.text
+    assert model_change(Work(BASE.layers, 0.2, 1e6, 120, None, 22.3, 39), more) is None     # 120 -> 128: no
+
+
+def test_synchronizations_of_an_epochs_end_over_fewer_steps_are_the_batchs() -> None:
+    from perfgate.diagnosis.model_change import ModelChange, spread_syncs
+    from perfgate.records.diagnosis import Reason
+
+    change = ModelChange("batch", "a larger batch: 64 -> 128 samples per step", "larger batch")
+    told = Reason("model:batch", "forward", 2.0, change.text, change.cause)
+    syncs = Reason("syncs", "backward", 5.0, "new host-GPU synchronizations in backward: +7/step")
+    # 4.2/step over 39 steps = 165 in all; 11/step over 15 steps = 165: the same ones, fewer steps
+    spread = spread_syncs([syncs, told], change, {"backward": 4.2}, {"backward": 11.0}, 39, 15)
+    assert [r.mechanism for r in spread] == ["model:batch"] and spread[0].ms == 7.0
+    assert "backward: 164 -> 165 in the launch's measured steps, over 39 -> 15 steps" in spread[0].text
+    # 20/step over 15 steps = 300 in all: more synchronizations than the base made, a reason of their own
+    kept = spread_syncs([syncs, told], change, {"backward": 4.2}, {"backward": 20.0}, 39, 15)
+    assert [r.mechanism for r in kept] == ["syncs", "model:batch"]
+    # another model change: nothing is spread
+    wider = ModelChange("wider", "wider layers", "wider model")
+    assert spread_syncs([syncs, told], wider, {"backward": 4.2}, {"backward": 11.0}, 39, 15) == [syncs, told]
 
 
 def test_no_precision_change_is_told_from_kernels_that_state_no_precision() -> None:

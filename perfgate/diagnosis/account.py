@@ -16,7 +16,8 @@ from perfgate.diagnosis.evidence import (BETWEEN_STEPS, data_phase, gpu_active, 
 from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
 from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
-from perfgate.diagnosis.model_change import MODEL_MECHANISMS, model_change, told_as_model_change, work
+from perfgate.diagnosis.model_change import (MODEL_MECHANISMS, model_change, spread_syncs, told_as_model_change,
+                                             work)
 from perfgate.records.diagnosis import Finding, KernelDelta, PhaseDelta, Reason
 from perfgate.diagnosis.rules import RULE_BY_ID
 from perfgate.records.staleness import Staleness
@@ -87,6 +88,8 @@ def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: t
             change = model_change(work(base, base_facts), work(cur, cur_facts))
             if change is not None:
                 found = told_as_model_change(found, change, KERNEL_MECHANISMS)
+                found = spread_syncs(found, change, base_facts.syncs_by_phase, cur_facts.syncs_by_phase,
+                                     base.steps.count, cur.steps.count)
         out = _one_account(out, found)
         if any(r.where is not None and MODEL_PHASE.search(r.where) and r.mechanism in KERNEL_MECHANISMS for r in out):
             located |= {p.name for p in phases if MODEL_PHASE.search(p.name)}   # one reason for the model's phases

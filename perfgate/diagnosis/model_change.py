@@ -10,7 +10,11 @@ the batch size where the loop's DataLoader says it. What changed, each a predica
   ``GREW`` or more, none fell) and the optimizer's time grew with them (more parameters; where the
   optimizer's time is too small to read, "or layers called more often"). The same parameters with
   more launches is no model change: recomputation, or another path's kernels.
-- **a larger batch**: the batch size grew, the layers' launches did not.
+- **a larger batch**: the batch size grew (by ``GREW`` or more). Checked first: the layers' launches
+  may change with it (cuDNN picks other algorithms for other shapes, and work done once an epoch
+  falls on fewer steps); the step is then compared per sample too. Synchronizations per step that
+  grew while the launch's measured steps made no more of them in all (the same once-per-epoch
+  work over fewer steps: ``spread_syncs``) are the batch's, not new ones.
 - **larger inputs**: the bytes copied to the GPU grew at the same batch (or no known batch), the
   layers' launches and the optimizer's time did not.
 - **wider**: the layers' launches are the same, their kernels take longer, the inputs did not
@@ -48,6 +52,8 @@ class Work:
     input_bytes: float | None
     batch: int | None
     samples_per_s: float | None = None
+    step_ms: float | None = None      # the gated step time
+    steps: int = 0                    # measured steps
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def work(a: Analysis, facts: TraceFacts | None) -> Work | None:
                 into[1] += ms
     inputs = a.gpu.h2d_bytes_per_step if a.gpu is not None else None
     return Work({r: (v[0], v[1]) for r, v in layers.items()}, params, inputs or None, a.steps.batch_size,
-                a.steps.samples_per_s)
+                a.steps.samples_per_s, a.steps.location_ms, a.steps.count)
 
 
 def _ratio(b: float, c: float) -> float:
@@ -106,6 +112,8 @@ def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
     counts = {r: _ratio(base.layers[r][0], cur.layers[r][0]) for r in roles}
     b_ms, c_ms = _layer_ms(base, roles), _layer_ms(cur, roles)
     time = f"{b_ms:.2f} -> {c_ms:.2f} ms/step of GPU time"
+    if base.batch and cur.batch and cur.batch >= GREW * base.batch:
+        return _larger_batch(base, cur, roles, time)
     params_known = max(base.params_ms, cur.params_ms) >= MIN_PARAMS_MS
     params = _ratio(base.params_ms, cur.params_ms) if params_known else None
     optimizer = (f"the optimizer's kernels {base.params_ms:.2f} -> {cur.params_ms:.2f} ms/step"
@@ -126,11 +134,6 @@ def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
     if not same or _ratio(b_ms, c_ms) < GREW:
         return None
     longer = f"the layers' {sum(cur.layers[r][0] for r in roles):.0f} kernel launches/step take x{c_ms / b_ms:.2f} as long ({time})"
-    if base.batch and cur.batch and cur.batch > base.batch:
-        rate = (f"; samples/s {base.samples_per_s:.0f} -> {cur.samples_per_s:.0f}"
-                if base.samples_per_s and cur.samples_per_s else "")
-        return ModelChange("batch", f"a larger batch: {base.batch} -> {cur.batch} samples per step; {longer}{rate}",
-                           "larger batch")
     inputs = (_ratio(base.input_bytes, cur.input_bytes)
               if base.input_bytes and cur.input_bytes else None)
     if inputs is not None and inputs >= GREW and (params is None or params < GREW):
@@ -143,6 +146,44 @@ def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
         return ModelChange("wider", f"wider layers: {longer}, and {optimizer} (more parameters to update), "
                                     "with the same inputs: a wider model (hidden sizes or channels)?", "wider model")
     return None
+
+
+def _larger_batch(base: Work, cur: Work, roles: list[str], time: str) -> ModelChange:
+    """The batch grew: the step per sample beside the step, and the layers' work."""
+    assert base.batch and cur.batch
+    text = f"a larger batch: {base.batch} -> {cur.batch} samples per step"
+    if base.step_ms and cur.step_ms:
+        per = (base.step_ms / base.batch, cur.step_ms / cur.batch)
+        text += (f"; the step {base.step_ms:.1f} -> {cur.step_ms:.1f} ms, per sample {per[0]:.3f} -> {per[1]:.3f} ms "
+                 f"(x{per[1] / per[0]:.2f})")
+    b_n, c_n = (sum(w.layers[r][0] for r in roles) for w in (base, cur))
+    launches = (f"{b_n:.0f} -> {c_n:.0f} kernel launches/step" if abs(_ratio(b_n, c_n) - 1) > SAME
+                else f"the same {c_n:.0f} kernel launches/step")
+    return ModelChange("batch", f"{text}; the layers: {launches}, {time}", "larger batch")
+
+
+def spread_syncs(reasons: list[Reason], change: ModelChange, base_syncs: dict[str, float],
+                 cur_syncs: dict[str, float], base_steps: int, cur_steps: int) -> list[Reason]:
+    """After a larger batch: the synchronization reasons whose place made no more synchronizations in
+    all of the measured steps (``cur_syncs[place] x cur_steps`` within SAME of the base's or below:
+    work done once an epoch, now over fewer steps), told with the batch change and credited to it."""
+    if change.kind != "batch" or base_steps <= 0 or cur_steps <= 0:
+        return reasons
+    spread = [r for r in reasons if r.mechanism == "syncs" and r.where is not None
+              and cur_syncs.get(r.where, 0.0) * cur_steps <= (1 + SAME) * base_syncs.get(r.where, 0.0) * base_steps]
+    if not spread:
+        return reasons
+    total = (sum(base_syncs.get(r.where or "", 0.0) for r in spread) * base_steps,
+             sum(cur_syncs.get(r.where or "", 0.0) for r in spread) * cur_steps)
+    places = ", ".join(r.where or "" for r in spread)
+    lead = next((r for r in reasons if r.mechanism == f"model:{change.kind}"), None)
+    words = (f"; synchronizations in {places}: {total[0]:.0f} -> {total[1]:.0f} in the launch's measured steps, "
+             f"over {base_steps} -> {cur_steps} steps (work done once an epoch falls on fewer steps)")
+    rest = [r for r in reasons if r not in spread and r is not lead]
+    ms = sum(r.ms for r in spread) + (lead.ms if lead is not None else 0.0)
+    told = Reason(f"model:{change.kind}", lead.where if lead is not None else spread[0].where, ms,
+                  (lead.text if lead is not None else change.text) + words, change.cause)
+    return sorted(rest + [told], key=lambda r: -r.ms)
 
 
 def told_as_model_change(reasons: list[Reason], change: ModelChange, kernel_mechanisms: tuple[str, ...]) -> list[Reason]:
