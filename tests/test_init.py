@@ -142,6 +142,73 @@ def test_force_replaces_only_perfgate_tables() -> None:
     assert "[tool.perfgate]" in perfgate_table([])
 
 
+# ----------------------------------------------------------------------------- perfgate init --check
+NEEDS_DATA = """\
+import argparse
+import torch
+parser = argparse.ArgumentParser(description="ImageNet training")
+parser.add_argument("data", metavar="DIR", help="path to dataset")
+parser.add_argument("--arch", default="resnet18")
+args = parser.parse_args()
+model = torch.nn.Linear(4, 4)
+model(torch.randn(2, 4)).sum().backward()
+torch.optim.SGD(model.parameters(), lr=0.1).step()
+"""
+RUNS_ON = """\
+import os, time
+import torch
+open("pid", "w").write(str(os.getpid()))
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+while True:
+    model(torch.randn(2, 4)).sum().backward(); optimizer.step(); time.sleep(0.01)
+"""
+
+
+def test_check_reads_what_a_script_needs_from_how_it_ended() -> None:
+    from perfgate.commands.init_check import FINISHED, NEEDS, RUNS, read_outcome
+
+    usage = ("usage: train.py [-h] [-a ARCH] [--epochs N]\n                DIR\n"
+             "train.py: error: the following arguments are required: DIR\n")
+    needs = read_outcome("train", "train.py", 2, 3.1, usage)
+    assert needs.outcome == NEEDS and needs.needs == ("it requires the arguments DIR (its argparse error)",)
+    assert needs.table_lines == ('args = ["DIR"]   # its usage: train.py [-h] [-a ARCH] [--epochs N] DIR',)
+    flag = read_outcome("t", "t.py", 2, 1.0, "usage: t.py --data-dir D\nt.py: error: the following arguments are "
+                                               "required: --data-dir/-d\n")
+    assert flag.table_lines[0].startswith('args = ["--data-dir", "VALUE"]')
+    refused = read_outcome("t", "t.py", 2, 1.0, "usage: t.py [-h]\nt.py: error: unrecognized arguments: --x\n")
+    assert refused.needs == ("its arguments were refused: unrecognized arguments: --x",) and not refused.table_lines
+    trace = ('Traceback (most recent call last):\n  ...\nFileNotFoundError: [Errno 2] No such file or directory: '
+             "'data/train.pt'\n")
+    assert "it reads data/train.pt, which does not exist here" in read_outcome("r", "r.py", 1, 2.0, trace).needs[0]
+    assert read_outcome("m", "m.py", 1, 2.0, "ModuleNotFoundError: No module named 'timm'\n").needs == (
+        "it imports timm, which is not installed in this environment",)
+    assert "needs a GPU" in read_outcome("g", "g.py", 1, 2.0, "AssertionError: Torch not compiled with CUDA enabled").needs[0]
+    assert read_outcome("x", "x.py", 1, 2.0, "boom\nValueError: bad\n").needs == ("its last line: ValueError: bad",)
+    assert read_outcome("l", "l.py", None, 15.0, "").outcome == RUNS
+    assert read_outcome("f", "f.py", 0, 0.4, "").outcome == FINISHED
+
+
+def test_check_starts_each_script_bare_and_says_what_it_needs(tmp_path: Path, torch_module: object,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An ImageNet-style script that requires its data folder is named before any baseline, with the
+    line that gives it; a script that trains on is stopped, its process gone; nothing is written."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "train.py").write_text(NEEDS_DATA)
+    (root / "loop.py").write_text(RUNS_ON)
+    assert main(["init", "--root", str(root), "--dry-run", "--check", "--check-seconds", "10"]) == 1
+    out = capsys.readouterr().out
+    assert "loop (loop.py): starts: still running after 10 s, then stopped" in out, out
+    assert "train (train.py): exited 2 after" in out and "it requires the arguments DIR" in out, out
+    assert 'args = ["DIR"]   # its usage: train.py [-h] [--arch ARCH] DIR' in out, out
+    pid = int((root / "pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    assert not (root / "pyproject.toml").exists() and not (root / "baselines").exists()
+    assert main(["init", "--root", str(root), "--dry-run", "--check", "--check-seconds", "0"]) == 2
+    assert "--check-seconds 0: expected a number of seconds above 0" in capsys.readouterr().err
+
+
 def test_readme_commands_gate_a_fresh_repository(tmp_path: Path, nsys_path: str, torch_module) -> None:
     """The README's console commands, in order, in a fresh git repository with a plain training loop,
     under the real nsys. Small launch counts and tolerances sized for a shared 2-core machine: the

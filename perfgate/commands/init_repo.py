@@ -4,7 +4,8 @@ that import torch and train: ``.backward(``, ``.step(``, ``Trainer(``), writes t
 ``baselines/``, writes ``.github/workflows/perfgate.yml`` for a self-hosted GPU runner (baselines
 from the default branch, no pull_request trigger: a fork's copy of the workflow would run on the
 runner), adds ``.perfgate/`` to ``.gitignore`` and prints the next two commands. An existing table
-or workflow is replaced only with ``--force``; otherwise exit 2 naming the file.
+or workflow is replaced only with ``--force``; otherwise exit 2 naming the file. ``--check`` then
+starts each script bare and says what it needs (``perfgate/commands/init_check.py``).
 """
 from __future__ import annotations
 
@@ -305,6 +306,12 @@ def add_parser(sub: Any) -> None:
     init.add_argument("--dry-run", action="store_true", help="print the [tool.perfgate] table; write nothing")
     init.add_argument("--force", action="store_true",
                       help="replace an existing [tool.perfgate] table and .github/workflows/perfgate.yml")
+    init.add_argument("--check", action="store_true",
+                      help="then start each found script bare (no nsys) for up to --check-seconds and say what it "
+                           "needs (required arguments, missing files or packages, a GPU) with the table lines to "
+                           "add; records nothing; exit 1 when one cannot start as declared")
+    init.add_argument("--check-seconds", type=float, default=None, metavar="S",
+                      help="how long --check lets each script run before it counts as started (default 15)")
     init.set_defaults(func=cmd_init)
 
 
@@ -312,16 +319,33 @@ def cmd_init(args: argparse.Namespace) -> int:
     root = (args.root or Path.cwd()).resolve()
     if not root.is_dir():
         raise ConfigError(f"--root {args.root}: not a folder")
+    if args.check_seconds is not None and not args.check_seconds > 0:
+        raise ConfigError(f"--check-seconds {args.check_seconds:g}: expected a number of seconds above 0")
     plan = plan_init(root, force=args.force or args.dry_run)
     for script in plan.scripts:
         print(f"perfgate: found {script.path.as_posix()} ({', '.join(script.evidence)}): workload {script.name}",
               file=sys.stderr)
     if args.dry_run:
         print(plan.table, end="")
-        return 0
-    for line in apply_init(plan):
-        print(f"perfgate: {line}", file=sys.stderr)
-    print("next, on the machine that gates (then commit baselines/):")
-    for command in NEXT_COMMANDS:
-        print(f"  {command}")
-    return 0
+    else:
+        for line in apply_init(plan):
+            print(f"perfgate: {line}", file=sys.stderr)
+    ready = check_scripts(plan, args.check_seconds) if args.check else True
+    if not args.dry_run and ready:
+        print("next, on the machine that gates (then commit baselines/):")
+        for command in NEXT_COMMANDS:
+            print(f"  {command}")
+    return 0 if ready else 1
+
+
+def check_scripts(plan: InitPlan, seconds: float | None) -> bool:
+    """``--check``: each script started bare and what it needs printed; whether all of them start."""
+    from perfgate.commands.init_check import CHECK_S, NEEDS, check_script
+
+    limit = seconds if seconds is not None else CHECK_S
+    print(f"perfgate: checking each workload, started bare for up to {limit:g} s (no nsys; nothing recorded):")
+    checks = [check_script(plan.root, s.name, s.module, s.path.as_posix(), limit) for s in plan.scripts]
+    for check in checks:
+        for line in check.describe():
+            print(f"  {line}")
+    return not any(c.outcome == NEEDS for c in checks)
