@@ -175,7 +175,7 @@ def test_check_reads_what_a_script_needs_from_how_it_ended() -> None:
     assert needs.table_lines == ('args = ["DIR"]   # its usage: train.py [-h] [-a ARCH] [--epochs N] DIR',)
     flag = read_outcome("t", "t.py", 2, 1.0, "usage: t.py --data-dir D\nt.py: error: the following arguments are "
                                                "required: --data-dir/-d\n")
-    assert flag.table_lines[0].startswith('args = ["--data-dir", "VALUE"]')
+    assert flag.table_lines[0].startswith('args = ["--data-dir", "D"]')      # the usage line's name for it
     refused = read_outcome("t", "t.py", 2, 1.0, "usage: t.py [-h]\nt.py: error: unrecognized arguments: --x\n")
     assert refused.needs == ("its arguments were refused: unrecognized arguments: --x",) and not refused.table_lines
     trace = ('Traceback (most recent call last):\n  ...\nFileNotFoundError: [Errno 2] No such file or directory: '
@@ -185,6 +185,11 @@ def test_check_reads_what_a_script_needs_from_how_it_ended() -> None:
         "it imports timm, which is not installed in this environment",)
     assert "needs a GPU" in read_outcome("g", "g.py", 1, 2.0, "AssertionError: Torch not compiled with CUDA enabled").needs[0]
     assert read_outcome("x", "x.py", 1, 2.0, "boom\nValueError: bad\n").needs == ("its last line: ValueError: bad",)
+    # word_language_model: data.py asserts its corpus exists; mnist: torchvision downloads MNIST
+    bare = '  File "data.py", line 9, in tokenize\n    assert os.path.exists(path)\nAssertionError\n'
+    assert read_outcome("w", "w.py", 1, 2.0, bare).needs == ("its last line: AssertionError at `assert os.path.exists(path)`",)
+    offline = "RuntimeError: Error downloading train-images-idx3-ubyte.gz:\n<urlopen error [Errno -2] Name or service not known>"
+    assert "reached for the network and could not connect" in read_outcome("n", "n.py", 1, 8.0, offline).needs[0]
     assert read_outcome("l", "l.py", None, 15.0, "").outcome == RUNS
     assert read_outcome("f", "f.py", 0, 0.4, "").outcome == FINISHED
 

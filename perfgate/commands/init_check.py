@@ -31,6 +31,9 @@ _ARGPARSE_ERROR = re.compile(r"^\S+: error: (.+)$", re.MULTILINE)
 _USAGE = re.compile(r"^usage: (.+(?:\n {2,}.+)*)", re.MULTILINE)
 _NO_FILE = re.compile(r"(?:FileNotFoundError|IsADirectoryError|NotADirectoryError): \[Errno \d+\] [^:']+: '([^']+)'")
 _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+_NETWORK = re.compile(r"urlopen error|Name or service not known|Temporary failure in name resolution"
+                      r"|Failed to establish a new connection|Network is unreachable|ConnectionError:")
+USAGE_SHOWN = 160       # characters of the usage line quoted beside a proposed table line
 _NEEDS_GPU = re.compile(r"Torch not compiled with CUDA enabled|No CUDA GPUs are available|Found no NVIDIA driver"
                         r"|CUDA driver initialization failed|no CUDA-capable device", re.IGNORECASE)
 
@@ -74,10 +77,12 @@ def read_outcome(name: str, path: str, exit_code: int | None, seconds: float, ou
     if required:
         names = [n.strip() for n in required.group(1).split(",") if n.strip()]
         needs.append(f"it requires the arguments {', '.join(names)} (its argparse error)")
-        usage = _USAGE.search(output)
-        given = [f'"{n.upper()}"' if not n.startswith("-") else f'"{n.split("/")[0]}", "VALUE"' for n in names]
-        lines.append(f"args = [{', '.join(given)}]" + (f"   # its usage: {' '.join(usage.group(1).split())}"
-                                                       if usage else ""))
+        found = _USAGE.search(output)
+        usage = " ".join(found.group(1).split()) if found else ""
+        given = [f'"{n.upper()}"' if not n.startswith("-") else f'"{n.split("/")[0]}", "{_metavar(n, usage)}"'
+                 for n in names]
+        shown = usage if len(usage) <= USAGE_SHOWN else usage[:USAGE_SHOWN - 1] + "…"
+        lines.append(f"args = [{', '.join(given)}]" + (f"   # its usage: {shown}" if shown else ""))
     elif exit_code == 2 and _USAGE.search(output) and (refused := _ARGPARSE_ERROR.search(output)):
         needs.append(f"its arguments were refused: {refused.group(1)}")
     missing = _NO_FILE.search(output)
@@ -87,12 +92,28 @@ def read_outcome(name: str, path: str, exit_code: int | None, seconds: float, ou
     module = _NO_MODULE.search(output)
     if module:
         needs.append(f"it imports {module.group(1)}, which is not installed in this environment")
+    if _NETWORK.search(output):
+        needs.append("it reached for the network and could not connect (a dataset or model to download: fetch it "
+                     "on the runner beforehand)")
     if _NEEDS_GPU.search(output):
         needs.append("it needs a GPU: give it cpu_args that run it on the CPU, or gate it on the GPU runner only")
     if not needs:
         last = [line.strip() for line in output.strip().splitlines() if line.strip()]
-        needs.append(f"its last line: {last[-1][:300]}" if last else "it printed nothing")
+        said = last[-1][:300] if last else ""
+        if re.fullmatch(r"[\w.]+(Error|Exception)", said) and len(last) > 1:   # a bare assert: its source line
+            said += f" at `{last[-2][:200]}`"
+        needs.append(f"its last line: {said}" if said else "it printed nothing")
     return ScriptCheck(name, path, NEEDS, seconds, exit_code, tuple(needs), tuple(lines))
+
+
+def _metavar(flag: str, usage: str) -> str:
+    """What the usage line calls ``flag``'s value (``--dataset DATASET``: DATASET; its choices when it
+    lists them), else VALUE."""
+    for name in flag.split("/"):
+        found = re.search(rf"(?<![\w-]){re.escape(name)}[ =](\{{[^}}]*\}}|[^\s\[\]]+)", usage)
+        if found:
+            return found.group(1)
+    return "VALUE"
 
 
 def check_script(root: Path, name: str, module: str, path: str, seconds: float = CHECK_S) -> ScriptCheck:
