@@ -148,12 +148,12 @@ def test_a_larger_batch_is_told_whatever_its_kernels_and_per_sample() -> None:
     """A batch that grew is the change even where the layers' launches moved with it (cuDNN's other
     algorithms, an epoch's end on fewer steps), and the step is told per sample too; a batch that
     grew less than GREW is not."""
-    more = Work({"matmul": (130, 5.0), "normalization": (40, 1.1)}, 0.2, 1e6, 128, None, 24.5, 15)
-    batch = model_change(Work(BASE.layers, 0.2, 1e6, 64, None, 22.3, 39), more)
+    more = Work({"matmul": (130, 5.0), "normalization": (40, 1.1)}, 0.2, 1e6, 128, 24.5)
+    batch = model_change(Work(BASE.layers, 0.2, 1e6, 64, 22.3), more)
     assert batch.kind == "batch", batch
     assert "the step 22.3 -> 24.5 ms, per sample 0.348 -> 0.191 ms (x0.55)" in batch.text
     assert "140 -> 170 kernel launches/step" in batch.text
-    assert model_change(Work(BASE.layers, 0.2, 1e6, 120, None, 22.3, 39), more) is None     # 120 -> 128: no
+    assert model_change(Work(BASE.layers, 0.2, 1e6, 120, 22.3), more) is None     # 120 -> 128: no
 
 
 def test_synchronizations_of_an_epochs_end_over_fewer_steps_are_the_batchs() -> None:

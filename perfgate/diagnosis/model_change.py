@@ -45,15 +45,13 @@ MIN_PARAMS_MS = 0.05        # optimizer ms/step under which its change says noth
 @dataclass(frozen=True)
 class Work:
     """One run's work per step: layer role -> (launches, GPU ms); the optimizer's GPU ms; bytes
-    copied to the GPU; the batch size (None where not known)."""
+    copied to the GPU; the batch size (None where not known); the gated step time."""
 
     layers: dict[str, tuple[float, float]]
     params_ms: float
     input_bytes: float | None
     batch: int | None
-    samples_per_s: float | None = None
     step_ms: float | None = None      # the gated step time
-    steps: int = 0                    # measured steps
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,7 @@ def work(a: Analysis, facts: TraceFacts | None) -> Work | None:
                 into[1] += ms
     inputs = a.gpu.h2d_bytes_per_step if a.gpu is not None else None
     return Work({r: (v[0], v[1]) for r, v in layers.items()}, params, inputs or None, a.steps.batch_size,
-                a.steps.samples_per_s, a.steps.location_ms, a.steps.count)
+                a.steps.location_ms)
 
 
 def _ratio(b: float, c: float) -> float:

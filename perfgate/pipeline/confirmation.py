@@ -1,6 +1,7 @@
 """The confirmation against the base: before a gate run fails on its stored baseline (or stays
-unclear against it, or credits the change with a speed-up), the base of the change is measured in the same job, interleaved launch by
-launch with this checkout, and the pairs decide (docs/statistics.md §6).
+unclear against it, or credits the change with a speed-up), the base of the change is measured in
+the same job, interleaved launch by launch with this checkout, and the pairs decide
+(docs/statistics.md §6).
 
 A stored baseline was recorded at another time, in another state of the machine: a neighbour's
 load, a drifting clock or a new job on a shared runner shows as a slowdown of code that did not

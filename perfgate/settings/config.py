@@ -162,8 +162,9 @@ SETTINGS: tuple[Setting, ...] = (
             "GPU: auto (when recording and when the timing launches did not PASS), always or off",
             "profile", "{auto,always,off}",
             lambda v: None if v in ("auto", "always", "off") else "expected auto, always or off"),
-    Setting("confirm", "str", "auto", "before a verdict fails, stays unclear or says faster, measure the base of the change in the "
-            "same job, interleaved launch by launch with this checkout, and decide on those pairs: auto (when the "
+    Setting("confirm", "str", "auto", "before a verdict fails, stays unclear or says faster, measure the base of "
+            "the change in the same job, interleaved launch by launch with this checkout, and decide on those pairs: "
+            "auto (when the "
             "stored baseline's verdict is REGRESSED, INCONCLUSIVE or IMPROVED), always or never",
             "confirm", "{auto,always,never}", _one_of("auto", "always", "never")),
     Setting("confirm_base", "str", "auto", "the base of the change, which the confirmation measures and staleness "
