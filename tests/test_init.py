@@ -225,7 +225,7 @@ def test_readme_commands_gate_a_fresh_repository(tmp_path: Path, nsys_path: str,
                         "--tolerance", "step_time_mean_ms=200%", "--tolerance", "phase.*=off"]}
     commands = console_commands()
     assert [c[:3] for c in commands if c[0] == "perfgate"][:4] == [
-        ["perfgate", "init"], ["perfgate", "list"], ["perfgate", "baseline", "update"], ["perfgate", "run"]]
+        ["perfgate", "init", "--check"], ["perfgate", "list"], ["perfgate", "baseline", "update"], ["perfgate", "run"]]
     for command in commands:
         extra = next((v for k, v in quick.items() if tuple(command[1:1 + len(k)]) == k), [])
         argv = ([sys.executable, "-m", "perfgate", *command[1:], *extra] if command[0] == "perfgate" else command)
@@ -233,6 +233,9 @@ def test_readme_commands_gate_a_fresh_repository(tmp_path: Path, nsys_path: str,
         assert done.returncode == 0, f"{' '.join(command)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         if command[:2] == ["perfgate", "list"]:
             assert done.stdout.split()[0] == "train"
+        if command[:3] == ["perfgate", "init", "--check"]:      # the loop started bare (and needs nothing)
+            assert ("train (train.py): ran to its end in" in done.stdout
+                    or "train (train.py): starts: still running" in done.stdout), done.stdout
     baseline = root / "baselines" / "train"
     assert [p.suffix for p in baseline.iterdir()] == [".json"]
     staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=root, capture_output=True, text=True,
