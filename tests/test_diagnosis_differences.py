@@ -1,0 +1,54 @@
+"""The kernel claims of one place (perfgate.diagnosis.differences.kernel_reason), each held against a
+case that satisfies its predicate and one that does not (docs/diagnosis.md, "Every claim and the
+predicate that allows it"). Kernels per place: name -> [launches, ms] per step."""
+from __future__ import annotations
+
+from perfgate.diagnosis.differences import kernel_reason
+
+GEMM = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_kernel"
+NORM = "vectorized_layer_norm_kernel"
+FUSED = "multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor>"
+ADD = "vectorized_elementwise_kernel<add>"
+BASE = {GEMM: [100.0, 2.0], NORM: [40.0, 0.4]}
+
+
+def _reason(base: dict, cur: dict, where: str = "backward", host_ms: float = 0.0, host_bound: bool = False):
+    return kernel_reason(where, base, cur, host_ms, host_bound, 0.0)
+
+
+def test_more_of_the_same_kernels_is_more_layers_or_calls() -> None:
+    more = _reason(BASE, {GEMM: [150.0, 3.0], NORM: [60.0, 0.6]})
+    assert more is not None and more.mechanism == "kernel_launches"
+    assert more.text.startswith("+70 kernel launches/step in backward, the same kernels more often")
+    assert more.text.endswith("+1.20 ms/step GPU time): more layers or calls?") and abs(more.ms - 1.2) < 1e-9
+    # 2 more launches of 140 is under 2 % of them: the same work, its GPU time run longer
+    assert _reason(BASE, {GEMM: [102.0, 3.0], NORM: [40.0, 0.4]}).mechanism == "kernels_longer"
+
+
+def test_the_same_launches_running_longer_is_larger_shapes() -> None:
+    longer = _reason(BASE, {GEMM: [100.0, 2.6], NORM: [40.0, 0.45]})
+    assert longer is not None and longer.mechanism == "kernels_longer"
+    assert longer.text.startswith("kernels in backward run longer at the same launches: +0.65 ms/step GPU time (")
+    assert longer.text.endswith("): larger shapes?")
+    # 0.06 ms more of 2.4: under 3 % of the place's GPU time, noise
+    assert _reason(BASE, {GEMM: [100.0, 2.06], NORM: [40.0, 0.4]}) is None
+
+
+def test_a_fused_optimizer_replaced_by_per_parameter_kernels() -> None:
+    base = {FUSED: [4.0, 0.2]}
+    unfused = {ADD: [160.0, 0.8]}
+    told = _reason(base, unfused, where="optimizer")
+    assert told is not None and told.cause == "optimizer implementation"
+    assert told.text.startswith("+156 kernel launches/step in optimizer (")
+    assert "gone: " in told.text and told.text.endswith("the optimizer's fused/foreach implementation is no longer used?")
+    # the same change outside an optimizer phase is new kernels, not the optimizer's implementation
+    assert _reason(base, unfused, where="backward").mechanism == "kernels_added"
+
+
+def test_a_host_bound_step_credits_added_launches_up_to_their_cost() -> None:
+    """On a host-bound step the place's host time counts as far as 0.1 ms a launch added covers it:
+    kernels replaced one for one (cuDNN picking another algorithm) cost the host nothing more."""
+    cur = {GEMM: [150.0, 2.1], NORM: [60.0, 0.45]}
+    assert abs(_reason(BASE, cur, host_ms=9.0, host_bound=True).ms - 7.0) < 1e-9    # 70 launches x 0.1 ms
+    assert abs(_reason(BASE, cur, host_ms=3.0, host_bound=True).ms - 3.0) < 1e-9    # the place's own host time
+    assert abs(_reason(BASE, cur, host_ms=9.0, host_bound=False).ms - 0.15) < 1e-9   # GPU time alone
