@@ -52,3 +52,25 @@ def test_a_host_bound_step_credits_added_launches_up_to_their_cost() -> None:
     assert abs(_reason(BASE, cur, host_ms=9.0, host_bound=True).ms - 7.0) < 1e-9    # 70 launches x 0.1 ms
     assert abs(_reason(BASE, cur, host_ms=3.0, host_bound=True).ms - 3.0) < 1e-9    # the place's own host time
     assert abs(_reason(BASE, cur, host_ms=9.0, host_bound=False).ms - 0.15) < 1e-9   # GPU time alone
+
+
+# ----------------------------------------------------------------------------- a faster run
+
+
+def test_a_faster_run_names_the_kernels_and_synchronizations_it_lost() -> None:
+    from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
+
+    base = {"backward": {GEMM: [100.0, 2.0], ADD: [40.0, 0.8]}}
+    cur = {"backward": {GEMM: [100.0, 2.0]}}
+    found = faster_differences(base, cur, {"the step's own code (outside its phases)": 3.0}, {}, {}, False, -1.5)
+    kernels = next(r for r in found if r.mechanism == FASTER_KERNELS)
+    assert kernels.text.startswith("backward: -40 kernel launches/step, -0.80 ms/step GPU time (")
+    assert abs(kernels.ms - 0.8) < 1e-9
+    syncs = next(r for r in found if r.mechanism == "syncs")
+    assert syncs.text == ("fewer host-GPU synchronizations in the step's own code (outside its phases): -3/step; "
+                          "the GPU idles -1.50 ms/step") and syncs.ms == 1.5
+    # the GPU idles no less: fewer synchronizations saved nothing, and are no reason
+    assert not any(r.mechanism == "syncs" for r in faster_differences(
+        base, cur, {"the step's own code (outside its phases)": 3.0}, {}, {}, False, 0.2))
+    # the same kernels and no synchronization fewer: nothing of this kind to tell
+    assert faster_differences(base, base, {}, {}, {}, False, -1.0) == []
