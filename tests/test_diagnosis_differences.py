@@ -74,3 +74,24 @@ def test_a_faster_run_names_the_kernels_and_synchronizations_it_lost() -> None:
         base, cur, {"the step's own code (outside its phases)": 3.0}, {}, {}, False, 0.2))
     # the same kernels and no synchronization fewer: nothing of this kind to tell
     assert faster_differences(base, base, {}, {}, {}, False, -1.0) == []
+
+
+def test_the_model_phases_kernel_changes_are_one_reason_led_by_the_most_telling() -> None:
+    """forward's new kernels lead backward's extra launches (kernels_added before kernel_launches);
+    the milliseconds add up; the follower keeps its evidence and loses its guess."""
+    from perfgate.diagnosis.differences import differences
+
+    base = {"forward": {GEMM: [50.0, 1.0]}, "backward": {GEMM: [100.0, 2.0], ADD: [8.0, 0.1]},
+            "optimizer": {ADD: [10.0, 0.1]}}
+    cur = {"forward": {GEMM: [50.0, 1.0], "dropout_kernel": [12.0, 0.3]},
+           "backward": {GEMM: [100.0, 2.0], ADD: [32.0, 0.3]}, "optimizer": {ADD: [10.0, 0.1]}}
+    found = differences(base, cur, {}, {}, {}, False, 0.0, 0.0, 0.0, 0.0)
+    assert len(found) == 1, found
+    told = found[0]
+    assert told.mechanism == "kernels_added" and told.where == "forward" and abs(told.ms - 0.5) < 1e-9
+    assert told.text.startswith("new kernels in forward: dropout_kernel +12/step")
+    assert told.text.endswith("; also +24 kernel launches/step in backward, the same kernels more often "
+                              "(vectorized_elementwise_kernel<add> +24/step; +0.20 ms/step GPU time)"), told.text
+    # a change in one model phase alone stays that phase's, with its own guess
+    alone = differences(base, {**cur, "backward": base["backward"]}, {}, {}, {}, False, 0.0, 0.0, 0.0, 0.0)
+    assert [r.where for r in alone] == ["forward"] and "; also" not in alone[0].text
