@@ -95,3 +95,26 @@ def test_the_model_phases_kernel_changes_are_one_reason_led_by_the_most_telling(
     # a change in one model phase alone stays that phase's, with its own guess
     alone = differences(base, {**cur, "backward": base["backward"]}, {}, {}, {}, False, 0.0, 0.0, 0.0, 0.0)
     assert [r.where for r in alone] == ["forward"] and "; also" not in alone[0].text
+
+
+# ----------------------------------------------------------------------------- nothing located
+
+
+def test_a_change_no_difference_locates_says_so() -> None:
+    """Without a reason the account says nothing located the change (with the phase time the traces
+    do not place, when there is some), never beside a listed reason."""
+    from perfgate.diagnosis.account import first_reason
+    from perfgate.diagnosis.render import _reason_lines
+
+    assert first_reason([], 0.4) == ("no difference between the traces accounts for the +0.40 ms/step: no phase, "
+                                     "kernel, synchronization or copy changed by more than noise", None)
+    assert first_reason([], -0.4) == ("no difference between the traces accounts for the -0.40 ms/step", None)
+    unlocated = [{"text": "forward +1.2 ms/step of host time"}]
+    assert _reason_lines({"step_mean_delta_ms": 0.4, "reasons": [], "unlocated": unlocated}) == [
+        "explained: none of the +0.40 ms/step: no phase, kernel, synchronization or copy changed by more than "
+        "noise; phase time no difference locates: forward +1.2 ms/step"]
+    listed = _reason_lines({"step_mean_delta_ms": 0.4, "explained_ms": 0.3,
+                            "reasons": [{"text": "new kernels in forward: …", "ms": 0.3}]})
+    assert listed[0].startswith("explained: 0.30 of +0.40 ms/step (75%); unexplained 0.10 ms/step")
+    assert not any("explained: none" in line for line in listed)
+    assert _reason_lines({"step_mean_delta_ms": 0.0, "reasons": []}) == []
