@@ -119,3 +119,21 @@ def test_a_change_no_difference_locates_says_so() -> None:
                          "difference locates: forward +1.2 ms/step")
     assert not any("explained: none" in line for line in listed)
     assert _reason_lines({"step_mean_delta_ms": 0.0, "reasons": []}) == []
+
+
+def test_the_steps_own_code_is_a_reason_only_where_nothing_locates_it() -> None:
+    from perfgate.records.facts import STEP_CODE
+    from perfgate.diagnosis.host import host_reasons
+    from perfgate.records.diagnosis import PhaseDelta
+
+    forward = PhaseDelta("forward", 5.0, 5.0)
+    gpu = host_reasons([forward], 0.8, set(), 1.0, True)
+    assert [(r.where, r.text) for r in gpu] == [
+        (STEP_CODE, "the step's own code (outside its phases) +0.8 ms/step (host work, or the wait for the GPU's work "
+                    "at the step's end)")]
+    assert host_reasons([forward], 0.8, set(), 1.0, False)[0].text == \
+        "the step's own code (outside its phases) +0.8 ms/step of host time"
+    assert host_reasons([forward], 0.8, {STEP_CODE}, 1.0, True) == []       # a kernel reason located it
+    assert host_reasons([forward], 0.04, set(), 1.0, True) == []            # under 0.05 ms/step
+    assert host_reasons([forward], 0.3, set(), 20.0, True) == []            # under 2 % of a +20 ms change
+    assert host_reasons([forward], -0.8, set(), 1.0, True) == []            # against the change's direction
