@@ -126,3 +126,22 @@ def test_a_kernel_regression_smaller_than_the_step_regression_follows_the_step_d
     assert "torch.compile removed" in attribution.first_reason and not attribution.first_reason.startswith("kernels")
     assert attribution.cause == "compile"
     assert any(n.startswith("also regressed: kernels per batch 346 -> 433") for n in attribution.notes)
+
+
+def test_energy_per_sample_leads_alone_and_never_beside_a_step_time_regression() -> None:
+    """`energy per sample +8.0% (0.5 -> 0.54 J): …` is the first reason where energy alone regressed;
+    beside a step-time regression it keeps its own line (docs/diagnosis.md, every claim)."""
+    from perfgate.diagnosis.resources import leading_reason, resource_reasons
+
+    base = launches(step_time_ms=STEPS, **{"energy.per_sample_j": (0.500, 0.502, 0.498)})
+    more = launches(step_time_ms=STEPS, **{"energy.per_sample_j": (0.540, 0.541, 0.539)})
+    led = leading_reason(compare_launches(base, more).comparisons)
+    assert led is not None
+    text, cause, others = led
+    assert text == "energy per sample +8.0% (0.5 -> 0.54 J): the GPU does more work or runs longer per sample", text
+    assert cause == "energy" and others == []
+    slower = launches(step_time_ms=(130.0, 130.4, 129.7), **{"energy.per_sample_j": (0.540, 0.541, 0.539)})
+    both = compare_launches(base, slower)
+    assert both.row("step_time_ms").verdict is Verdict.REGRESSED
+    assert [c.metric for c, _, _ in resource_reasons(both.comparisons)] == ["energy.per_sample_j"]   # its own line
+    assert leading_reason(both.comparisons) is None                                           # never the first reason
