@@ -103,3 +103,19 @@ def test_a_pattern_of_two_words_looks_ahead_from_the_names_start_only() -> None:
     assert all(f.pattern.pattern.startswith(r"\A(?=.*?") for f in two_words), [f.pattern.pattern for f in two_words]
     long_name = "void cudnn::engines::kernel<" + "float, " * 2000 + "bf16>"   # both words, far apart
     assert family_of(long_name) == "conv.half" and family_of(long_name.replace("bf16", "f32")) == "conv.fp32"
+
+
+def test_attention_moved_between_fused_paths_and_back_to_a_fused_one() -> None:
+    """`attention: A -> B: F.scaled_dot_product_attention moved from the A path …` where one fused
+    family fell and another rose; `attention now takes the fused B path` where a fused family rose and
+    softmax fell; nothing where the same family ran on both sides (docs/diagnosis.md, every claim)."""
+    flash = {"attention.flash": {"pytorch_flash::flash_fwd_kernel": [12.0, 0.5]}}
+    efficient = {"attention.mem_efficient": {"fmha_cutlassF_f32_aligned_64x64_rf_sm80": [12.0, 0.9]}}
+    math = {"softmax": {"softmax_warp_forward": [12.0, 0.3]}, "matmul.half": {"nvjet_hsh_64x8": [24.0, 1.2]}}
+    moved, = [r for r in replacements(flash, efficient) if r.kind == "attention"]
+    assert moved.text.startswith("attention: flash attention (SDPA)") and "-> memory-efficient attention (SDPA)" in moved.text
+    assert "F.scaled_dot_product_attention moved from the flash attention (SDPA) path (a mask, dtype or head dim " \
+           "that path does not take?)" in moved.text and moved.cause == "attention path"
+    fused, = [r for r in replacements(math, {**flash, "matmul.half": math["matmul.half"]}) if r.kind == "attention"]
+    assert fused.text.endswith("attention now takes the fused flash attention (SDPA) path"), fused.text
+    assert not [r for r in replacements(flash, flash) if r.kind == "attention"]
