@@ -82,6 +82,19 @@ def test_removing_a_ladder_rung_names_it_as_the_cause(rung: str) -> None:
     assert words in attribution.first_reason
 
 
+def test_adding_a_rung_is_told_as_the_rule_that_no_longer_fires() -> None:
+    """The ladder the other way: pinned memory turned on makes the run faster, and the rule that fired
+    on the baseline only is the reason, credited with its own evidence's change (the H2D copy time,
+    2.0 -> 0.4 ms/step), not the whole phase's."""
+    attribution = explain_regression(LADDER["pinned memory"][0], make_analysis(FAST))
+    assert attribution.first_reason == ("h2d -1.6 ms/step: no longer: host-device copies use pageable memory: "
+                                        "each is staged and blocks the host")
+    assert attribution.cause == "pinned memory"
+    # the same run against itself: nothing fires on one side only, no rule reason
+    same = explain_regression(make_analysis(FAST), make_analysis(FAST))
+    assert not any(r.mechanism.startswith("rule:") for r in same.reasons)
+
+
 def test_removing_the_copy_stream_is_named_from_trace_facts_kept_with_the_baseline() -> None:
     facts = {"steps": STEPS, "h2d_copy_ms_per_step": 0.4, "h2d_on_compute_stream_fraction": 0.0,
              "h2d_overlap_fraction": 0.95, "idle_ms_per_step": 0.5, "idle_by_phase_ms": {"forward": 0.5}}
