@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -32,9 +33,11 @@ from perfgate.records.model import Verdict
 CONFIRMED = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 
-def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int) -> tuple[Verdict, int, Verdict, int]:
+def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int,
+          always: bool = False) -> tuple[Verdict, int, Verdict, int]:
     """(stored verdict, its launches, final verdict, all launches) of one run of ``arm`` over the
-    pools' rounds in a random order (``rng``), or in the order they ran (``rng`` None)."""
+    pools' rounds in a random order (``rng``), or in the order they ran (``rng`` None); ``always``:
+    the pairs decide whatever the stored verdict (``confirm = "always"``)."""
     policy = ComparePolicy()
     current = pools[arm]
     n = min(len(pools["base"]), len(current))
@@ -42,21 +45,41 @@ def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int) -> 
     most = min(most, n)
     run = run_looks(pools["recorded"], lambda k: current[rounds[k]], policy, LaunchBudget(1, most))
     launches = len(run.current)
-    if run.outcome.verdict not in CONFIRMED:
+    if run.outcome.verdict not in CONFIRMED and not always:
         return run.outcome.verdict, launches, run.outcome.verdict, launches
     pairs = run_pairs(lambda side, k: (pools["base"] if side == BASE else current)[rounds[k]], policy,
                       pair_looks(min(3, most), most))
     return run.outcome.verdict, launches, pairs.outcome.verdict, launches + 2 * pairs.pairs
 
 
+def joined(lanes: list[dict]) -> dict:
+    """The lanes' pools as one: their rounds one after another (a round's base, head and base2 stay
+    together, so every pair is still two launches of one lane at one time), their recorded launches
+    and walls together."""
+    for lane in lanes:
+        if not len(lane["base"]) == len(lane["head"]) == len(lane["base2"]):
+            raise SystemExit(f"a pool of {lane['program']} has unfinished rounds: "
+                             f"{len(lane['base'])}, {len(lane['head'])}, {len(lane['base2'])} launches")
+    pools = {k: [m for lane in lanes for m in lane[k]] for k in ("recorded", "base", "head", "base2", "wall_s")}
+    for lane in lanes:
+        pairs = [math.log(h["step_time_ms"] / b["step_time_ms"]) for b, h in zip(lane["base"], lane["head"])]
+        aa = [math.log(h["step_time_ms"] / b["step_time_ms"]) for b, h in zip(lane["base"], lane["base2"])]
+        if len(pairs) > 1:
+            print(f"{lane['program']}: {len(pairs)} rounds, log(head/base) mean {statistics.fmean(pairs):+.3f} "
+                  f"sd {statistics.stdev(pairs):.3f}; log(base2/base) mean {statistics.fmean(aa):+.3f} "
+                  f"sd {statistics.stdev(aa):.3f}")
+    return pools
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("pools", type=Path)
+    p.add_argument("pools", type=Path, nargs="+",
+                   help="one pool, or the lanes of one host and call joined as one (each round stays a pair)")
     p.add_argument("--trials", type=int, default=2000)
     p.add_argument("--max-launches", type=int, default=10)
     p.add_argument("--seed", type=int, default=41)
     args = p.parse_args()
-    pools = json.loads(args.pools.read_text())
+    pools = joined([json.loads(path.read_text()) for path in args.pools])
     rng = np.random.default_rng(args.seed)
     wall = statistics.fmean(pools["wall_s"]) if pools.get("wall_s") else None
     step = {k: statistics.fmean(m["step_time_ms"] for m in pools[k]) for k in ("recorded", "base", "head", "base2")}
@@ -67,9 +90,11 @@ def main() -> None:
     notes: list[str] = []
     for arm, name in (("base2", "A/A (unchanged code)"), ("head", "the pull request")):
         results = [trial(pools, arm, rng, args.max_launches) for _ in range(args.trials)]
+        always = [trial(pools, arm, rng, args.max_launches, always=True) for _ in range(args.trials)]
         measured = trial(pools, arm, None, args.max_launches)
         for label, verdicts, counts in (("stored baseline alone", [r[0] for r in results], [r[1] for r in results]),
-                                        ("with the confirmation", [r[2] for r in results], [r[3] for r in results])):
+                                        ("with the confirmation", [r[2] for r in results], [r[3] for r in results]),
+                                        ('confirm = "always"', [r[2] for r in always], [r[3] for r in always])):
             n = len(verdicts)
             reg = sum(v == Verdict.REGRESSED for v in verdicts)
             inc = sum(v == Verdict.INCONCLUSIVE for v in verdicts)

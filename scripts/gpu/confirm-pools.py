@@ -91,7 +91,14 @@ def main() -> int:
     p.add_argument("--neighbour", action="store_true", help="nanoGPT (GPT-2 small) trains beside the rounds")
     p.add_argument("--epochs", type=int, default=None,
                    help="timm_ddp's epochs on both sides (default 4): fewer make shorter launches, more rounds")
+    p.add_argument("--train-images", type=int, default=None,
+                   help="timm_ddp's training images (default 1024, 16 steps an epoch): more make longer "
+                        "epochs at the same start-up, so more measured steps a launch")
     args = p.parse_args()
+    if args.train_images is not None:
+        if args.program != "timm_ddp":
+            p.error("--train-images is timm_ddp's alone")
+        os.environ["ZOO_TIMM_TRAIN_IMAGES"] = str(args.train_images)
     if args.epochs is not None and args.program != "timm_ddp":
         p.error("--epochs is timm_ddp's alone")
     program_args = ("--epochs", str(args.epochs)) if args.epochs is not None else ARGS.get(args.program, ())
@@ -114,7 +121,8 @@ def main() -> int:
     assert new in (trees["head"] / file).read_text(), f"{args.program}: the pull request's edit did not apply"
     pools: dict[str, list[dict[str, float]]] = {"recorded": [], "base": [], "head": [], "base2": []}
     doc: dict[str, object] = {"program": args.program, "slowdown": args.slowdown, "neighbour": args.neighbour,
-                              "args": list(program_args), "spin_s": None, "order": [], "wall_s": []}
+                              "args": list(program_args), "train_images": args.train_images, "spin_s": None,
+                              "order": [], "wall_s": []}
 
     def launch(side: str, k: int) -> float:
         tree = trees["head" if side == "head" else "base"]

@@ -13,6 +13,9 @@ import zlib
 SIZE = 40                      # train.py crops/resizes to --img-size
 CLASSES = ("a", "b")
 COUNTS = {"train": 1024, "validation": 128}   # images per split, over all classes
+# More training images (longer epochs, the same per-sample work): ZOO_TIMM_TRAIN_IMAGES; image n
+# repeats image n % 1024's file, so a large folder costs a copy, not a new encode.
+TRAIN_IMAGES = int(os.environ.get("ZOO_TIMM_TRAIN_IMAGES", COUNTS["train"]))
 
 
 def png(width: int, height: int, rows: list) -> bytes:
@@ -36,6 +39,13 @@ def main(run_dir: str) -> None:
                     for _ in range(SIZE)]
             with open(os.path.join(folder, f"{i:04d}.png"), "wb") as f:
                 f.write(png(SIZE, SIZE, rows))
+    for i in range(COUNTS["train"], TRAIN_IMAGES):
+        label = i % len(CLASSES)
+        folder = os.path.join(run_dir, "data", "train", CLASSES[label])
+        with open(os.path.join(folder, f"{i % COUNTS['train']:04d}.png"), "rb") as f:
+            data = f.read()
+        with open(os.path.join(folder, f"{i:05d}.png"), "wb") as f:
+            f.write(data)
 
 
 if __name__ == "__main__":
