@@ -28,13 +28,14 @@ import numpy as np
 from perfgate.gate.compare import ComparePolicy
 from perfgate.gate.paired_looks import BASE, pair_looks, run_pairs
 from perfgate.gate.sequential_looks import LaunchBudget, run_looks
+from perfgate.pipeline.confirmation import FIRST_LOOK_PAIRS
 from perfgate.records.model import Verdict
 
 CONFIRMED = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 
 def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int,
-          always: bool = False) -> tuple[Verdict, int, Verdict, int]:
+          always: bool = False, first: int = FIRST_LOOK_PAIRS) -> tuple[Verdict, int, Verdict, int]:
     """(stored verdict, its launches, final verdict, all launches) of one run of ``arm`` over the
     pools' rounds in a random order (``rng``), or in the order they ran (``rng`` None); ``always``:
     the pairs decide whatever the stored verdict (``confirm = "always"``)."""
@@ -48,7 +49,7 @@ def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int,
     if run.outcome.verdict not in CONFIRMED and not always:
         return run.outcome.verdict, launches, run.outcome.verdict, launches
     pairs = run_pairs(lambda side, k: (pools["base"] if side == BASE else current)[rounds[k]], policy,
-                      pair_looks(min(3, most), most))
+                      pair_looks(min(first, most), most))
     return run.outcome.verdict, launches, pairs.outcome.verdict, launches + 2 * pairs.pairs
 
 
@@ -58,14 +59,14 @@ def joined(lanes: list[dict]) -> dict:
     and walls together."""
     for lane in lanes:
         if not len(lane["base"]) == len(lane["head"]) == len(lane["base2"]):
-            raise SystemExit(f"a pool of {lane['program']} has unfinished rounds: "
+            raise SystemExit(f"a pool of {lane.get('program', 'a program')} has unfinished rounds: "
                              f"{len(lane['base'])}, {len(lane['head'])}, {len(lane['base2'])} launches")
     pools = {k: [m for lane in lanes for m in lane[k]] for k in ("recorded", "base", "head", "base2", "wall_s")}
     for lane in lanes:
         pairs = [math.log(h["step_time_ms"] / b["step_time_ms"]) for b, h in zip(lane["base"], lane["head"])]
         aa = [math.log(h["step_time_ms"] / b["step_time_ms"]) for b, h in zip(lane["base"], lane["base2"])]
         if len(pairs) > 1:
-            print(f"{lane['program']}: {len(pairs)} rounds, log(head/base) mean {statistics.fmean(pairs):+.3f} "
+            print(f"{lane.get('program', 'the program')}: {len(pairs)} rounds, log(head/base) mean {statistics.fmean(pairs):+.3f} "
                   f"sd {statistics.stdev(pairs):.3f}; log(base2/base) mean {statistics.fmean(aa):+.3f} "
                   f"sd {statistics.stdev(aa):.3f}")
     return pools
@@ -78,6 +79,8 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=2000)
     p.add_argument("--max-launches", type=int, default=10)
     p.add_argument("--seed", type=int, default=41)
+    p.add_argument("--first-look", type=int, default=FIRST_LOOK_PAIRS,
+                   help=f"pairs at the confirmation's first look (the gate's: {FIRST_LOOK_PAIRS})")
     args = p.parse_args()
     pools = joined([json.loads(path.read_text()) for path in args.pools])
     rng = np.random.default_rng(args.seed)
@@ -89,9 +92,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     notes: list[str] = []
     for arm, name in (("base2", "A/A (unchanged code)"), ("head", "the pull request")):
-        results = [trial(pools, arm, rng, args.max_launches) for _ in range(args.trials)]
-        always = [trial(pools, arm, rng, args.max_launches, always=True) for _ in range(args.trials)]
-        measured = trial(pools, arm, None, args.max_launches)
+        results = [trial(pools, arm, rng, args.max_launches, first=args.first_look) for _ in range(args.trials)]
+        always = [trial(pools, arm, rng, args.max_launches, always=True, first=args.first_look)
+                  for _ in range(args.trials)]
+        measured = trial(pools, arm, None, args.max_launches, first=args.first_look)
         for label, verdicts, counts in (("stored baseline alone", [r[0] for r in results], [r[1] for r in results]),
                                         ("with the confirmation", [r[2] for r in results], [r[3] for r in results]),
                                         ('confirm = "always"', [r[2] for r in always], [r[3] for r in always])):

@@ -50,6 +50,28 @@ def torch_module():
 
 
 @pytest.fixture(scope="session")
+def mermaid_parse():
+    """Mermaid's own parser (scripts/install-mermaid.sh: mermaid and jsdom under Node.js): a function
+    from diagram texts to ``{"ok": bool, "type" or "error": str}`` each, or skip/fail."""
+    import json
+    import subprocess
+
+    folder = Path(os.environ.get("PERFGATE_MERMAID_DIR", REPO / ".cache" / "mermaid")).resolve()
+    node = shutil.which("node")
+    if node is None or not (folder / "node_modules" / "mermaid").is_dir():
+        _missing(f"Mermaid's parser (node and {folder}/node_modules/mermaid: bash scripts/install-mermaid.sh)")
+
+    def parse(diagrams: list[str]) -> list[dict]:
+        done = subprocess.run([node, str(REPO / "tests" / "mermaid" / "parse.mjs")], input=json.dumps(diagrams),
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PERFGATE_MERMAID_DIR": str(folder)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    return parse
+
+
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
 
@@ -66,7 +88,7 @@ collect_ignore_glob = ["zoo/programs/*"]
 #: The tiers, by rule: a test that uses one of these fixtures (itself or through another fixture)
 #: carries these markers. ``python3 -m pytest -m "not slow"`` is the fast tier: the tests that read
 #: committed captures and run no nsys and no torch (a few others are marked ``slow`` where they are).
-FIXTURE_MARKS = {"nsys_path": ("nsys", "slow"), "torch_module": ("torch", "slow")}
+FIXTURE_MARKS = {"nsys_path": ("nsys", "slow"), "torch_module": ("torch", "slow"), "mermaid_parse": ("mermaid",)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -169,3 +169,28 @@ def test_write_all_outside_github_actions_prints_nothing(results: list[WorkloadR
     written = write_all(results, tmp_path, env={}, stdout=out, charts=False)
     assert out.getvalue() == ""
     assert not any(k.startswith("chart:") for k in written)
+
+
+def test_the_regressed_run_draws_its_charts_from_the_compared_numbers(results: list[WorkloadResult],
+                                                                        regressed: WorkloadResult,
+                                                                        mermaid_parse) -> None:
+    """The job summary of real captures: Mermaid charts for the regressed workload only, its
+    forward bar and baseline line the comparison's own numbers, each launch's step a bar; every
+    chart accepted by Mermaid's parser."""
+    import re
+
+    from perfgate.report.mermaid import phase_chart, step_chart
+
+    markdown = render_markdown(results)
+    blocks = re.findall(r"```mermaid\n(.*?)\n```", markdown, flags=re.S)
+    assert blocks == [phase_chart(regressed), step_chart(regressed)]
+    forward = next(c for c in regressed.comparisons if c.metric == "phase.forward.cpu_ms")
+    labels = re.search(r"x-axis \[(.*)\]", blocks[0]).group(1).split(", ")
+    assert labels[0] == '"forward"'                      # the injected sleep moved it most
+    bars = [float(v) for v in re.search(r"bar \[(.*)\]", blocks[0]).group(1).split(", ")]
+    line = [float(v) for v in re.search(r"line \[(.*)\]", blocks[0]).group(1).split(", ")]
+    assert bars[0] == round(forward.current, 3) and line[0] == round(forward.baseline, 3)
+    assert bars[0] - line[0] > INJECTED_FORWARD_MS * 0.8
+    steps = [float(v) for v in re.search(r"bar \[(.*)\]", blocks[1]).group(1).split(", ")]
+    assert steps == [round(a.steps.time_ms, 3) for a in regressed.analyses]
+    assert all(p["ok"] for p in mermaid_parse(blocks))

@@ -2,7 +2,8 @@
 
 Layout: a table with one row per workload, then one section per workload (failing first) with its
 headline numbers, the explanation, the phase table against the baseline (regressed rows marked
-:x: and bold) and a collapsed ``<details>`` holding every other metric.
+:x: and bold), for a failed workload its Mermaid charts (perfgate.report.mermaid: phases, and step
+time per launch against the tolerance) and a collapsed ``<details>`` holding every other metric.
 
 Every name, message, phase name and path goes through report/escape.py: it renders as the text
 it is, never as Markdown or HTML (a workload's trace and a result file control that text).
@@ -24,6 +25,7 @@ from perfgate.report.digest import (
     phase_label,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
+from perfgate.report.mermaid import charts as mermaid_charts
 from perfgate.report.resources import (
     LAUNCH_HEADER, MEMORY_COLUMNS, energy_cell, energy_per_step, energy_summary, NO_PER_SAMPLE, launch_rows,
     measured_resources, memory_cell, memory_summary, unavailable_energy,
@@ -149,6 +151,7 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     phase = _phase_table(result)
     if phase:
         lines += [*phase, ""]
+    lines += mermaid_charts(result)
     lines += _resources(result)
     if with_details:
         details = _details(result)
