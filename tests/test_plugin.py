@@ -112,6 +112,15 @@ def test_slowdown_in_one_phase_fails_naming_it_and_crash_is_reported(pytester: p
     assert "workload crashy exited with code 7" in out
     assert "RuntimeError: CUDA out of memory (simulated)" in out
     assert "Traceback" not in out
+    # where a reviewer looks: the charts in the summary, and three steps of each launch for Perfetto
+    summary = (pytester.path / ".perfgate" / "report" / "summary.md").read_text()
+    assert summary.count("```mermaid") == 2 and "steps.trace.json" in summary
+    traces = sorted(pytester.path.glob(".perfgate/runs/**/steps.trace.json"))
+    assert traces, sorted(str(p) for p in pytester.path.glob(".perfgate/runs/**/*"))
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    forward = [e for e in events if e.get("cat") == "nvtx" and e["name"] == "forward" and e["dur"] < 10**6]
+    assert len([e for e in events if e.get("cat") == "step"]) == 3
+    assert forward and all(e["dur"] >= 80_000 for e in forward)       # the 80 ms the pull request added
 
 
 def test_missing_nsys_gives_a_clear_error(pytester: pytest.Pytester, recorded: dict) -> None:

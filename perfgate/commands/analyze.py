@@ -18,6 +18,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "analyze", help="analyze one nsys trace (.sqlite or .nsys-rep), or one per node of a job")
     analyze.add_argument("trace", type=Path, metavar="TRACE", nargs="+")
     analyze.add_argument("--format", choices=("table", "json"), default="table")
+    analyze.add_argument("--chrome-trace", type=Path, default=None, metavar="FILE",
+                         help="also write 3 measured steps around the median one (host NVTX ranges, GPU "
+                              "kernels and copies per stream) as a Chrome trace JSON that Perfetto opens")
     add_analysis_options(analyze)
     analyze.set_defaults(func=cmd_analyze)
     return analyze
@@ -42,7 +45,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     read_ahead.start_reading(args.trace[0])            # its GPU tables read while numpy and the analysis import
     from perfgate.pipeline.inputs import analyze_file  # not perfgate.pipeline.workload_run: nothing of the gate's runs
 
-    analysis = analyze_file(args.trace, analysis_options_from(args))
+    options = analysis_options_from(args)
+    analysis = analyze_file(args.trace, options)
+    if args.chrome_trace is not None:
+        write_chrome_trace(args.trace, options, args.chrome_trace)
     if args.format == "json":
         from perfgate.report.json_report import json_ready
 
@@ -56,3 +62,23 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
             say("\n" + render_diagnosis_text(analysis.launch.diagnosis))
     return 0
+
+
+def write_chrome_trace(traces: list[Path], options: AnalysisOptions, out: Path) -> None:
+    """The first trace's steps around its median one, as a Chrome trace at ``out`` (atomically)."""
+    from perfgate.analysis.step_trace import steps_trace
+    from perfgate.errors import ConfigError
+    from perfgate.system.files import write_json_atomically
+    from perfgate.trace.export import load_trace
+
+    if len(traces) != 1:
+        raise ConfigError(f"--chrome-trace: one TRACE at a time (got {len(traces)})")
+    path = traces[0]
+    if path.suffix in (".nsys-rep", ".qdrep"):
+        path = path.with_suffix(".sqlite")          # analyze_file exported it beside the report
+    if not out.parent.is_dir():
+        raise ConfigError(f"--chrome-trace {out}: the folder {out.parent} does not exist")
+    doc = steps_trace(load_trace(path), options.step_pattern, options.skip_steps, label=path.name)
+    write_json_atomically(out, doc)
+    say(f"chrome trace: {out} ({len(doc['traceEvents'])} events, steps {doc['otherData']['steps']}; "
+        "open it in ui.perfetto.dev or chrome://tracing)")

@@ -41,6 +41,7 @@ from perfgate.system.process_tree import swallowed_interrupt
 
 if TYPE_CHECKING:
     from perfgate.analysis import AnalysisOptions
+    from perfgate.trace.export import Trace
     from perfgate.gate.compare import ComparePolicy, Outcome
     from perfgate.gate.sequential_looks import LookRun
     from perfgate.settings.pyproject import WorkloadConfig
@@ -297,6 +298,7 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
     options = AnalysisOptions.given(spec.step_pattern, spec.skip_steps, spec.batch_size)
     analysis = analyze(trace, _with_reported_batch(options, capture.self_report))
     notes = [f"launch {k}: {p.name.removesuffix(WITHHELD_SUFFIX)} withheld ({p})" for p in withheld]
+    notes += _steps_trace_file(trace, options, capture.run_dir, k)
     notes += [f"launch {k}: nsys failed ({why}) and the capture was taken again" for why in capture.retried]
     launch = replace(analysis.launch, number=k, kind=kind, self_report=capture.self_report,
                      machine_state=meter.report(),
@@ -304,6 +306,21 @@ def launch_capture_and_analysis(spec: WorkloadSpec, settings: Settings, launch_d
     analysis = _checked(replace(analysis, launch=launch), k, monitor.report())
     analysis = attach_resources(analysis, monitor.samples, trace.session_start_utc_ns)  # memory, energy
     return capture, diagnosed(analysis)
+
+
+def _steps_trace_file(trace: Trace, options: AnalysisOptions, run_dir: Path, k: int) -> list[str]:
+    """The launch's 3 steps around its median one as a Chrome trace in its folder (Perfetto opens
+    it); a launch whose file cannot be made says why in a note, and is analysed all the same."""
+    from perfgate.analysis.step_trace import steps_trace
+    from perfgate.records.launch import STEPS_TRACE_FILE
+    from perfgate.system.files import write_json_atomically
+
+    try:
+        write_json_atomically(run_dir / STEPS_TRACE_FILE, steps_trace(trace, options.step_pattern, options.skip_steps,
+                                                                      label=f"launch {k}"))
+    except (PerfgateError, OSError) as exc:
+        return [f"launch {k}: no {STEPS_TRACE_FILE} ({exc})"]
+    return []
 
 
 def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:

@@ -28,6 +28,10 @@ _KEYS = {"number": ("launch", int), "kind": ("capture", str), "self_report": ("s
 _RECORDS = {"machine_state": ("machine_state", MachineState)}
 
 
+#: A launch's folder holds its three steps around the median one as a Chrome trace under this name
+#: (perfgate.analysis.step_trace, written by perfgate.pipeline.workload_run).
+STEPS_TRACE_FILE = "steps.trace.json"
+
 @dataclass(frozen=True)
 class Launch:
     """One launch's facts besides its trace; None: not known (an analysis of a file alone)."""
