@@ -117,7 +117,6 @@ def chrome_trace(trace: Trace, window: StepWindow, label: str = "") -> dict[str,
                           "window_ns": [lo, hi], "median_step": window.median_step}}
 
 
-
 def steps_trace(trace: Trace, step_pattern: str | None, skip_steps: int, label: str = "") -> dict[str, Any]:
     """The Chrome trace of the 3 measured steps around the median one."""
     return chrome_trace(trace, step_window(trace, step_pattern, skip_steps), label)

@@ -32,6 +32,7 @@ _RECORDS = {"machine_state": ("machine_state", MachineState)}
 #: (perfgate.analysis.step_trace, written by perfgate.pipeline.workload_run).
 STEPS_TRACE_FILE = "steps.trace.json"
 
+
 @dataclass(frozen=True)
 class Launch:
     """One launch's facts besides its trace; None: not known (an analysis of a file alone)."""

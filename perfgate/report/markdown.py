@@ -164,9 +164,10 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     if links:
         lines += ["charts (in the run's artifacts): " + ", ".join(links), ""]
     if result.run_dir is not None:
-        traces = sorted(Path(result.run_dir).glob(f"*/{STEPS_TRACE_FILE}"))
-        look = (f" (each launch's folder holds {md_code(STEPS_TRACE_FILE)}: three steps around its median one, "
-                "a Chrome trace that ui.perfetto.dev opens)") if traces else ""
+        look = ""
+        if any(Path(result.run_dir).glob(f"*/{STEPS_TRACE_FILE}")):
+            look = (f" (each launch's folder holds {md_code(STEPS_TRACE_FILE)}: three steps around its median one, "
+                    "a Chrome trace that ui.perfetto.dev opens)")
         lines += [f"artifacts: {md_code(result.run_dir)}{look}", ""]
     return "\n".join(lines)
 
