@@ -49,7 +49,7 @@ def _reports(folder: Path) -> dict[str, Any]:
     return {"json": json.loads((folder / "perfgate-report.json").read_text()),
             "benchmark": json.loads((folder / "benchmark.json").read_text()),
             **{name: (folder / f"{name}").read_text() for name in
-               ("junit.xml", "summary.md", "pr-comment.md", "annotations.txt")},
+               ("junit.xml", "summary.md", "pr-comment.md", "annotations.txt", "report.html")},
             "charts": sorted(p.name for p in (folder / "charts").glob("*.png"))}
 
 
@@ -62,7 +62,7 @@ def _no_zero_for_absent(files: dict[str, Any]) -> None:
             assert c["metric"] not in ABSENT
         for bench in files["benchmark"]["benchmarks"]:
             assert not set(ABSENT) & set(bench["extra_info"]["metrics"])
-    for name in ("junit.xml", "summary.md", "pr-comment.md", "annotations.txt"):
+    for name in ("junit.xml", "summary.md", "pr-comment.md", "annotations.txt", "report.html"):
         assert not re.search(r"\bnan\b|samples_per_s|energy\.per_sample_j|(?<![\d.,])0(\.0+)? (MiB|J|W)\b", files[name],
                              flags=re.I), name
 

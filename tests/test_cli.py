@@ -296,9 +296,9 @@ def test_report_files_hit_by_a_full_disk_are_named_the_others_kept_and_run_exits
     (out / f".junit.xml.{os.getpid()}.tmp").symlink_to("/dev/full")   # the report's temp file
     with pytest.raises(ReportWriteError) as err:
         write_all([make_result("w", Verdict.PASS)], out, env={}, charts=False)
-    assert str(err.value) == f"reports in {out} not all written (5 written): {out / 'junit.xml'}: No space left on device"
+    assert str(err.value) == f"reports in {out} not all written (6 written): {out / 'junit.xml'}: No space left on device"
     assert sorted(p.name for p in out.iterdir()) == ["annotations.txt", "benchmark.json", "perfgate-report.json",
-                                                     "pr-comment.md", "summary.md"]
+                                                     "pr-comment.md", "report.html", "summary.md"]
     (out / f".junit.xml.{os.getpid()}.tmp").symlink_to("/dev/full")   # the report's temp file
     with pytest.raises(ReportWriteError, match=f"{out / 'junit.xml'}: No space left on device"):
         write_reports([make_result("w", Verdict.PASS)], out)      # the gate run's: cmd_run then says so, exits 2

@@ -151,7 +151,7 @@ def test_write_all_writes_every_file_and_feeds_the_github_step_summary(
     summary.write_text("earlier step\n")
     out = io.StringIO()
     written = write_all(results, tmp_path / "report", env={"GITHUB_STEP_SUMMARY": str(summary)}, stdout=out)
-    for kind in ("junit", "summary", "pr_comment", "annotations", "benchmark", "report"):
+    for kind in ("junit", "summary", "pr_comment", "annotations", "benchmark", "report", "html"):
         assert written[kind].is_file() and written[kind].stat().st_size > 0
     charts = {k: p for k, p in written.items() if k.startswith("chart:")}
     assert "chart:tiny_regressed:phases" in charts and "chart:tiny_regressed:steps" in charts

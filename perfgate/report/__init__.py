@@ -9,6 +9,7 @@ pr-comment.md          PR-comment Markdown, <= 65,536 characters
 annotations.txt        ``::error``/``::warning`` workflow commands (report/annotations.py)
 benchmark.json         pytest-benchmark-compatible step times (report/benchmark_json.py)
 perfgate-report.json   everything (report/json_report.py)
+report.html            one self-contained page: verdicts, accounts, charts, the median step's timeline (report/html.py)
 charts/*.png           per-workload charts when matplotlib is installed (report/charts.py)
 =====================  =============================================================
 
@@ -63,7 +64,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
               commit_info: Mapping[str, Any] | None = None, charts: bool = True,
               env: Mapping[str, str] | None = None, stdout: TextIO | None = None) -> dict[str, Path]:
     """Write every report into ``out_dir`` and return ``{kind: path}`` (kinds: junit, summary,
-    pr_comment, annotations, benchmark, report, and ``chart:<workload>:<kind>``).
+    pr_comment, annotations, benchmark, report, html, and ``chart:<workload>:<kind>``).
 
     ``github_summary``/``annotations``: None means "when ``GITHUB_STEP_SUMMARY`` is set in
     ``env`` (default ``os.environ``)". ``stdout`` receives the annotations (default sys.stdout).
@@ -74,6 +75,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
     from perfgate.report.annotations import render_annotations
     from perfgate.report.benchmark_json import render_benchmark_json
     from perfgate.report.charts import render_charts
+    from perfgate.report.html import render_html
     from perfgate.report.json_report import render_report_json
     from perfgate.report.junit import render_junit
     from perfgate.report.markdown import render_markdown, render_pr_comment
@@ -105,6 +107,7 @@ def write_all(results: Sequence[WorkloadResult], out_dir: Path, *, github_summar
                                                             indent=2, sort_keys=True, default=str) + "\n"),
         "report": ("perfgate-report.json", lambda: json.dumps(render_report_json(results), indent=2,
                                                                sort_keys=True, default=str) + "\n"),
+        "html": ("report.html", lambda: render_html(results)),
     }
     written: dict[str, Path] = {}
     for kind, (name, render) in texts.items():
