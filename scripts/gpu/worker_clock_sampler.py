@@ -1,7 +1,8 @@
 """Issue 41: is a data-bound program's launch-to-launch noise its loader worker's CPU clock?
 
-Samples, every ``--interval`` seconds until killed, every process whose command line holds
-``--match`` (default ``train.py``): pid, parent pid, the CPU it last ran on (/proc/PID/stat field
+Samples, every ``--interval`` seconds until killed, every process that runs the program ``--match``
+(default ``train``: an argument ``train``, as torchrun's ``-m train`` gives it, or ``train.py``;
+the first version matched the text ``train.py`` and, under torchrun, no process): pid, parent pid, the CPU it last ran on (/proc/PID/stat field
 39), its CPU-seconds so far, its working folder; and every CPU's clock (/proc/cpuinfo "cpu MHz",
 the kernel's estimate from APERF/MPERF on x86). One JSON object a line to ``--out``.
 
@@ -20,6 +21,11 @@ def cpu_mhz() -> list[float]:
         return [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
 
 
+def runs(cmd: str, program: str) -> bool:
+    """Whether a command line runs ``program``: an argument ``program`` or a path ending in ``program.py``."""
+    return any(arg == program or arg.rsplit("/", 1)[-1] == f"{program}.py" for arg in cmd.split())
+
+
 def processes(match: str) -> list[dict]:
     tick = os.sysconf("SC_CLK_TCK")
     found = []
@@ -29,7 +35,7 @@ def processes(match: str) -> list[dict]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            if match not in cmd:
+            if not runs(cmd, match):
                 continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -45,7 +51,7 @@ def processes(match: str) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--match", default="train.py")
+    p.add_argument("--match", default="train", help="the program: an argument NAME or a file NAME.py")
     p.add_argument("--interval", type=float, default=0.5)
     args = p.parse_args()
     with open(args.out, "w") as out:
