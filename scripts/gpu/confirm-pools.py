@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,12 @@ def main() -> int:
     p.add_argument("--neighbour", action="store_true", help="nanoGPT (GPT-2 small) trains beside the rounds")
     p.add_argument("--epochs", type=int, default=None,
                    help="timm_ddp's epochs on both sides (default 4): fewer make shorter launches, more rounds")
+    p.add_argument("--workers", type=int, default=None,
+                   help="timm_ddp's DataLoader workers (-j; default 1): the pull request's wait per sample is "
+                        "reckoned for the samples each worker loads a step")
+    p.add_argument("--program-args", default="",
+                   help="more of the program's own flags on both sides, one string (e.g. timm_ddp's "
+                        "'--aa rand-m9-n4-mstd0.5': heavier augmentation in the workers)")
     p.add_argument("--train-images", type=int, default=None,
                    help="timm_ddp's training images (default 1024, 16 steps an epoch): more make longer "
                         "epochs at the same start-up, so more measured steps a launch")
@@ -101,7 +108,13 @@ def main() -> int:
         os.environ["ZOO_TIMM_TRAIN_IMAGES"] = str(args.train_images)
     if args.epochs is not None and args.program != "timm_ddp":
         p.error("--epochs is timm_ddp's alone")
+    if args.workers is not None and args.program != "timm_ddp":
+        p.error("--workers is timm_ddp's alone")
     program_args = ("--epochs", str(args.epochs)) if args.epochs is not None else ARGS.get(args.program, ())
+    if args.workers is not None:     # after the declared "-j 1": a flag given twice takes the later value
+        program_args = (*program_args, "-j", str(args.workers))
+        SAMPLES_PER_WORKER["timm_ddp"] = 64 // args.workers
+    program_args = (*program_args, *shlex.split(args.program_args))
     from perfgate.capture.command import TIMING
     from perfgate.pipeline.workload_run import launch_analysis
     from perfgate.settings.config import load_settings
@@ -121,6 +134,7 @@ def main() -> int:
     assert new in (trees["head"] / file).read_text(), f"{args.program}: the pull request's edit did not apply"
     pools: dict[str, list[dict[str, float]]] = {"recorded": [], "base": [], "head": [], "base2": []}
     doc: dict[str, object] = {"program": args.program, "slowdown": args.slowdown, "neighbour": args.neighbour,
+                              "workers": args.workers,
                               "args": list(program_args), "train_images": args.train_images, "spin_s": None,
                               "order": [], "wall_s": []}
 
