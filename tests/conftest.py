@@ -107,22 +107,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if len(kept) != len(items):
             config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("zoo_full")])
             items[:] = kept
-
-
-class _FileOrder:
-    """Orders the files after every selection (``-m``, ``-k``: trylast), from what runs."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        items[:] = heaviest_files_first(items)
+    items[:] = heaviest_files_first(items)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The files' order (:func:`heaviest_files_first`, after every selection): pytest-xdist's
-    ``--dist loadfile`` would hand out files by their count of tests, the most first."""
+    """pytest-xdist's ``--dist loadfile`` hands out files by their count of tests, the most first,
+    unless told not to: the order is :func:`heaviest_files_first`'s."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    config.pluginmanager.register(_FileOrder(), "perfgate-tests-file-order")
 
 
 def file_weight(markers: set[str]) -> int:
