@@ -35,16 +35,17 @@ CONFIRMED = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 
 def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int,
-          always: bool = False, first: int = FIRST_LOOK_PAIRS) -> tuple[Verdict, int, Verdict, int]:
+          always: bool = False, first: int = FIRST_LOOK_PAIRS, least: int = 1) -> tuple[Verdict, int, Verdict, int]:
     """(stored verdict, its launches, final verdict, all launches) of one run of ``arm`` over the
     pools' rounds in a random order (``rng``), or in the order they ran (``rng`` None); ``always``:
-    the pairs decide whatever the stored verdict (``confirm = "always"``)."""
+    the pairs decide whatever the stored verdict (``confirm = "always"``); ``least``: launches before
+    the stored baseline's first look (``min_launches``)."""
     policy = ComparePolicy()
     current = pools[arm]
     n = min(len(pools["base"]), len(current))
     rounds = [int(i) for i in rng.permutation(n)] if rng is not None else list(range(n))
     most = min(most, n)
-    run = run_looks(pools["recorded"], lambda k: current[rounds[k]], policy, LaunchBudget(1, most))
+    run = run_looks(pools["recorded"], lambda k: current[rounds[k]], policy, LaunchBudget(min(least, most), most))
     launches = len(run.current)
     if run.outcome.verdict not in CONFIRMED and not always:
         return run.outcome.verdict, launches, run.outcome.verdict, launches
@@ -81,6 +82,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=41)
     p.add_argument("--first-look", type=int, default=FIRST_LOOK_PAIRS,
                    help=f"pairs at the confirmation's first look (the gate's: {FIRST_LOOK_PAIRS})")
+    p.add_argument("--min-launches", type=int, default=1,
+                   help="launches before the stored baseline's first look (the gate's min_launches, default 1)")
     args = p.parse_args()
     pools = joined([json.loads(path.read_text()) for path in args.pools])
     rng = np.random.default_rng(args.seed)
@@ -92,10 +95,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     notes: list[str] = []
     for arm, name in (("base2", "A/A (unchanged code)"), ("head", "the pull request")):
-        results = [trial(pools, arm, rng, args.max_launches, first=args.first_look) for _ in range(args.trials)]
-        always = [trial(pools, arm, rng, args.max_launches, always=True, first=args.first_look)
+        results = [trial(pools, arm, rng, args.max_launches, first=args.first_look, least=args.min_launches)
+                   for _ in range(args.trials)]
+        always = [trial(pools, arm, rng, args.max_launches, always=True, first=args.first_look,
+                        least=args.min_launches)
                   for _ in range(args.trials)]
-        measured = trial(pools, arm, None, args.max_launches, first=args.first_look)
+        measured = trial(pools, arm, None, args.max_launches, first=args.first_look, least=args.min_launches)
         for label, verdicts, counts in (("stored baseline alone", [r[0] for r in results], [r[1] for r in results]),
                                         ("with the confirmation", [r[2] for r in results], [r[3] for r in results]),
                                         ('confirm = "always"', [r[2] for r in always], [r[3] for r in always])):

@@ -9,7 +9,7 @@ change and raise false alarms (benchmarks/confirm_pools.py reads what this write
 Programs of the zoo, unmodified but for the pull request:
 - ``word_language_model`` (an LSTM, host-bound on an H200): the pull request busy-waits in
   ``get_batch``, once per step;
-- ``dcgan`` (a CNN fed by 4 DataLoader workers): the pull request busy-waits in the dataset's
+- ``dcgan`` (a CNN fed by 4 DataLoader workers, ``--workers`` sets them): the pull request busy-waits in the dataset's
   per-sample transform, in the workers;
 - ``timm_ddp`` (timm's train.py, a ResNet-18 fed by one worker decoding and augmenting images,
   torchrun with one rank per visible GPU, ``--epochs 4`` unless ``--epochs`` says otherwise: 16 steps
@@ -69,15 +69,18 @@ PULL_REQUESTS = {
 SAMPLES_PER_WORKER = {"word_language_model": 1, "dcgan": 64 // 4, "timm_ddp": 64}
 # the program's own flags for these runs (both sides): fewer epochs, more rounds
 ARGS = {"timm_ddp": ("--epochs", "4")}
+# each data-bound program's flag for its DataLoader's workers
+WORKERS_FLAG = {"timm_ddp": "-j", "dcgan": "--workers"}
 NEIGHBOUR_ARGS = ("--device=cuda", "--compile=False", "--dtype=float16", "--dataset=synthetic", "--n_layer=12",
                   "--n_head=12", "--n_embd=768", "--block_size=1024", "--batch_size=32", "--max_iters=100000",
                   "--eval_interval=100000", "--eval_iters=2", "--log_interval=100", "--always_save_checkpoint=False")
 
 
-def first_guess(program: str, step_ms: float, target: float) -> float:
+def first_guess(program: str, step_ms: float, target: float, workers: int | None = None) -> float:
     """Seconds of waiting for ``target`` of a step of ``step_ms``, once per step or per sample of a
-    data-bound step."""
-    return target * step_ms / 1000 / SAMPLES_PER_WORKER[program]
+    data-bound step (``workers``: the DataLoader's workers where the run sets them, 64 samples a step)."""
+    per_worker = 64 // workers if workers is not None else SAMPLES_PER_WORKER[program]
+    return target * step_ms / 1000 / per_worker
 
 
 def main() -> int:
@@ -93,8 +96,9 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=None,
                    help="timm_ddp's epochs on both sides (default 4): fewer make shorter launches, more rounds")
     p.add_argument("--workers", type=int, default=None,
-                   help="timm_ddp's DataLoader workers (-j; default 1): the pull request's wait per sample is "
-                        "reckoned for the samples each worker loads a step")
+                   help="the DataLoader's workers on both sides (timm_ddp's -j, default 1; dcgan's --workers, "
+                        "default 4): the pull request's wait per sample is reckoned for the samples each "
+                        "worker loads a step")
     p.add_argument("--program-args", default="",
                    help="more of the program's own flags on both sides, one string (e.g. timm_ddp's "
                         "'--aa rand-m9-n4-mstd0.5': heavier augmentation in the workers)")
@@ -108,12 +112,11 @@ def main() -> int:
         os.environ["ZOO_TIMM_TRAIN_IMAGES"] = str(args.train_images)
     if args.epochs is not None and args.program != "timm_ddp":
         p.error("--epochs is timm_ddp's alone")
-    if args.workers is not None and args.program != "timm_ddp":
-        p.error("--workers is timm_ddp's alone")
+    if args.workers is not None and args.program not in WORKERS_FLAG:
+        p.error(f"--workers is {' and '.join(sorted(WORKERS_FLAG))}'s alone")
     program_args = ("--epochs", str(args.epochs)) if args.epochs is not None else ARGS.get(args.program, ())
-    if args.workers is not None:     # after the declared "-j 1": a flag given twice takes the later value
-        program_args = (*program_args, "-j", str(args.workers))
-        SAMPLES_PER_WORKER["timm_ddp"] = 64 // args.workers
+    if args.workers is not None:     # after the declared one: a flag given twice takes the later value
+        program_args = (*program_args, WORKERS_FLAG[args.program], str(args.workers))
     program_args = (*program_args, *shlex.split(args.program_args))
     from perfgate.capture.command import TIMING
     from perfgate.pipeline.workload_run import launch_analysis
@@ -153,7 +156,8 @@ def main() -> int:
 
     os.environ.update(program.env)
     recorded = statistics.fmean(launch("recorded", k) for k in range(args.record))
-    spin = args.spin_us / 1e6 if args.spin_us is not None else first_guess(args.program, recorded, args.slowdown)
+    spin = (args.spin_us / 1e6 if args.spin_us is not None
+            else first_guess(args.program, recorded, args.slowdown, args.workers))
     os.environ[SPIN_VAR] = repr(spin)
     doc["spin_s"] = spin
     print(f"the pull request waits {spin * 1e6:.0f} us", flush=True)
