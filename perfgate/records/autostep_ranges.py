@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["BACKWARD", "CHECKPOINT", "DATA_LOAD", "EVALUATION", "FORWARD", "INTERLUDE_RANGES", "MARK_BATCH", "MARK_LOADER",
+__all__ = ["BACKWARD", "CHECKPOINT", "DATA_LOAD", "EVALUATION", "FORWARD", "INTERLUDE_RANGES", "MARK_BATCH", "MARK_INPUT",
+           "MARK_LOADER",
            "MARK_OPTIMIZER_NEW", "MARK_OPTIMIZER_SKIPPED", "MARK_OPTIMIZER_STEP", "NOTE_PREFIX", "OPTIMIZER",
            "MARK_RANK", "PREFIX", "RANGE_NAMES", "WRAPPED", "note"]
 
@@ -26,6 +27,7 @@ MARK_OPTIMIZER_NEW = "perfgate/optimizer_new"          # :<k>:<class>
 MARK_OPTIMIZER_SKIPPED = "perfgate/optimizer_skipped"  # :<k>
 MARK_BATCH = "perfgate/batch"                          # :<leading dimension>
 MARK_LOADER = "perfgate/loader"                        # :<num_workers>
+MARK_INPUT = "perfgate/input"                          # :<module>.<qualname> of the program's batch function
 MARK_RANK = "perfgate/rank"                            # :<RANK>:<LOCAL_RANK>:<GROUP_RANK> (torchrun's)
 
 NOTE_PREFIX = "perfgate autostep: "

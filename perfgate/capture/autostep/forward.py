@@ -24,12 +24,12 @@ from perfgate.records.autostep_ranges import FORWARD, note
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from perfgate.capture.autostep.installation import Installation
 
-__all__ = ["ENV_VAR", "detached", "discover", "outermost_trained", "post_hook", "pre_hook"]
+__all__ = ["ENV_VAR", "detached", "discover", "hooked", "outermost_trained", "post_hook", "pre_hook", "watch"]
 
 ENV_VAR = "PERFGATE_AUTOSTEP_FORWARD"
 """``0`` (or ``false``/``no``/``off``) turns the forward hooks off."""
@@ -53,9 +53,21 @@ def outermost_trained(modules: list[Any]) -> list[Any]:
 _start: Any = None      # the forward range's start and end, bound by ``discover``
 _end: Any = None
 _hooked: list[tuple[Any, int, int]] = []   # (module, pre hook id, post hook id) of every hooked module
+_watch: Any = None      # told each call that opens a range, while set (perfgate/capture/autostep/inputs.py)
 
 
-def pre_hook(module: Any, args: Any) -> None:
+def hooked() -> bool:
+    """Whether ``discover`` hooked any module."""
+    return bool(_hooked)
+
+
+def watch(fn: Callable[[tuple[Any, ...], dict[str, Any] | None], None] | None) -> None:
+    """Tell ``fn`` the arguments of each call that opens a forward range (None: stop)."""
+    global _watch
+    _watch = fn
+
+
+def pre_hook(module: Any, args: Any, kwargs: Any = None) -> None:
     """Open the forward range: no range open on this thread, the module training, no backward
     pass running (a checkpoint's recomputation), not traced by torch.compile. Module level, so
     that pickling a module whose hooks are ours does not fail on a local function."""
@@ -63,6 +75,8 @@ def pre_hook(module: Any, args: Any) -> None:
     if state.forward_range is not None or state.backward or not module.training or hooks.is_compiling():
         return
     state.forward_range, state.forward_module = _start(), id(module)
+    if _watch is not None:
+        _watch(args, kwargs)
 
 
 def post_hook(module: Any, args: Any, output: Any) -> None:
@@ -85,11 +99,11 @@ def discover(inst: Installation) -> None:
     # type(), not isinstance(): an object's __class__ can be a property (a deprecated alias that warns)
     targets = outermost_trained([o for o in gc.get_objects() if issubclass(type(o), module_cls)])
     for m in targets:
-        pre = m.register_forward_pre_hook(pre_hook)
-        try:
-            post = m.register_forward_hook(post_hook, always_call=True)   # closes on an exception too
+        try:    # the keyword arguments too (inputs.py); a post hook that closes on an exception too
+            pre = m.register_forward_pre_hook(pre_hook, with_kwargs=True)
+            post = m.register_forward_hook(post_hook, always_call=True)
         except TypeError:                                               # torch before 2.0
-            post = m.register_forward_hook(post_hook)
+            pre, post = m.register_forward_pre_hook(pre_hook), m.register_forward_hook(post_hook)
         _hooked.append((m, pre.id, post.id))
         inst.undo.append(pre.remove)
         inst.undo.append(post.remove)
@@ -98,7 +112,8 @@ def discover(inst: Installation) -> None:
         note("no module in training mode holds parameters that need gradients: no forward ranges")
 
 
-HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called", "_forward_hooks_with_kwargs")
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_always_called",
+              "_forward_hooks_with_kwargs")
 
 
 @contextlib.contextmanager

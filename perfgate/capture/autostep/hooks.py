@@ -205,7 +205,8 @@ def _patch_autograd(inst: Installation, module: ModuleType) -> None:
     started = False
 
     def start_first() -> int:
-        """The first backward pass's start: the model has run its first forward; then ``start``."""
+        """The first backward pass's start: the model has run its first forward; then ``start``.
+        ``inst.each_backward``, while set, is told of every backward pass (it never raises)."""
         nonlocal started
         if not started:
             started = True
@@ -215,6 +216,8 @@ def _patch_autograd(inst: Installation, module: ModuleType) -> None:
                     first()
                 except Exception as exc:  # noqa: BLE001 - never raise into the user's program
                     note(f"could not hook the model's forward: {type(exc).__name__}: {exc}")
+        if inst.each_backward is not None:
+            inst.each_backward()
         return start()
 
     backward = in_range(original, "backward", start_first, end, busy=lambda: graph_task_id() != -1, training=True)

@@ -21,6 +21,9 @@ module                            hook                                          
 ``torch.serialization``           ``torch.save``                                       ``perfgate/checkpoint``
 (the model, found at the first    forward pre/post hooks of its outermost trained      ``perfgate/forward``
 backward pass)                    modules and their direct children
+(the program's batch function,    the function of the training loop whose result the   ``perfgate/data_load``
+found in the first iterations)    model's forward takes first (``get_batch()``, no
+                                  DataLoader): its global or class attribute replaced
 ================================  ===================================================  ==========================
 
 Ranges are NVTX *start/end* ranges of torch's own binding (``torch.cuda.nvtx.range_start`` /
@@ -43,6 +46,8 @@ Marks (instants, ``<name>:<value>``) say what the hooks saw, for the analysis's 
   tuple/list/dict of tensors with one leading dimension, a list of per-sample dicts), whenever it
   differs from that iterator's previous batch; ``perfgate/loader:<workers>`` when an iterator is
   created (its DataLoader's ``num_workers``).
+- ``perfgate/input:<module>.<qualname>`` once, when the program's own batch function is found and
+  wrapped (``perfgate/input:__main__.get_batch``).
 
 A CPU-only torch (no NVTX binding) gets no hooks and one line on stderr. Code that torch.compile
 captures emits nothing (``torch.compiler.is_compiling()``: no graph break); code it leaves to eager
@@ -51,7 +56,11 @@ wrappers' frames are registered with torch._dynamo as never compiled on their ow
 The forward pass gets ``perfgate/forward`` without a global module hook (one would cost Python work
 on every module call and interfere with torch.compile): at the first backward pass the model's
 outermost trained modules are found once and only their calls are hooked
-(perfgate/capture/autostep/forward.py; ``PERFGATE_AUTOSTEP_FORWARD=0`` turns it off).
+(perfgate/capture/autostep/forward.py; ``PERFGATE_AUTOSTEP_FORWARD=0`` turns it off). Batches the
+program makes itself become the input phase the same way: a profile function, for the few
+iterations after the first backward pass only, finds the loop's function whose result the model's
+forward takes first, which is then wrapped (perfgate/capture/autostep/inputs.py;
+``PERFGATE_AUTOSTEP_INPUTS=0`` turns it off; a program with its own ``sys.setprofile`` is left alone).
 
 Test hook: ``PERFGATE_AUTOSTEP_DEBUG=<file>`` makes every range and mark also append a line
 ``<pid> start|end|mark <text>`` to that file (read once, by :func:`install`).
@@ -65,7 +74,9 @@ import functools
 import os
 import sys
 
-from perfgate.capture.autostep import forward as autostep_forward, hooks as autostep_hooks, interludes as autostep_interludes
+from perfgate.capture.autostep import (
+    forward as autostep_forward, hooks as autostep_hooks, inputs as autostep_inputs, interludes as autostep_interludes,
+)
 from perfgate.capture.autostep.installation import DEBUG_ENV_VAR, Installation
 from perfgate.records.autostep_ranges import note
 
@@ -115,7 +126,8 @@ def install(environ: dict[str, str] | None = None) -> bool:
         inst = Installation({**autostep_hooks.TARGETS, **autostep_interludes.TARGETS},
                             env.get(DEBUG_ENV_VAR) or None, lambda: _installation is inst)
         if env.get(autostep_forward.ENV_VAR, "1").strip().lower() not in _OFF_VALUES:
-            inst.first_backward = functools.partial(autostep_forward.discover, inst)
+            inputs = env.get(autostep_inputs.ENV_VAR, "1").strip().lower() not in _OFF_VALUES
+            inst.first_backward = functools.partial(_at_first_backward, inst, inputs)
         _installation = inst
         sys.meta_path.insert(0, inst.finder)
         if not _fork_hook_registered and hasattr(os, "register_at_fork"):
@@ -129,6 +141,13 @@ def install(environ: dict[str, str] | None = None) -> bool:
         note(f"install failed: {type(exc).__name__}: {exc}")
         return False
     return True
+
+
+def _at_first_backward(inst: Installation, inputs: bool) -> None:
+    """Hook the model's forward; then, with ``inputs``, look for the program's batch function."""
+    autostep_forward.discover(inst)
+    if inputs:
+        autostep_inputs.find_batch_function(inst)
 
 
 def uninstall() -> None:

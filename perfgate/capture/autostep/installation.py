@@ -40,6 +40,7 @@ class Installation:
         self.skipped = 0                     # how many of them torch.compile has been told to skip
         self.optimizer_number: Callable[[Any], int] | None = None   # set by the optimizer hook
         self.first_backward: Callable[[], None] | None = None       # run once, at the first backward pass
+        self.each_backward: Callable[[], None] | None = None        # run at each backward pass while set
 
     def nvtx(self) -> Any:
         """torch's NVTX binding (``torch._C._nvtx``), or None (and one note) without one."""
