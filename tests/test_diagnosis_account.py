@@ -197,3 +197,36 @@ def test_a_loop_that_makes_its_own_batches_is_not_told_of_a_dataloader() -> None
     # one side with a DataLoader: the worker words stand (a loader with 0 workers is a DataLoader)
     loader = TraceFacts(steps=10, dataloader=True, dataloader_workers=0)
     assert "no loader worker processes" in _with_workers(reason, loader, loader, slower=True).text
+
+
+def test_the_programs_own_batch_function_is_named_and_no_dataloader() -> None:
+    """Issue 42: autostep wraps a loop's get_batch() in data_load ranges and marks it
+    (``perfgate/input``): those ranges are no DataLoader's, and the words name the function."""
+    import numpy as np
+
+    from perfgate.analysis.loop import input_function, loader_in_use
+    from perfgate.diagnosis.account import _with_workers
+    from perfgate.diagnosis.evidence import batches_from
+    from perfgate.records.diagnosis import Reason
+    from perfgate.records.facts import TraceFacts
+    from perfgate.trace.columns import Columns
+
+    def texts(*t: str) -> Columns:
+        return Columns({"text": np.array(t, dtype=object)})
+
+    marks, nvtx = texts("perfgate/optimizer_step:1", "perfgate/input:__main__.get_batch"), \
+        texts("perfgate/data_load", "perfgate/backward")
+    assert loader_in_use(marks, nvtx) is False and input_function(marks) == "__main__.get_batch"
+    assert loader_in_use(texts("perfgate/loader:0", "perfgate/input:__main__.get_batch"), nvtx) is True
+    assert loader_in_use(texts("perfgate/optimizer_step:1"), nvtx) is True       # the ranges alone: a DataLoader's
+    reason = Reason("data_loading", "data_load", 10.0, "data_load +10.0 ms/step: the loop waits longer")
+    own = TraceFacts(steps=10, dataloader=False, input_function="__main__.get_batch")
+    told = _with_workers(reason, own, own, slower=True)
+    assert told.text == ("data_load +10.0 ms/step: batches made by the program's get_batch (no DataLoader on either "
+                         "side) take longer to make: a slower batch preparation?")
+    assert told.cause == "input pipeline"
+    assert _with_workers(reason, own, own, slower=False).text.endswith(
+        ", with batches made by the program's get_batch (no DataLoader)")
+    assert batches_from(own) == "the loop waits for the batches the program's get_batch makes (no DataLoader)"
+    # a DataLoader beside it (the function iterates one): its words stand
+    assert "get_batch" not in batches_from(replace(own, dataloader=True, dataloader_workers=2))

@@ -13,7 +13,7 @@ from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
 from perfgate.analysis.kernel_sets import kernel_set_changes
-from perfgate.analysis.loop import loader_in_use, loader_workers
+from perfgate.analysis.loop import input_function, loader_in_use, loader_workers
 from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
 from perfgate.records.facts import H2D_PHASE, OUTSIDE_PHASES, STEP_CODE, TraceFacts
@@ -160,11 +160,12 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     lo, hi = stats.window_start_ns, stats.window_end_ns
     workers = _dataloader_workers(trace, lo, hi)
     loader = loader_in_use(trace.marks, trace.nvtx)
+    made_by = input_function(trace.marks)
     if loader is False:      # worker processes are a DataLoader's, whatever the hooks saw
         loader = bool(workers)
         workers = workers or None
     if not trace.has_gpu:
-        return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader)
+        return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader, input_function=made_by)
     launched, api = trace.gpu((lo, hi))
     steps = measured_iterations(trace.nvtx, stats, trace.marks)
     if not len(steps):
@@ -175,7 +176,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     window = _window_idle(launched, phases, lo, hi, busy)
     del busy
     if window is None:
-        return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader)
+        return TraceFacts(steps=n, dataloader_workers=workers, dataloader=loader, input_function=made_by)
     gpu_ops, idle_ns, idle_phase_ns, ndev = window
     # kernels and copies are the analysis's: launched in the window, whole (a loop that runs ahead of
     # the GPU launches work that runs after the window); idle is about the ops overlapping it
@@ -231,6 +232,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     return TraceFacts(
         kernels_by_phase=by_phase, kernels_by_family=by_family, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers, dataloader=loader,
+        input_function=made_by,
         steps=n, gpu_ops=gpu_ops,
         # the analysis's count (ops launched in the window), not ops overlapping it: one definition
         kernels_per_step=gpu.kernels_per_step if gpu is not None else kernels / n,

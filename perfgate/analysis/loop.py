@@ -28,13 +28,13 @@ import numpy as np
 
 from perfgate.analysis.intervals import top_level_mask
 from perfgate.records.autostep_ranges import (
-    BACKWARD, DATA_LOAD, INTERLUDE_RANGES, MARK_BATCH, MARK_LOADER, MARK_OPTIMIZER_NEW,
+    BACKWARD, DATA_LOAD, INTERLUDE_RANGES, MARK_BATCH, MARK_INPUT, MARK_LOADER, MARK_OPTIMIZER_NEW,
     MARK_OPTIMIZER_SKIPPED, MARK_OPTIMIZER_STEP,
 )
 from perfgate.trace.columns import Columns, first_seen
 
-__all__ = ["Boundaries", "CYCLE_MATCH", "MAX_CYCLE", "batch_sizes", "find_boundaries", "interludes",
-           "loader_workers", "optimizer_cycle", "samples_per_iteration"]
+__all__ = ["Boundaries", "CYCLE_MATCH", "MAX_CYCLE", "batch_sizes", "find_boundaries", "input_function",
+           "interludes", "loader_in_use", "loader_workers", "optimizer_cycle", "samples_per_iteration"]
 
 MAX_CYCLE = 8          # the longest cycle of optimizer steps taken as one iteration
 CYCLE_MATCH = 0.9      # the share of steps that must repeat the cycle's order
@@ -219,13 +219,25 @@ def samples_per_iteration(batches: Columns, start: np.ndarray, end: np.ndarray, 
 def loader_in_use(marks: Columns, nvtx: Columns) -> bool | None:
     """Whether the program iterated a DataLoader, as autostep's hooks saw it: True with their
     ``perfgate/loader`` marks or ``perfgate/data_load`` ranges (captures from before the marks have
-    the ranges); False where the hooks ran (optimizer marks, or backward ranges: a loop that updates
+    the ranges), unless a ``perfgate/input`` mark says the ranges are the program's own batch
+    function's; False where the hooks ran (optimizer marks, or backward ranges: a loop that updates
     its parameters by hand) and made neither; None without them (no autostep)."""
-    if len(_marks(marks, MARK_LOADER)) or np.any(nvtx["text"] == DATA_LOAD):
+    if len(_marks(marks, MARK_LOADER)):
+        return True
+    if len(_marks(marks, MARK_INPUT)):
+        return False
+    if np.any(nvtx["text"] == DATA_LOAD):
         return True
     if len(_marks(marks, MARK_OPTIMIZER_STEP)) or np.any(nvtx["text"] == BACKWARD):
         return False
     return None
+
+
+def input_function(marks: Columns) -> str | None:
+    """``<module>.<qualname>`` of the function that makes the program's batches, where autostep found
+    one (its ``perfgate/input`` mark), else None."""
+    found = _marks(marks, MARK_INPUT)
+    return str(found["value"][0]) if len(found) else None
 
 
 def loader_workers(marks: Columns, window_start: int, window_end: int) -> int | None:

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from perfgate.diagnosis.comm import without_communication
 from perfgate.diagnosis.differences import HOST_BOUND_IDLE, MECHANISM_ORDER, MIN_PER_STEP, MODEL_PHASE, differences
-from perfgate.diagnosis.evidence import (BETWEEN_STEPS, data_phase, gpu_active, idle_ms_per_step, step_mean_ms,
-                                        workers_words)
+from perfgate.diagnosis.evidence import (BETWEEN_STEPS, data_phase, gpu_active, idle_ms_per_step, made_by,
+                                        step_mean_ms, workers_words)
 from perfgate.diagnosis.faster import FASTER_KERNELS, faster_differences
 from perfgate.diagnosis.host import data_reason, host_reasons, machine_reason
 from perfgate.diagnosis.mechanisms import families_from_names, replacements
@@ -194,12 +194,16 @@ def _with_workers(reason: Reason, base: TraceFacts | None, cur: TraceFacts | Non
     their number is the likely edit; an unchanged number rules it out."""
     head = _head(reason.text)
     if base is not None and cur is not None and base.dataloader is False and cur.dataloader is False:
+        function = made_by(cur) or made_by(base)     # the function autostep found making them
+        if slower and function:
+            return replace(reason, text=f"{head}: batches made by {function} (no DataLoader on either side) "
+                                        "take longer to make: a slower batch preparation?", cause="input pipeline")
         if slower:     # a DataLoader only where one exists: this loop makes its own batches
             return replace(reason, text=f"{head}: the program makes its own batches (no DataLoader on either "
                                         "side) and takes longer to make them: a slower batch preparation?",
                            cause="input pipeline")
-        return replace(reason, text=f"{reason.text}, with batches the program makes itself (no DataLoader)",
-                       cause="input pipeline")
+        made = f"batches made by {function}" if function else "batches the program makes itself"
+        return replace(reason, text=f"{reason.text}, with {made} (no DataLoader)", cause="input pipeline")
     b = base.dataloader_workers if base is not None else None
     c = cur.dataloader_workers if cur is not None else None
     if b is None or c is None:

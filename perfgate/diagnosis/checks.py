@@ -10,7 +10,7 @@ from __future__ import annotations
 from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
 from perfgate.diagnosis.evidence import (
     COMPUTE_PHASES, batches_from, data_phase, gap_idle_by_phase_ms, gpu_active, idle_ms_per_step, innermost_phase,
-    phase_ms, phase_share, step_mean_ms, workers_words,
+    made_by, phase_ms, phase_share, step_mean_ms, workers_words,
 )
 from perfgate.records.diagnosis import Finding
 from perfgate.records.facts import H2D_PHASE, TraceFacts
@@ -208,7 +208,9 @@ def dataloader_blocking(analysis: Analysis, facts: TraceFacts | None = None) -> 
         return None
     return Finding(
         rule="dataloader_blocking", severity="critical" if idle_share >= 0.3 else "warning",
-        message="the GPU waits for data: DataLoader loading does not overlap compute",
+        message="the GPU waits for data: " + (f"the batches {function} makes do not overlap compute"
+                                              if (function := made_by(facts)) else
+                                              "DataLoader loading does not overlap compute"),
         evidence=(f"{phase} {load_ms:.2f} ms/step = {share:.0%} of the step "
                   f"(threshold {DATA_LOAD_SHARE_MIN:.0%})",
                   f"GPU idle {idle:.2f} ms/step while {phase} open = {idle_share:.0%} of the step "

@@ -91,10 +91,20 @@ def workers_words(count: int) -> str:
     return f"{count} DataLoader worker{'' if count == 1 else 's'}"
 
 
+def made_by(facts: TraceFacts | None) -> str | None:
+    """The program's own batch function (``TraceFacts.input_function``) in words, "the program's
+    get_batch", where a loop without a DataLoader had one found; else None."""
+    if facts is None or facts.dataloader is not False or not facts.input_function:
+        return None
+    return f"the program's {facts.input_function.removeprefix('__main__.')}"
+
+
 def batches_from(facts: TraceFacts | None) -> str:
     """What a CPU-only loop waits for, as far as the trace says where its batches come from: a
     DataLoader only where one was in use (``TraceFacts.dataloader``)."""
     workers = facts.dataloader_workers if facts is not None else None
+    if (function := made_by(facts)) is not None:
+        return f"the loop waits for the batches {function} makes (no DataLoader)"
     if facts is not None and facts.dataloader is False:
         return "the loop waits for the batches it makes itself (no DataLoader)"
     if workers == 0:

@@ -47,6 +47,8 @@ class TraceFacts:
     # a DataLoader iterator was in use (autostep's loader marks); False: autostep's hooks ran and saw
     # none (the program makes its own batches); None: not known (no autostep marks)
     dataloader: bool | None = None
+    # ``<module>.<qualname>`` of the program's own batch function (autostep's ``perfgate/input`` mark)
+    input_function: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
