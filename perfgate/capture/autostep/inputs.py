@@ -144,9 +144,12 @@ class _Window:
 
     def backward_pass(self) -> None:
         """A backward pass (hooks, at its start): the window closes at the ``BACKWARDS``-th."""
-        self.backwards += 1
-        if self.backwards >= BACKWARDS:
-            self.close()
+        try:
+            self.backwards += 1
+            if self.backwards >= BACKWARDS:
+                self.close()
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's program
+            note(f"stopped looking for the program's batches: {type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         """End the window (idempotent): the profile function off (where ours, on our thread)."""
