@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from perfgate.errors import BaselineError, StaleBaselineError
-from perfgate.gate.baseline import (
+from perfgate.baselines.store import (
     baseline_from_analyses, baseline_path, load_baseline, summarize_launches, write_baseline,
 )
-from perfgate.gate.provenance import recording
+from perfgate.baselines.provenance import recording
 from perfgate.records.model import Analysis, MachineInfo, PhaseStats
 from perfgate.records.steps import StepStats, Summary
 
@@ -174,7 +174,7 @@ def test_a_baseline_launch_without_the_primary_metric_or_with_bad_steps_is_refus
 
 def test_a_second_recording_of_a_baseline_stops_while_the_first_holds_its_lock(tmp_path: Path) -> None:
     """Two recordings at once each wrote the baseline, the later one silently replacing the other."""
-    from perfgate.gate.baseline_lock import recording_lock
+    from perfgate.baselines.lock import recording_lock
     from perfgate.errors import BaselineError
 
     path = tmp_path / "baselines" / "w" / "m.json"

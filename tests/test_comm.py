@@ -111,7 +111,7 @@ def test_communication_per_rank_equals_a_plain_computation_over_the_export() -> 
 
 
 def test_a_baseline_keeps_the_communication_for_the_diagnosis(tmp_path: Path) -> None:
-    from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
+    from perfgate.baselines.store import baseline_from_analyses, load_baseline, write_baseline
     from perfgate.records.model import MachineInfo
 
     a = analyze_trace(DDP / "trace.sqlite")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.gate.baseline import load_baseline
+from perfgate.baselines.store import load_baseline
 from perfgate.pipeline.confirmation import Base, find_base, wanted
-from perfgate.pipeline.staleness import baseline_staleness
+from perfgate.baselines.staleness import baseline_staleness
 from perfgate.records.confirmation import Confirmation
 from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings

@@ -13,7 +13,7 @@ from perfgate.diagnosis.attribution import explain_regression
 from perfgate.diagnosis.one_run import diagnose
 from perfgate.diagnosis.render import render_attribution_text
 from perfgate.records.facts import TraceFacts
-from perfgate.gate.baseline import BaselineLaunch
+from perfgate.baselines.store import BaselineLaunch
 from perfgate.records.model import (
     Analysis, Direction, GpuIdle, GpuWork, IdleGap, KernelStat, MetricComparison, PhaseStats, Tolerance,
     Verdict,

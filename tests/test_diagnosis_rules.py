@@ -75,7 +75,7 @@ def test_pageable_copies_answer_the_same_from_the_trace_and_from_its_baseline_re
     baseline's record, so a baseline and a run could disagree about the same program."""
     from pathlib import Path
 
-    from perfgate.gate.baseline import BaselineLaunch
+    from perfgate.baselines.store import BaselineLaunch
     from perfgate.pipeline.inputs import analyze_file
 
     a = analyze_file(Path(__file__).parent / "fixtures" / "traces" / case / "trace.sqlite")

@@ -113,7 +113,7 @@ def test_json_nested_too_deep_for_the_parser_is_an_error_not_a_traceback(
 
 
 def test_a_baseline_nested_too_deep_is_a_baseline_error(tmp_path: Path) -> None:
-    from perfgate.gate.baseline import load_baseline
+    from perfgate.baselines.store import load_baseline
 
     path = tmp_path / "cpu-x86_64.json"
     path.write_text(DEEP)
@@ -124,7 +124,7 @@ def test_a_baseline_nested_too_deep_is_a_baseline_error(tmp_path: Path) -> None:
 def test_a_zero_step_time_in_a_baseline_is_refused(tmp_path: Path) -> None:
     """step_time_ms = 0 (hand-edited) passed the finite/non-negative check and failed every run
     (REGRESSED, 0 ms -> 12.2 ms); a phase may take 0 ms, a step may not."""
-    from perfgate.gate.baseline import checked_metrics
+    from perfgate.baselines.store import checked_metrics
 
     with pytest.raises(BaselineError, match=r"b.json: launches\[0\].metrics.step_time_ms: expected a positive step time, got 0"):
         checked_metrics({"step_time_ms": 0, "phase.x.cpu_ms": 0.0}, "b.json: launches[0].metrics")

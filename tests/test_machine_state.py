@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from perfgate.gate.baseline import BaselineLaunch
+from perfgate.baselines.store import BaselineLaunch
 from perfgate.gate.machine_states import MEMORY_PRESSURE, STEAL_SHARE, machine_difference
 from perfgate.records.launch import Launch
 from perfgate.records.machine_state import MachineDifference, MachineState

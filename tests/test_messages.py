@@ -15,7 +15,7 @@ from perfgate import cli
 from perfgate.capture.launch import run_capture
 from perfgate.capture.nsys_log import failure_cause, nsys_lines
 from perfgate.errors import CaptureTimeoutError, WorkloadFailedError
-from perfgate.gate.baseline import baseline_from_analyses, write_baseline
+from perfgate.baselines.store import baseline_from_analyses, write_baseline
 from perfgate.pipeline.workload_run import run_workload
 from perfgate.records.model import MachineInfo, Verdict, WorkloadResult
 from perfgate.report.annotations import render_annotations

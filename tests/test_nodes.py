@@ -17,7 +17,7 @@ from perfgate.capture.command import Rendezvous, workload_command
 from perfgate.capture.nodes import FANOUT, endpoint, job_command, node_stem
 from perfgate.cli import main
 from perfgate.errors import ConfigError, TraceError
-from perfgate.gate.provenance import recorded_command
+from perfgate.baselines.provenance import recorded_command
 from perfgate.records.ranks import RankStats, rank_name
 from perfgate.settings.pyproject import parse_workload
 from perfgate.settings.workloads import WorkloadSpec

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.errors import TraceError
-from perfgate.gate.baseline import load_baseline
+from perfgate.baselines.store import load_baseline
 from perfgate.gate.compare import ComparePolicy
 from perfgate.gate.sequential_looks import LaunchBudget, LookRun, run_looks
 from perfgate.pipeline.inputs import compare_files, metrics_from_document

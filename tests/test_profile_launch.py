@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate.gate.baseline import baseline_from_analyses, load_baseline, profile_metrics, write_baseline
+from perfgate.baselines.store import baseline_from_analyses, load_baseline, profile_metrics, write_baseline
 from perfgate.gate.compare import compare_launches
 from perfgate.pipeline.inputs import explained_launches, analyze_file
 from perfgate.records.model import MachineInfo, Verdict

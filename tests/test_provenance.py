@@ -1,4 +1,4 @@
-"""What a baseline measured (perfgate.gate.provenance): the files a workload runs, found by reading its
+"""What a baseline measured (perfgate.baselines.provenance): the files a workload runs, found by reading its
 imports; their fingerprint; how a current run differs (code, command, record version, software),
 a baseline without a fingerprint compared through git at its commit; ``perfgate baseline check``."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
-from perfgate.gate.provenance import Provenance, current, recorded_command, source_files, staleness, workload_threads
+from perfgate.baselines.provenance import Provenance, current, recorded_command, source_files, staleness, workload_threads
 from perfgate.records.model import MachineInfo
 from perfgate.records.staleness import Staleness
 from git_repo import git as _git

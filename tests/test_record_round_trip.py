@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.gate.baseline import baseline_from_analyses, load_baseline, write_baseline
+from perfgate.baselines.store import baseline_from_analyses, load_baseline, write_baseline
 from perfgate.pipeline.inputs import analyze_file
 from perfgate.records.model import Analysis, MachineInfo
 

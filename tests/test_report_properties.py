@@ -31,7 +31,7 @@ from absent_figures import H100, launch
 from perfgate.analysis.resources import MEMORY_SOURCES, attach_resources
 from perfgate.commands.history import entry_for
 from perfgate.gate.compare import compare_launches
-from perfgate.gate.baseline import profile_metrics
+from perfgate.baselines.store import profile_metrics
 from perfgate.records.diagnosis import Attribution
 from perfgate.records.model import Analysis, LookRecord, MachineInfo, MetricComparison, Verdict, WorkloadResult
 from perfgate.records.notes import NOTE, SUMMARY, Note

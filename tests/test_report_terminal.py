@@ -43,7 +43,7 @@ def test_tolerances_read_as_written_in_the_docs() -> None:
 def test_the_step_time_shown_is_named_for_what_it_is() -> None:
     """Three launches 73.0, 56.8, 56.5 ms: a baseline file's median is 56.8 ms, the gate compares
     the geometric mean 61.6 ms; the summary used to show 61.6 under "step time median"."""
-    from perfgate.gate.baseline import summarize_launches
+    from perfgate.baselines.store import summarize_launches
     from perfgate.gate.compare import compare_launches
     from perfgate.records.model import WorkloadResult
 

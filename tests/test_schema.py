@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.errors import BaselineError, PerfgateError, TraceError
-from perfgate.gate.baseline import BaselineLaunch, baseline_document, load_baseline, parse_baseline
+from perfgate.baselines.store import BaselineLaunch, baseline_document, load_baseline, parse_baseline
 from perfgate.pipeline.inputs import compare_files
 from perfgate.records.model import Analysis, Verdict
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY

@@ -15,7 +15,7 @@ def read_calibration(path: Path) -> dict[str, Any]:
     """A ``calibration.json`` read back for ``--from-json``, checked: ``pools`` (label -> launches'
     metrics, with the A/A pool), ``injected`` (label -> fraction) and ``launch_wall_s``, every value
     a finite, non-negative number; PerfgateError naming the file and the field otherwise."""
-    from perfgate.gate.baseline import checked_metrics, measured_number
+    from perfgate.baselines.store import checked_metrics, measured_number
     from perfgate.errors import BaselineError
 
     try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from perfgate.baselines.store import FORMAT as BASELINE_FORMAT
 from perfgate.errors import ConfigError
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
@@ -75,7 +76,7 @@ def _document_identity(doc: Any) -> tuple[str | None, str | None]:
     """(workload, machine class) of a baseline, a result or a one-workload report."""
     if not isinstance(doc, dict):
         return None, None
-    if doc.get("format") == "perfgate-baseline":
+    if doc.get("format") == BASELINE_FORMAT:
         machine_class = doc.get("machine_class")
         return _name(doc.get("workload"), doc.get("variant")), machine_class if isinstance(machine_class, str) else None
     results = doc.get("results")

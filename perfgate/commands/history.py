@@ -30,7 +30,7 @@ ACCEPTED = ("PASS", "IMPROVED", "NEW", "INCONCLUSIVE")
 
 def history_path(history_dir: Path, workload: str, machine_class: str, variant: str | None = None) -> Path:
     """``<history_dir>/<workload>[/<variant>]/<machine_class>.jsonl`` (names checked like baselines')."""
-    from perfgate.gate.baseline import baseline_path
+    from perfgate.baselines.store import baseline_path
 
     return baseline_path(history_dir, workload, machine_class, variant).with_suffix(".jsonl")
 
@@ -39,7 +39,7 @@ def entry_for(result: WorkloadResult, root: Path, update_baseline: bool) -> dict
     """The JSON line of ``result``."""
     from dataclasses import asdict
 
-    from perfgate.gate.provenance import git_provenance
+    from perfgate.baselines.provenance import git_provenance
 
     step = next((c for c in result.comparisons if c.metric == STEP_METRIC), None)
     machine = asdict(result.machine) if result.machine is not None else None
@@ -76,7 +76,7 @@ def record(result: WorkloadResult, settings: Any, *, update_baseline: bool = Fal
 
 def read_history(path: Path) -> list[Entry]:
     """Every entry of a history file; PerfgateError naming the file and line for a bad one."""
-    from perfgate.gate.baseline import checked_metrics
+    from perfgate.baselines.store import checked_metrics
 
     if not path.is_file():
         raise ConfigError(f"{path}: no history (set history_dir in [tool.perfgate] or PERFGATE_HISTORY_DIR, "
@@ -155,7 +155,7 @@ def baseline_from_history(workload: str, variant: str | None, machine_class: str
                           last: int, source: Path) -> Any:
     """A Baseline from the launches of the last ``last`` accepted runs (PASS, IMPROVED, NEW,
     INCONCLUSIVE, recording runs included); ConfigError when there are none."""
-    from perfgate.gate.baseline import Baseline, BaselineLaunch
+    from perfgate.baselines.store import Baseline, BaselineLaunch
 
     chosen = [e for e in entries if e.verdict in ACCEPTED and e.launches][-last:]
     if not chosen:
@@ -187,7 +187,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from perfgate.gate.baseline import baseline_path, write_baseline
+    from perfgate.baselines.store import baseline_path, write_baseline
     from perfgate.settings.options import settings_from_args
     from perfgate.system.machine import machine_info
 

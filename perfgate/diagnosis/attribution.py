@@ -110,7 +110,7 @@ def explain_regression(
     launches: ``Baseline.launch_analyses``, a file's: ``Analysis.from_dict``). ``comparisons``:
     MetricComparison rows or an object with ``.comparisons`` (compare.Outcome). Each side's facts
     (``Analysis.facts``, TraceFacts) sharpen the rules. ``provenance``: how the baseline differs
-    from this run's code and software (perfgate.gate.provenance), said first; the reasons a
+    from this run's code and software (perfgate.baselines.provenance), said first; the reasons a
     software change may explain too are named. ``same_code``: both sides ran the same code, so a
     slower step in which every part grew alike is the machine (perfgate.diagnosis.machine), said
     with ``machine`` (how its state differed), and no reason guesses at an edit or names a likely

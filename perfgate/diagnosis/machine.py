@@ -63,7 +63,7 @@ def unchanged_code_reason(reason: Reason) -> Reason:
 
 def threads_hint(busier: bool | None, threads: str, gpu_count: int) -> str | None:
     """What to set when a CPU-only workload ran with torch's default threads (``threads``
-    "default": one per core, perfgate.gate.provenance.workload_threads) on a machine other
+    "default": one per core, perfgate.baselines.provenance.workload_threads) on a machine other
     processes were busier on: every operator then waits for its slowest thread, whichever the busy
     process holds back; None otherwise (a GPU's work does not wait on those threads)."""
     if busier is not True or threads != "default" or gpu_count:

@@ -1,2 +1,2 @@
-"""The gate's decision: metric specs and tolerances, statistics, the comparison with a baseline,
-sequential looks, baselines and their provenance."""
+"""The gate's decision: metric specs and tolerances, statistics, the comparison with a baseline's
+launches, sequential and paired looks, change points."""

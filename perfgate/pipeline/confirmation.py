@@ -35,7 +35,7 @@ from perfgate.system.git import (head_state, merge_base, project_checkout, pull_
                                  resolve_ref)
 
 if TYPE_CHECKING:
-    from perfgate.gate.baseline import Baseline
+    from perfgate.baselines.store import Baseline
     from perfgate.gate.compare import ComparePolicy, Outcome
 
 #: Pairs before the first look: a paired test of 2 pairs has one degree of freedom, and a look

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import BaselineError, PerfgateError, TraceError
-from perfgate.gate.baseline import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline
+from perfgate.baselines.store import FORMAT as BASELINE_FORMAT, checked_metrics, parse_baseline
 from perfgate.records.model import Analysis, Verdict
 from perfgate.records.version import check_record_version
 from perfgate.system.process_tree import swallowed_interrupt

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from perfgate.diagnosis.machine import threads_hint
 from perfgate.gate.machine_states import machine_difference
-from perfgate.gate.provenance import workload_threads
+from perfgate.baselines.provenance import workload_threads
 from perfgate.pipeline.inputs import explain_change, explained_launches
 from perfgate.records.model import LookRecord, Verdict, WorkloadResult
 from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
@@ -20,7 +20,7 @@ from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
-    from perfgate.gate.baseline import Baseline
+    from perfgate.baselines.store import Baseline
     from perfgate.gate.sequential_looks import LookRun
     from perfgate.pipeline.confirmation import ConfirmRun
 

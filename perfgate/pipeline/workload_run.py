@@ -24,11 +24,11 @@ from perfgate.analysis.resources import attach_resources
 from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
 from perfgate.system.secrets import WITHHELD_SUFFIX, redact_text, secret_values
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
-from perfgate.gate.baseline import (
+from perfgate.baselines.store import (
     Baseline, baseline_from_analyses, baseline_path, check_identity, load_baseline, profile_metrics, write_baseline,
 )
-from perfgate.gate.baseline_lock import recording_lock
-from perfgate.gate.provenance import command_line, recording
+from perfgate.baselines.lock import recording_lock
+from perfgate.baselines.provenance import command_line, recording
 from perfgate.pipeline.confirmation import ConfirmRun, confirm_if_wanted, pull_request_commit
 from perfgate.pipeline.inputs import diagnosed
 from perfgate.pipeline.judge import judge
@@ -109,7 +109,7 @@ def run_workload(
             if baseline is not None:   # the report names the baseline a run used, never one that is not there
                 result.baseline_path = path
                 check_identity(baseline, spec.name, spec.variant, result.machine.machine_class)
-                from perfgate.pipeline.staleness import baseline_staleness
+                from perfgate.baselines.staleness import baseline_staleness
 
                 stale = baseline_staleness(baseline, spec, settings, result.machine, cwd,
                                            base=pull_request_commit(settings))
@@ -160,7 +160,7 @@ def record_baseline(result: WorkloadResult, spec: WorkloadSpec, settings: Settin
         launcher.profile_launch()
         result.analyses, result.profile = launcher.timing, launcher.profile
         assert result.machine is not None
-        from perfgate.pipeline.staleness import run_provenance
+        from perfgate.baselines.staleness import run_provenance
 
         measured = run_provenance(spec, settings, result.machine, cwd)
         baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,

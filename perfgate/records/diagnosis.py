@@ -149,7 +149,7 @@ class Attribution:
     reasons: tuple[Reason, ...] = ()   # ranked by the ms/step they account for
     explained_ms: float = 0.0          # of |step_mean_delta_ms|, by the reasons (at most all of it)
     unlocated: tuple[Reason, ...] = ()  # host time of phases no difference locates (a GPU run's rest)
-    baseline_differs: str | None = None  # the baseline measured other code or software (perfgate.gate.provenance)
+    baseline_differs: str | None = None  # the baseline measured other code or software (perfgate.baselines.provenance)
     software_explains: tuple[int, ...] = ()  # reasons (1-based) that the software change may explain too
 
     def to_dict(self) -> dict[str, Any]:

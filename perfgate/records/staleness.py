@@ -1,5 +1,5 @@
 """How a baseline differs from the current run (``WorkloadResult.provenance``): the code it
-measured, perfgate's record version and the machine's software; perfgate.gate.provenance finds
+measured, perfgate's record version and the machine's software; perfgate.baselines.provenance finds
 the differences.
 
 Records layer (stdlib only). A result record writes it under ``"extra"`` as ``"provenance"``

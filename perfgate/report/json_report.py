@@ -54,7 +54,7 @@ def overall_verdict(results: Sequence[WorkloadResult]) -> Verdict:
 def _jsonable(value: Any) -> Any:
     """``value`` as JSON data: dataclasses, paths and enums converted, and every ``metrics``
     mapping without its non-finite entries (a metric is there with a number, or absent: a reader
-    refuses NaN, perfgate.gate.baseline.measured_number)."""
+    refuses NaN, perfgate.baselines.store.measured_number)."""
     if is_dataclass(value) and not isinstance(value, type):
         return _jsonable(asdict(value))
     if isinstance(value, Path):

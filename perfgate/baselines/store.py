@@ -4,7 +4,7 @@ One file per workload (variants: ``baselines/<workload>/<variant>/<machine_class
 machine class, written only on request, atomically, as diff-friendly JSON (indent 2, sorted
 keys, trailing newline). It holds the machine, provenance, each launch's metrics and step
 durations, and per-metric summaries across launches. A recording holds its folder's lock
-(perfgate.gate.baseline_lock): a second recording of the same baseline at once stops at its start.
+(perfgate.baselines.lock): a second recording of the same baseline at once stops at its start.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Whether a baseline measured the code and software here (``perfgate baseline check``, and the
 gate's first line when it did not): the provenance a run of a workload would record
-(perfgate.gate.provenance), compared with each baseline file's."""
+(perfgate.baselines.provenance), compared with each baseline file's."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfgate.errors import BaselineError
-from perfgate.gate.baseline import Baseline, load_baseline
-from perfgate.gate.provenance import Provenance, current, git_fingerprint, staleness, workload_threads
+from perfgate.baselines.store import Baseline, load_baseline
+from perfgate.baselines.provenance import Provenance, current, git_fingerprint, staleness, workload_threads
 from perfgate.records.staleness import Staleness
 from perfgate.records.model import MachineInfo
 from perfgate.settings.config import Settings
@@ -20,7 +20,7 @@ from perfgate.system.machine import this_machine
 def run_provenance(spec: WorkloadSpec, settings: Settings, machine: MachineInfo | None,
                    cwd: Path | None = None) -> Provenance:
     """What a run of ``spec`` measures: its command line, its source files' fingerprint, the record
-    version, the CPU threads it is given and this machine's software (perfgate.gate.provenance)."""
+    version, the CPU threads it is given and this machine's software (perfgate.baselines.provenance)."""
     return current(cwd or settings.root, spec.module, spec.args, machine, launcher=spec.launcher, nproc=spec.nproc,
                    nnodes=spec.nnodes, threads=workload_threads(settings.threads, os.environ))
 
@@ -79,18 +79,3 @@ def check_baselines(settings: Settings) -> list[BaselineCheck]:
         out.append(BaselineCheck(path, baseline_staleness(baseline, spec, settings, machine)))
     return out
 
-
-def check_lines(checks: list[BaselineCheck]) -> tuple[list[str], int]:
-    """What ``perfgate baseline check`` prints for ``checks`` and its exit status: 1 when a
-    baseline is stale, 2 when one could not be checked, else 0."""
-    lines = []
-    for c in checks:
-        if c.problem is not None:
-            lines.append(f"unreadable {c.path}: {c.problem}")
-        elif c.staleness is not None and c.staleness.stale:
-            lines.append(f"stale      {c.path}: {c.staleness.text()}")
-        else:
-            lines.append(f"current    {c.path}")
-    if any(c.problem is not None for c in checks):
-        return lines, 2
-    return lines, 1 if any(c.staleness is not None and c.staleness.stale for c in checks) else 0
