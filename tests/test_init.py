@@ -89,8 +89,9 @@ def test_init_writes_the_table_baselines_workflow_and_gitignore(tmp_path: Path, 
     assert set(triggers) == {"push", "workflow_dispatch"}    # never a fork's pull request on the runner
     steps = workflow["jobs"]["gate"]["steps"]
     assert workflow["jobs"]["gate"]["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
-    assert any("DEFAULT_BRANCH" in str(s.get("env", "")) and "git checkout" in s["run"] for s in steps)
-    assert any(s.get("run") == "perfgate run --report-dir .perfgate/report" for s in steps)
+    assert [s.get("uses", "").split("@")[0] for s in steps] == [
+        "actions/checkout", "OWNER/perfgate", "actions/upload-artifact"]      # the gate is the Action's steps
+    assert workflow["jobs"]["gate"]["permissions"] == {"contents": "read", "statuses": "write"}
     # the example's workflow, which tests/test_workflows.py lints with actionlint, step for step
     example = yaml.safe_load((REPO / "examples" / "plain-loop" / ".github" / "workflows" / "perfgate.yml").read_text())
     assert workflow == example
@@ -116,7 +117,7 @@ def test_init_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.
     assert f"{workflow}: already exists; perfgate init --force replaces it" in capsys.readouterr().err
     assert workflow.read_text() == "name: mine\n" and not (root / "pyproject.toml").exists()
     assert main(["init", "--root", str(root), "--force"]) == 0
-    assert "perfgate run" in workflow.read_text()
+    assert "uses: OWNER/perfgate@" in workflow.read_text()
 
 
 def test_dry_run_prints_the_table_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,9 +1,9 @@
 """``perfgate init``: set up a user's repository for the gate. Finds the training scripts (files
 that import torch and train: ``.backward(``, ``.step(``, ``Trainer(``), writes the
 ``[tool.perfgate]`` table into pyproject.toml (or prints it with ``--dry-run``), creates
-``baselines/``, writes ``.github/workflows/perfgate.yml`` for a self-hosted GPU runner (baselines
-from the default branch, no pull_request trigger: a fork's copy of the workflow would run on the
-runner), adds ``.perfgate/`` to ``.gitignore`` and prints the next two commands. An existing table
+``baselines/``, writes ``.github/workflows/perfgate.yml`` for a self-hosted GPU runner (perfgate's
+Action, action.yml: baselines from the default branch; no pull_request trigger: a fork's copy of the
+workflow would run on the runner), adds ``.perfgate/`` to ``.gitignore`` and prints the next two commands. An existing table
 or workflow is replaced only with ``--force``; otherwise exit 2 naming the file. ``--check`` then
 starts each script bare and says what it needs (``perfgate/commands/init_check.py``).
 """
@@ -134,7 +134,7 @@ def _commented(line: str, comment: str) -> str:
 
 def workflow_text() -> str:
     """``.github/workflows/perfgate.yml``: the gate on a self-hosted GPU runner for pushes and for
-    reviewed refs run by hand, with the default branch's baselines (docs/ci.md)."""
+    reviewed refs run by hand, through perfgate's Action (action.yml; docs/ci.md)."""
     return _WORKFLOW_TEXT
 
 
@@ -142,6 +142,7 @@ _WORKFLOW_TEXT = """\
 # The performance gate, written by `perfgate init`: the training step time of every push is compared
 # with the baselines of the default branch, on a self-hosted GPU runner that has Nsight Systems
 # 2023.1+ (nsys on PATH or PERFGATE_NSYS) and a CUDA build of torch. See perfgate's docs/ci.md.
+# The steps are perfgate's Action (its action.yml): pin the tag you have read.
 #
 # No pull_request trigger: a fork's pull request would run its own copy of this file on your runner.
 # Pushes come from people with write access; a fork's pull request is measured when a maintainer,
@@ -171,6 +172,9 @@ jobs:
     if: github.event_name == 'push' || github.event_name == 'workflow_dispatch'
     runs-on: [self-hosted, linux, x64, gpu]
     timeout-minutes: 60
+    permissions:
+      contents: read
+      statuses: write              # one commit status per workload
     steps:
       - uses: actions/checkout@v4
         with:
@@ -178,39 +182,10 @@ jobs:
           fetch-depth: 0
           persist-credentials: false
 
-      - name: Use the default branch's baselines
-        env:
-          DEFAULT_BRANCH: ${{ github.event.repository.default_branch }}
-        run: |
-          if [ "$(git rev-parse HEAD)" != "$(git rev-parse "origin/${DEFAULT_BRANCH}")" ]; then
-            rm -rf baselines
-            git checkout "origin/${DEFAULT_BRANCH}" -- baselines/ 2>/dev/null || mkdir baselines
-          fi
-
-      - name: The base of the change
-        # What the gate measures beside this commit before it fails (docs/statistics.md, the
-        # confirmation): the default branch's commit before this push, or where this branch left it.
-        env:
-          DEFAULT_BRANCH: ${{ github.event.repository.default_branch }}
-          BEFORE: ${{ github.event.before }}
-        run: |
-          base="origin/${DEFAULT_BRANCH}"
-          tip="$(git rev-parse "origin/${DEFAULT_BRANCH}")"
-          if [ "$(git rev-parse HEAD)" = "$tip" ] && git cat-file -e "${BEFORE:-none}^{commit}" 2>/dev/null; then
-            base="$BEFORE"
-          fi
-          echo "PERFGATE_CONFIRM_BASE=$base" >> "$GITHUB_ENV"
-          echo "the base of the change: $base ($(git rev-parse --short "$(git merge-base HEAD "$base")"))"
-
-      - name: Install perfgate into a virtual environment (reusing the runner's CUDA torch)
-        # Edit: where your perfgate comes from, and your project's own dependencies.
-        run: |
-          python3 -m venv --system-site-packages .venv
-          .venv/bin/python -m pip install "perfgate[runner] @ git+https://github.com/OWNER/perfgate@main"
-          echo "$PWD/.venv/bin" >> "$GITHUB_PATH"
-
-      - name: Run the gate
-        run: perfgate run --report-dir .perfgate/report
+      - name: Gate
+        # Edit: where your perfgate comes from (OWNER/perfgate@TAG); its inputs are in its action.yml
+        # (workloads, args, baselines, install, report-dir, post-status, github-token).
+        uses: OWNER/perfgate@main
 
       - name: Upload reports and traces
         if: always()
