@@ -124,7 +124,7 @@ def test_inputs_reach_the_scripts_only_through_the_environment() -> None:
     steps = _action()["runs"]["steps"]
     assert [s["name"] for s in steps if EXPRESSION.search(s["run"])] == []
     token = [s["name"] for s in steps if "github-token" in str(s.get("env", ""))]
-    assert token == ["Post commit statuses"]
+    assert token == ["Post to GitHub"]
 
 
 def test_the_expression_reader_can_fail() -> None:
@@ -176,10 +176,10 @@ def test_a_fresh_repository_set_up_by_init_is_gated_through_the_actions_steps(
     summary = tmp_path / "summary.md"
     steps_env = {**env, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
     github = {"event": {"repository": {"default_branch": "main"}, "before": main}, "token": "not-used"}
-    run = run_action({"install": "none", "post-status": "false", "args": "--max-launches 2"},
+    run = run_action({"install": "none", "post-status": "false", "comment": "false", "args": "--max-launches 2"},
                      root, steps_env, github, tmp_path)
     assert run.status == {"Use the default branch's baselines": 0, "The base of the change": 0,
-                          "Install perfgate": None, "Run the gate": 0, "Post commit statuses": None,
+                          "Install perfgate": None, "Run the gate": 0, "Post to GitHub": None,
                           "Fail when the gate did": 1}, run.printed
     assert (root / "baselines" / "train").is_dir()                  # main's baseline judged the branch
     assert run.env["PERFGATE_CONFIRM_BASE"] == "origin/main"

@@ -71,7 +71,8 @@ def test_init_writes_the_table_baselines_workflow_and_gitignore(tmp_path: Path, 
     assert workflow["jobs"]["gate"]["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
     assert [s.get("uses", "").split("@")[0] for s in steps] == [
         "actions/checkout", "OWNER/perfgate", "actions/upload-artifact"]      # the gate is the Action's steps
-    assert workflow["jobs"]["gate"]["permissions"] == {"contents": "read", "statuses": "write"}
+    assert workflow["jobs"]["gate"]["permissions"] == {"contents": "read", "statuses": "write",
+                                                       "pull-requests": "write"}
     # the example's workflow, which tests/test_workflows.py lints with actionlint, step for step
     example = yaml.safe_load((REPO / "examples" / "plain-loop" / ".github" / "workflows" / "perfgate.yml").read_text())
     assert workflow == example

@@ -175,6 +175,7 @@ jobs:
     permissions:
       contents: read
       statuses: write              # one commit status per workload
+      pull-requests: write         # the report as the pull request's comment, updated in place
     steps:
       - uses: actions/checkout@v4
         with:
@@ -184,7 +185,7 @@ jobs:
 
       - name: Gate
         # Edit: where your perfgate comes from (OWNER/perfgate@TAG); its inputs are in its action.yml
-        # (workloads, args, baselines, install, report-dir, post-status, github-token).
+        # (workloads, args, baselines, install, report-dir, post-status, comment, github-token).
         uses: OWNER/perfgate@main
 
       - name: Upload reports and traces

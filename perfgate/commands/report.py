@@ -18,7 +18,7 @@ from perfgate.report import append_text
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """``perfgate report --from perfgate-report.json [--post-status] [--github-summary] ...``."""
+    """``perfgate report --from perfgate-report.json [--post-status] [--post-comment] [--github-summary] ...``."""
     parser = subparsers.add_parser(
         "report", help="re-render a perfgate-report.json: summary, job summary, annotations, commit statuses")
     parser.add_argument("--from", dest="source", type=Path, required=True, metavar="JSON",
@@ -31,6 +31,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--annotations", action="store_true", help="print ::error/::warning workflow commands")
     parser.add_argument("--pr-comment", type=Path, default=None, metavar="FILE",
                         help="write the PR-comment Markdown (<= 65,536 characters) to FILE")
+    parser.add_argument("--post-comment", action="store_true",
+                        help="post the PR-comment Markdown on the pull request, updating perfgate's comment "
+                             "in place (GITHUB_TOKEN with pull-requests: write, GITHUB_REPOSITORY; the pull "
+                             "request: PERFGATE_PR_NUMBER, the event's, or the open one of GITHUB_REF_NAME)")
     parser.add_argument("--fail-on-regression", action="store_true",
                         help="exit 1 when a workload regressed or errored")
     parser.set_defaults(func=cmd_report)
@@ -75,6 +79,11 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
     if args.pr_comment is not None:
         _written("--pr-comment", args.pr_comment, lambda: args.pr_comment.write_text(  # in place: FILE may be a pipe
             redact_text(render_pr_comment(results), known), encoding="utf-8"))
+    if args.post_comment:
+        from perfgate.report.github_comment import post_comment
+
+        for warning in post_comment(redact_text(render_pr_comment(results), known), env):
+            print(warning, file=sys.stderr)
     if args.post_status:
         from perfgate.report.github import post_statuses
 

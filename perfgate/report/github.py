@@ -14,6 +14,8 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from perfgate.system.secrets import redact_text, secret_values
 from perfgate.records.model import Verdict, WorkloadResult
@@ -23,7 +25,6 @@ DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_SERVER_URL = "https://github.com"
 DESCRIPTION_LIMIT = 140
 TIMEOUT_S = 10.0
-
 
 
 def status_state(result: WorkloadResult) -> str:
@@ -56,26 +57,51 @@ def run_url(env: Mapping[str, str]) -> str | None:
     return f"{server}/{repo}/actions/runs/{run_id}"
 
 
-def _post(url: str, token: str, body: Mapping[str, str]) -> str | None:
-    """POST one status; None on success, else a warning."""
+@dataclass(frozen=True)
+class ApiFailure:
+    """Why a GitHub API call failed: the HTTP status (None: no answer) and reason, and the start of
+    the server's answer."""
+
+    code: int | None
+    reason: str
+    detail: str = ""
+
+
+def api_call(method: str, url: str, token: str, body: Mapping[str, Any] | None = None) -> Any | ApiFailure:
+    """One REST call: the answer's JSON (None when empty), or an ApiFailure; never raises."""
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode("utf-8"), method="POST",
+        url, data=None if body is None else json.dumps(body).encode("utf-8"), method=method,
         headers={"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
                  "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json",
                  "User-Agent": "perfgate"},
     )
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            response.read()
-        return None
+            raw = response.read()
+        return json.loads(raw) if raw.strip() else None
     except urllib.error.HTTPError as exc:
-        detail = exc.read(300).decode("utf-8", "replace").strip()
-        hint = " (the token needs `permissions: statuses: write`)" if exc.code in (403, 404) else ""
-        text = f"perfgate: could not post status {body['context']}: HTTP {exc.code} {exc.reason}{hint}: {detail}"
+        return ApiFailure(exc.code, str(exc.reason), exc.read(300).decode("utf-8", "replace").strip())
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        text = f"perfgate: could not post status {body['context']} to {url}: {reason}"
-    return redact_text(text, [token, *secret_values(os.environ)])  # a server may echo the token back
+        return ApiFailure(None, str(getattr(exc, "reason", exc)))
+
+
+def redacted(text: str, token: str) -> str:
+    """``text`` without the token or any secret of the environment (a server may echo the token)."""
+    return redact_text(text, [token, *secret_values(os.environ)])
+
+
+def _post(url: str, token: str, body: Mapping[str, str]) -> str | None:
+    """POST one status; None on success, else a warning."""
+    answer = api_call("POST", url, token, body)
+    if not isinstance(answer, ApiFailure):
+        return None
+    if answer.code is not None:
+        hint = " (the token needs `permissions: statuses: write`)" if answer.code in (403, 404) else ""
+        text = (f"perfgate: could not post status {body['context']}: HTTP {answer.code} {answer.reason}{hint}: "
+                f"{answer.detail}")
+    else:
+        text = f"perfgate: could not post status {body['context']} to {url}: {answer.reason}"
+    return redacted(text, token)
 
 
 def post_statuses(results: Sequence[WorkloadResult], *, token: str | None = None, repo: str | None = None,
