@@ -117,6 +117,18 @@ def test_every_input_is_described_and_in_the_readme() -> None:
         assert spec.get("description") and f"`{name}`" in readme, name
 
 
+def test_workflows_that_use_the_action_give_only_its_inputs() -> None:
+    """actionlint (tests/test_workflows.py) cannot read a remote action's inputs: the ``with:`` given
+    to perfgate's Action in the example's workflow (perfgate init's) is checked against action.yml."""
+    declared = set(_action()["inputs"])
+    example = REPO / "examples" / "plain-loop" / ".github" / "workflows" / "perfgate.yml"
+    uses = [s for job in yaml.safe_load(example.read_text())["jobs"].values() for s in job["steps"]
+            if s.get("uses", "").startswith("OWNER/perfgate@")]
+    assert len(uses) == 1 and set(uses[0].get("with") or {}) <= declared
+    assert declared == {"workloads", "args", "baselines", "install", "report-dir", "post-status", "comment",
+                        "github-token"}            # the README's list (test above) names each
+
+
 def test_inputs_reach_the_scripts_only_through_the_environment() -> None:
     """``${{ inputs.x }}`` spliced into a ``run`` is script injection (a workload name with a quote
     would run); every ``run`` of the Action is free of expressions, and the token reaches only the
