@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from local_api import serving
 from report_results import make_result
 
 from perfgate.records.model import Verdict
@@ -39,15 +39,9 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def api() -> Iterator[type[_Recorder]]:
     handler = type("Handler", (_Recorder,), {"requests": [], "status_code": 201})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(handler) as url:
+        handler.url = url
         yield handler
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 RESULTS = [make_result("fast", Verdict.PASS), make_result("slow", Verdict.REGRESSED, forward_ms=8.0),

@@ -4,12 +4,12 @@ degrading to warnings without the token."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from local_api import serving
 from report_results import make_result
 
 from perfgate.records.model import Verdict
@@ -67,15 +67,9 @@ class _GitHub(BaseHTTPRequestHandler):
 @pytest.fixture
 def github() -> Iterator[type[_GitHub]]:
     handler = type("Handler", (_GitHub,), {"requests": [], "pulls": {}, "comments": {}, "fail": None})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(handler) as url:
+        handler.url = url
         yield handler
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _env(github: type[_GitHub], **more: str) -> dict[str, str]:
