@@ -36,6 +36,15 @@ TRUTH = {
     ("dcgan", "wider"): ("model:wider", r"^wider layers: .*x2\.\d+ as long"),
     # per step 64 -> 128 samples and +10 %; per sample faster. Its epoch's end (a checkpoint, sample
     # images) falls on 15 measured steps instead of 39: the same synchronizations, fewer steps
+    # an LSTM fed from GPU tensors, its parameters updated by hand: the parameters are read from the
+    # launch sizes of gradient clipping's foreach norms, the predictions from the log-softmax's
+    ("word_language_model", "deeper"): ("model:deeper", r"^more layers: .*GEMMs 104 -> 204, recurrent-layer kernels "
+                                                        r"82 -> 164 launches/step.*25\.6k -> 42\.0k threads/step "
+                                                        r"\(more parameters to update\): a deeper model$"),
+    ("word_language_model", "sequence"): ("model:sequence", r"^a longer sequence: .*recurrent-layer kernels 82 -> 162 "
+                                                            r"launches/step.*cover 12\.9k -> 25\.7k threads/step "
+                                                            r"\(x2\.00: more predictions per step\).*\(the same "
+                                                            r"parameters\): longer sequences through a recurrent layer\?$"),
     ("dcgan", "batch"): ("model:batch", r"^a larger batch: 64 -> 128 samples per step; the step 22\.3 -> 24\.5 ms, "
                                         r"per sample 0\.348 -> 0\.191 ms \(x0\.55\).*synchronizations in .*backward: "
                                         r"521 -> 377 in the launch's measured steps, over 39 -> 15 steps"),
@@ -85,6 +94,27 @@ def test_a_model_pull_request_is_told_as_the_model_change(traces: Path, program:
     assert attribution.explained_ms <= attribution.step_mean_delta_ms + 1e-9
 
 
+#: pull requests that made the step faster (cuBLAS chose other kernels for the new shapes): the model
+#: change first, then the kernels that made it faster; before, only the kernels (and once "TF32 turned off")
+FASTER = {("word_language_model", "wider"): ("model:wider", r"^wider layers: .*25\.6k -> 52\.2k threads/step \(more "
+                                                            r"parameters to update\), with the same predictions .*; the "
+                                                            r"step is faster with the kernels chosen for it: .*gemmSN_TN")}
+
+
+@pytest.mark.parametrize("program,pr", list(FASTER), ids=lambda v: str(v))
+def test_a_model_pull_request_that_made_the_step_faster_names_the_change_first(traces: Path, program: str,
+                                                                                 pr: str) -> None:
+    outcome, attribution = _compare(traces, program, pr)
+    assert outcome.verdict == Verdict.IMPROVED, outcome.summary
+    assert attribution is not None
+    mechanism, words = FASTER[(program, pr)]
+    assert attribution.reasons[0].mechanism == mechanism and re.search(words, attribution.reasons[0].text), \
+        attribution.reasons[0].text
+    # the kernels' own names say tf32: only a claim about precision is barred
+    claims = re.compile(r"TF32 turned|precision|cudnn\.benchmark|float64|autotun|recompil", re.IGNORECASE)
+    assert not any(claims.search(r.text) for r in attribution.reasons), [r.text for r in attribution.reasons]
+
+
 def test_the_counts_a_reason_states_are_the_traces_launches(traces: Path) -> None:
     from perfgate.analysis import AnalysisOptions
     from perfgate.pipeline.inputs import analyze_file
@@ -98,7 +128,30 @@ def test_the_counts_a_reason_states_are_the_traces_launches(traces: Path) -> Non
     # backward's two kernels per norm): the normalization launches per step grew 40 -> 72
     assert round(wb.layers["normalization"][0]) == 40 and round(wc.layers["normalization"][0]) == 72
     assert f"normalization kernels {wb.layers['normalization'][0]:.0f} -> {wc.layers['normalization'][0]:.0f}" in change.text
-    assert f"{wb.params_ms:.2f} -> {wc.params_ms:.2f} ms/step" in change.text
+    # the parameters, read from the threads the optimizer's kernels launch: as they grew in the export's
+    # own kernel table (grid x block of the kernels launched in the optimizer's ranges, per range)
+    grew = _optimizer_threads(traces / "timm_ddp" / "deeper") / _optimizer_threads(traces / "timm_ddp" / "base")
+    assert wc.params_threads / wb.params_threads == pytest.approx(grew, rel=0.005)     # 19/10 launches: 1.9
+    assert f"{wb.params_threads / 1e3:.1f}k -> {wc.params_threads / 1e6:.2f}M threads/step" in change.text
+
+
+def _optimizer_threads(side: Path) -> float:
+    """The threads the kernels launched inside one ``perfgate/optimizer`` range launch, on average,
+    from the export's tables (grid x block of each kernel whose launch call is inside the range)."""
+    import sqlite3
+
+    con = sqlite3.connect(side / "trace.sqlite")
+    try:
+        ranges, total = con.execute(
+            "WITH o AS (SELECT n.start, n.\"end\", n.globalTid FROM NVTX_EVENTS n LEFT JOIN StringIds s "
+            "ON s.id = n.textId WHERE coalesce(n.text, s.value) = 'perfgate/optimizer') "
+            "SELECT (SELECT count(*) FROM o), sum(CAST(k.gridX AS REAL) * k.gridY * k.gridZ * k.blockX * k.blockY "
+            "* k.blockZ) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId AND r.globalTid >> 24 = k.globalPid >> 24 "
+            "JOIN o ON r.start BETWEEN o.start AND o.\"end\" AND r.globalTid = o.globalTid").fetchone()
+    finally:
+        con.close()
+    return total / ranges
 
 
 # ----------------------------------------------------------------------------- the predicates
@@ -123,6 +176,74 @@ def test_deeper_needs_more_launches_and_more_parameters() -> None:
                                                                   params=0.01))
     assert tiny.kind == "deeper" and "or layers called more often" in tiny.text
     assert tiny.text.startswith("the same kernels run more often")      # not "more layers": it may be more calls
+
+
+def _sized(layers: dict[str, tuple[float, float]], params: float | None, loss: tuple[float, float] | None,
+           params_ms: float = 0.01) -> Work:
+    """A run whose parameters are read from launch sizes (an optimizer too small to time) and whose
+    loss has a size: no bytes copied to the GPU, no known batch (an LSTM fed from GPU tensors)."""
+    return Work(layers, params_ms, None, None, None, params, loss)
+
+
+RNN = {"matmul": (104, 0.66), "recurrent": (82, 0.14)}
+LONGER = {"matmul": (189, 1.24), "recurrent": (162, 0.26)}
+
+
+def test_parameters_are_read_from_launch_sizes_before_time() -> None:
+    # the optimizer's time too small to read (0.01 ms/step), its launches' threads 25.6k -> 42.0k: more parameters
+    deeper = model_change(_sized(RNN, 25_600, (4, 12_860)), _sized(LONGER, 41_984, (4, 12_860)))
+    assert deeper.kind == "deeper" and deeper.text.startswith("more layers: ")
+    assert "25.6k -> 42.0k threads/step (more parameters to update): a deeper model" in deeper.text
+    # sizes beat time: the threads the same, the time doubled (noise, another clock): not more parameters
+    timed = model_change(_sized(RNN, 25_600, None, params_ms=0.2), _sized(LONGER, 25_600, None, params_ms=0.4))
+    assert timed is None
+
+
+def test_a_longer_sequence_needs_more_launches_the_same_parameters_and_more_predictions() -> None:
+    sequence = model_change(_sized(RNN, 25_600, (4, 12_860)), _sized(LONGER, 25_600, (4, 25_590)))
+    assert sequence.kind == "sequence", sequence
+    assert ("the loss's 4 launches/step cover 12.9k -> 25.6k threads/step (x1.99: more predictions per step)"
+            in sequence.text)
+    assert sequence.text.endswith("(the same parameters): longer sequences through a recurrent layer?")
+    # the parameters cannot be read: still the sequence, from the loss alone
+    assert model_change(_sized(RNN, None, (4, 12_860)), _sized(LONGER, None, (4, 25_590))).kind == "sequence"
+    # the same predictions and parameters, more launches: recomputation or another path, no model change
+    assert model_change(_sized(RNN, 25_600, (4, 12_860)), _sized(LONGER, 25_600, (4, 12_860))) is None
+    # the same predictions, parameters unknown: deeper or more calls, and no sequence is suggested
+    hedged = model_change(_sized(RNN, None, (4, 12_860)), _sized(LONGER, None, (4, 12_860)))
+    assert hedged.kind == "deeper" and "the same predictions" in hedged.text and "sequence" not in hedged.text
+
+
+def test_a_loss_says_nothing_where_its_launches_changed_or_it_is_one_block() -> None:
+    # one block of 128 threads per launch (a reduction to one number): its size is not the predictions'
+    assert model_change(_sized(RNN, None, (2, 256)), _sized(LONGER, None, (2, 512))).text.endswith(
+        "(a longer sequence through a recurrent layer)?")
+    # other loss launches per step (4 -> 6): its threads do not compare
+    assert "predictions" not in model_change(_sized(RNN, None, (4, 12_860)), _sized(LONGER, None, (6, 25_590))).text
+
+
+def test_more_predictions_at_the_same_launches_and_parameters_are_larger_inputs() -> None:
+    same = {"matmul": (109, 0.67), "recurrent": (82, 0.14)}      # a launch-bound step: the GPU time did not grow
+    inputs = model_change(_sized(RNN, 25_600, (4, 12_860)), _sized(same, 25_600, (4, 24_760)))
+    assert inputs.kind == "inputs", inputs
+    assert inputs.text.startswith("larger inputs: the loss's 4 launches/step cover 12.9k -> 24.8k threads/step (x1.93")
+    assert inputs.text.endswith("(the same parameters): a larger batch or longer sequences?")
+    # the parameters grew too: not larger inputs (a wider model, where the kernels take longer)
+    assert model_change(_sized(RNN, 25_600, (4, 12_860)), _sized(same, 52_220, (4, 24_760))) is None
+    # the parameters unknown: nothing says the inputs grew rather than the model
+    assert model_change(_sized(RNN, None, (4, 12_860)), _sized(same, None, (4, 24_760))) is None
+
+
+def test_threads_by_family_multiplies_launches_by_each_labels_size() -> None:
+    from perfgate.analysis.kernel_families import PER_PARAMETER, threads_by_family
+
+    table = {"backward": {"loss": {"softmax_warp_backward": [1.0, 0.003], "nll_loss_backward": [1.0, 0.003]}},
+             "optimizer": {PER_PARAMETER.id: {"vectorized_elementwise_kernel": [8.0, 0.01]},
+                           "matmul.fp32": {"gemmSN_TN_kernel": [2.0, 0.01]}}}
+    sizes = {("loss", "softmax_warp_backward"): 6397.0, ("loss", "nll_loss_backward"): 32.0,
+             ("elementwise", "vectorized_elementwise_kernel"): 1024.0}
+    out = threads_by_family(table, sizes)
+    assert out == {"backward": {"loss": 6429.0}, "optimizer": {PER_PARAMETER.id: 8192.0}}   # no size: no GEMMs
 
 
 def test_wider_needs_the_same_launches_longer_kernels_more_parameters_and_the_same_inputs() -> None:

@@ -222,7 +222,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     changes, empty_steps = kernel_set_changes(klaunch, kpid, kname, steps)
     place, places = _where_codes(phases, steps, kpid, klaunch)
     by_phase = _kernels_by_phase(trace, place, places, kname, dur_ns, n)
-    by_family = _kernels_by_family(trace, launched, own_ki, place, places, phases, steps, dur_ns, n)
+    by_family, threads = _kernels_by_family(trace, launched, own_ki, place, places, phases, steps, dur_ns, n)
     del dur_ns, place
     sync_where = _where(phases, steps, (api.kept_tid >> 24) & 0xFFFFFF, api.kept_start)
     syncs_by_phase: dict[str, float] = {}
@@ -230,7 +230,8 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
         if where is not None:
             syncs_by_phase[where] = syncs_by_phase.get(where, 0.0) + 1.0 / n
     return TraceFacts(
-        kernels_by_phase=by_phase, kernels_by_family=by_family, syncs_by_phase=syncs_by_phase, d2h_copies_per_step=d2h / n,
+        kernels_by_phase=by_phase, kernels_by_family=by_family, threads_by_family=threads, syncs_by_phase=syncs_by_phase,
+        d2h_copies_per_step=d2h / n,
         fp64_kernels_per_step=_fp64_kernels(trace, lo, hi) / n, dataloader_workers=workers, dataloader=loader,
         input_function=made_by,
         steps=n, gpu_ops=gpu_ops,
@@ -276,16 +277,18 @@ def _kernels_by_phase(trace: Trace, code: np.ndarray, labels: list[str], kname: 
 
 def _kernels_by_family(trace: Trace, ops: GpuOps, rows: tuple[np.ndarray, np.ndarray], place: np.ndarray,
                        places: list[str], phases: Columns, steps: Columns, dur_ns: np.ndarray,
-                       n: int) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """TraceFacts.kernels_by_family: the kernels (``rows[0]`` of ``ops``, at ``place``) and CUDA
-    graph launches (``rows[1]``) by place and family (perfgate.analysis.kernel_families)."""
-    from perfgate.analysis.kernel_families import by_family, kernel_labels
+                       n: int) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, dict[str, float]]]:
+    """TraceFacts.kernels_by_family and threads_by_family: the kernels (``rows[0]`` of ``ops``, at
+    ``place``) and CUDA graph launches (``rows[1]``) by place and family
+    (perfgate.analysis.kernel_families), and the threads they launched."""
+    from perfgate.analysis.kernel_families import by_family, kernel_labels, threads_by_family
 
     ki, gi = rows
     found = kernel_labels(trace, ops.pid[ki], ops.correlation_id[ki], ops.start[ki], ops.name_id[ki])
     graph_place, _ = _where_codes(phases, steps, ops.pid[gi], ops.call_time(gi)) if gi.size else (None, [])
-    return by_family(place, places, found[0], found[1], dur_ns, n, graph_place,
-                     (ops.end[gi] - ops.start[gi]) if gi.size else None)
+    table = by_family(place, places, found.codes, found.labels, dur_ns, n, graph_place,
+                      (ops.end[gi] - ops.start[gi]) if gi.size else None)
+    return table, threads_by_family(table, found.threads)
 
 
 def _where_codes(phases: Columns, steps: Columns, pid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[str]]:

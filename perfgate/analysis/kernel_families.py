@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -63,6 +63,8 @@ FAMILIES: tuple[Family, ...] = (
     _f("attention.flash", "attention", "flash attention (SDPA)", r"pytorch_flash|flash_fwd|flash_bwd|flash_attn"),
     _f("attention.mem_efficient", "attention", "memory-efficient attention (SDPA)",
        r"fmha_cutlass|MemEffAttention|efficient_attention"),
+    _f("recurrent", "recurrent", "cuDNN recurrent-layer kernels (LSTM, GRU, RNN)",
+       r"RNNcell|RNN_blockPersist|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise_bp"),
     _f("loss", "loss", "the loss (log-softmax, NLL)",
        r"nll_loss|LogSoftMax|cross_entropy|softmax_warp_\w+<[^,]+, [^,]+, [^,]+, \(int\)\d+, \(bool\)1"),
     _f("softmax", "softmax", "softmax", r"softmax"),
@@ -121,26 +123,48 @@ def display_name(short: str, demangled: str | None) -> str:
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 Label = tuple[str | None, str]            # (family without its place, name shown)
+#: A launch's size: its threads, grid x block (nsys's columns of the kernel table).
+SIZE_COLUMNS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
 
 
-def _labels_of_short_names(trace: Trace, lo: int, hi: int) -> dict[int, list[tuple[int, Label]]]:
-    """Short name id -> [(demangled id, label)] of the kernels starting in [lo, hi]."""
+class KernelLabels(NamedTuple):
+    """Per kernel a code into ``labels`` (family, name shown), and each label's mean threads per
+    launch (grid x block) over the window's kernels of that label (none where the export has no
+    launch sizes)."""
+
+    codes: np.ndarray
+    labels: list[Label]
+    threads: dict[Label, float]
+
+
+def _labels_of_short_names(trace: Trace, lo: int, hi: int) -> tuple[dict[int, list[tuple[int, Label]]],
+                                                                        dict[Label, float]]:
+    """Short name id -> [(demangled id, label)] of the kernels starting in [lo, hi], and the mean
+    threads per launch of each label (from the same query)."""
     from perfgate.trace import database
 
+    sized = set(SIZE_COLUMNS) <= set(trace._columns(KERNEL_TABLE))
+    threads = ("sum(" + " * ".join(f"CAST(coalesce({c}, 0) AS DOUBLE)" for c in SIZE_COLUMNS) + ")"
+               if sized else "0.0")
     rows = database.fetch(trace._con, (
-        f"SELECT shortName AS s, coalesce(demangledName, -1) AS d FROM {database.CATALOG}.{KERNEL_TABLE} "
+        f"SELECT shortName AS s, coalesce(demangledName, -1) AS d, count(*) AS n, {threads} AS t "
+        f"FROM {database.CATALOG}.{KERNEL_TABLE} "
         f"WHERE start >= {int(lo)} AND start <= {int(hi)} GROUP BY shortName, demangledName"))
     out: dict[int, list[tuple[int, Label]]] = {}
-    for s, d in zip(rows["s"].tolist(), rows["d"].tolist()):
+    sizes: dict[Label, list[float]] = {}
+    for s, d, n, t in zip(rows["s"].tolist(), rows["d"].tolist(), rows["n"].tolist(), rows["t"].tolist()):
         short = trace.string(int(s))
         demangled = trace.string(int(d)) if int(d) >= 0 else None
-        out.setdefault(int(s), []).append((int(d),
-                                           (family_of(demangled or short), display_name(short, demangled))))
-    return out
+        label = (family_of(demangled or short), display_name(short, demangled))
+        out.setdefault(int(s), []).append((int(d), label))
+        total = sizes.setdefault(label, [0.0, 0.0])
+        total[0] += float(n)
+        total[1] += float(t)
+    return out, ({label: t / n for label, (n, t) in sizes.items() if n > 0 and t > 0} if sized else {})
 
 
 def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start: np.ndarray,
-                  short: np.ndarray) -> tuple[np.ndarray, list[Label]]:
+                  short: np.ndarray) -> KernelLabels:
     """Per kernel a code into the labels (family, name shown); from the short names alone where
     the export has no demangled names."""
     labels: list[Label] = []
@@ -149,7 +173,7 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
     demangled = (trace._con is not None and KERNEL_TABLE in trace.tables
                  and {"demangledName", "shortName"} <= set(trace._columns(KERNEL_TABLE)) and start.size > 0)
     lo, hi = (int(start.min()), int(start.max())) if start.size else (0, 0)
-    by_short = _labels_of_short_names(trace, lo, hi) if demangled else {}
+    by_short, threads = _labels_of_short_names(trace, lo, hi) if demangled else ({}, {})
 
     def code(label: Label) -> int:
         if label not in index:
@@ -178,7 +202,7 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
     for i in np.flatnonzero(codes < 0).tolist():   # not matched: its short name alone
         name = trace.string(int(short[i]))
         codes[i] = code((family_of(name), name))
-    return codes, labels
+    return KernelLabels(codes, labels, threads)
 
 
 def by_family(place: np.ndarray, places: list[str], label: np.ndarray, labels: list[Label], dur_ns: np.ndarray,
@@ -206,4 +230,20 @@ def by_family(place: np.ndarray, places: list[str], label: np.ndarray, labels: l
         keys, counts, totals = intervals.group_sums(graph_place[keep].astype(np.int64), graph_ns[keep])
         for where, c, t in zip(keys.tolist(), counts.tolist(), totals.tolist()):
             out.setdefault(places[where], {})["graph"] = {GRAPH_NAME: [c / n, t / 1e6 / n]}
+    return out
+
+
+def threads_by_family(table: dict[str, dict[str, dict[str, list[float]]]],
+                      per_launch: dict[Label, float]) -> dict[str, dict[str, float]]:
+    """Place -> family -> threads launched per step (grid x block, summed over the launches) of
+    ``table`` (by_family's: place -> family -> name -> [launches, ms] per step), from each label's
+    mean threads per launch ``per_launch`` (a per-parameter loop's kernels are eager elementwise
+    ones); a family with a name of unknown size is left out."""
+    out: dict[str, dict[str, float]] = {}
+    for place, families in table.items():
+        for family, names in families.items():
+            labelled = "elementwise" if family == PER_PARAMETER.id else family
+            sizes = [per_launch.get((labelled, name)) for name in names]
+            if names and all(size is not None for size in sizes):
+                out.setdefault(place, {})[family] = sum(v[0] * (size or 0.0) for v, size in zip(names.values(), sizes))
     return out

@@ -81,6 +81,9 @@ def reasons(base: Analysis, cur: Analysis, new: tuple[Finding, ...], resolved: t
         if faster:
             found = faster_differences(*placed, base_facts.syncs_by_phase, cur_facts.syncs_by_phase, host_ms,
                                        host_bound, idle_delta, base_families=fb, cur_families=fc)
+            change = model_change(work(base, base_facts), work(cur, cur_facts))
+            if change is not None:     # a model change that made the step faster: the kernels chosen for it
+                found = told_as_model_change(found, change, KERNEL_MECHANISMS, faster=True)
         else:   # NCCL kernels: perfgate.diagnosis.comm names their changes
             found = differences(*placed, base_facts.syncs_by_phase, cur_facts.syncs_by_phase, host_ms, host_bound,
                                 idle_delta, data_ms, cur_facts.d2h_copies_per_step - base_facts.d2h_copies_per_step,

@@ -2,23 +2,31 @@
 read by kernel role (perfgate.analysis.kernel_families), and what changed in it.
 
 The work a step does: the launches and GPU time of its layers' kernels (GEMMs, convolutions,
-attention, normalization) outside the optimizer, the optimizer's kernels (their time grows with
-the parameters it updates), the bytes copied to the GPU (the inputs: batch times sample size) and
-the batch size where the loop's DataLoader says it. What changed, each a predicate on both sides:
+attention, normalization, cuDNN's recurrent layers) outside the optimizer; the parameters, read
+from the kernels that run over all of them (an optimizer's, a gradient clipping's foreach norms):
+the threads they launch (grid x block: a multi-tensor kernel's grid grows with the tensors'
+elements), else their GPU time; the loss's threads, which grow with the predictions a step makes
+where a loss launch spans more than one block; the bytes copied to the GPU (the inputs: batch
+times sample size) and the batch size where the loop's DataLoader says it. What changed, each a
+predicate on both sides:
 
 - **deeper**: the layers run more of the same kernels (the layer roles' launches grew by
-  ``GREW`` or more, none fell) and the optimizer's time grew with them (more parameters; where the
-  optimizer's time is too small to read, "or layers called more often"). The same parameters with
-  more launches is no model change: recomputation, or another path's kernels.
+  ``GREW`` or more, none fell) and the parameters grew with them (where they cannot be read, "or
+  layers called more often"). The same parameters with more launches is no model change:
+  recomputation, or another path's kernels; unless the loss's work grew with them:
+- **a longer sequence**: the layers' kernels run more often per step, the parameters did not grow
+  (or cannot be read) and the loss covers ``GREW`` times the threads or more at the same launches:
+  more predictions per step, made by more steps through the same layers (a recurrent layer runs
+  its kernels once per time step).
 - **a larger batch**: the batch size grew (by ``GREW`` or more). Checked first: the layers' launches
   may change with it (cuDNN picks other algorithms for other shapes, and work done once an epoch
   falls on fewer steps); the step is then compared per sample too. Synchronizations per step that
   grew while the launch's measured steps made no more of them in all (the same once-per-epoch
   work over fewer steps: ``spread_syncs``) are the batch's, not new ones.
-- **larger inputs**: the bytes copied to the GPU grew at the same batch (or no known batch), the
-  layers' launches and the optimizer's time did not.
+- **larger inputs**: the bytes copied to the GPU grew at the same batch (or no known batch), or
+  where nothing is copied the loss's work grew; the layers' launches and the parameters did not.
 - **wider**: the layers' launches are the same, their kernels take longer, the inputs did not
-  grow and the optimizer's time grew (more parameters).
+  grow and the parameters did.
 
 None of them (the same work in other kernels: an algorithm, a precision, a path) is left to
 perfgate.diagnosis.mechanisms. Pure functions."""
@@ -33,25 +41,29 @@ from perfgate.records.diagnosis import Reason
 from perfgate.records.facts import TraceFacts
 from perfgate.records.model import Analysis
 
-MODEL_MECHANISMS = ("model:deeper", "model:batch", "model:inputs", "model:wider")
+MODEL_MECHANISMS = ("model:deeper", "model:sequence", "model:batch", "model:inputs", "model:wider")
 LAYER_ROLES = {"matmul": "GEMMs", "convolution": "convolutions", "attention": "attention kernels",
-               "normalization": "normalization kernels"}
+               "normalization": "normalization kernels", "recurrent": "recurrent-layer kernels"}
 MIN_LAUNCHES = 1.0          # launches per step a role needs on both sides to be read
 GREW = 1.15                 # a ratio at least this: grew
 SAME = 0.10                 # launches within this share of each other: the same
 MIN_PARAMS_MS = 0.05        # optimizer ms/step under which its change says nothing
+ONE_BLOCK = 1024            # threads: a loss launch larger than this sizes its grid by the predictions
 
 
 @dataclass(frozen=True)
 class Work:
     """One run's work per step: layer role -> (launches, GPU ms); the optimizer's GPU ms; bytes
-    copied to the GPU; the batch size (None where not known); the gated step time."""
+    copied to the GPU; the batch size (None where not known); the gated step time; the threads the
+    optimizer-role kernels launch; the loss's (launches, threads) (None where not known)."""
 
     layers: dict[str, tuple[float, float]]
     params_ms: float
     input_bytes: float | None
     batch: int | None
     step_ms: float | None = None      # the gated step time
+    params_threads: float | None = None
+    loss: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,19 +79,29 @@ def work(a: Analysis, facts: TraceFacts | None) -> Work | None:
         return None
     layers: dict[str, list[float]] = {}
     params = 0.0
+    threads: dict[str, float | None] = {"optimizer": 0.0, "loss": 0.0}
+    loss_launches = 0.0
     for place, families in facts.kernels_by_family.items():
         for family, names in families.items():
             role = BY_ID[family].role if family in BY_ID else family
             n, ms = sum(v[0] for v in names.values()), sum(v[1] for v in names.values())
+            if role in threads:
+                size = facts.threads_by_family.get(place, {}).get(family)
+                known = threads[role]
+                threads[role] = None if size is None or known is None else known + size
             if role == "optimizer":
                 params += ms
+            elif role == "loss":
+                loss_launches += n
             elif role in LAYER_ROLES and not OPTIMIZER_PLACE.search(place):
                 into = layers.setdefault(role, [0.0, 0.0])
                 into[0] += n
                 into[1] += ms
     inputs = a.gpu.h2d_bytes_per_step if a.gpu is not None else None
+    loss = threads["loss"]
     return Work({r: (v[0], v[1]) for r, v in layers.items()}, params, inputs or None, a.steps.batch_size,
-                a.steps.location_ms)
+                a.steps.location_ms, threads["optimizer"] or None,
+                (loss_launches, loss) if loss_launches and loss else None)
 
 
 def _ratio(b: float, c: float) -> float:
@@ -98,6 +120,35 @@ def _bytes(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
+def _threads(n: float) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k"
+
+
+def _parameters(base: Work, cur: Work) -> tuple[float | None, str]:
+    """How the parameters grew (a ratio; None where they cannot be read) and the words for it: the
+    threads the kernels over all parameters launch where both sides have them, else the
+    optimizer's GPU time where it is large enough to read."""
+    if base.params_threads and cur.params_threads:
+        return (_ratio(base.params_threads, cur.params_threads),
+                f"the kernels over all parameters (optimizer, foreach) {_threads(base.params_threads)} -> "
+                f"{_threads(cur.params_threads)} threads/step")
+    if max(base.params_ms, cur.params_ms) >= MIN_PARAMS_MS:
+        return (_ratio(base.params_ms, cur.params_ms),
+                f"the optimizer's kernels {base.params_ms:.2f} -> {cur.params_ms:.2f} ms/step")
+    return None, ""
+
+
+def _predictions(base: Work, cur: Work) -> tuple[float | None, str]:
+    """How the loss's work grew (a ratio of its threads per step at the same launches; None where it
+    cannot say: no loss, other launches, or a loss of one block whatever its input) and the words."""
+    if base.loss is None or cur.loss is None or base.loss[0] < MIN_LAUNCHES:
+        return None, ""
+    (bn, bt), (cn, ct) = base.loss, cur.loss
+    if abs(_ratio(bn, cn) - 1) > SAME or bt / bn <= ONE_BLOCK:
+        return None, ""
+    return _ratio(bt, ct), f"the loss's {cn:.0f} launches/step cover {_threads(bt)} -> {_threads(ct)} threads/step"
+
+
 def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
     """What changed in the model's work per step from ``base`` to ``cur``, or None when none of the
     predicates above holds (module docstring)."""
@@ -112,37 +163,51 @@ def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
     time = f"{b_ms:.2f} -> {c_ms:.2f} ms/step of GPU time"
     if base.batch and cur.batch and cur.batch >= GREW * base.batch:
         return _larger_batch(base, cur, roles, time)
-    params_known = max(base.params_ms, cur.params_ms) >= MIN_PARAMS_MS
-    params = _ratio(base.params_ms, cur.params_ms) if params_known else None
-    optimizer = (f"the optimizer's kernels {base.params_ms:.2f} -> {cur.params_ms:.2f} ms/step"
-                 if params_known else "")
+    params, optimizer = _parameters(base, cur)
+    params_known = params is not None
+    outputs, loss = _predictions(base, cur)
     if median(counts.values()) >= GREW and min(counts.values()) >= 1 - SAME:
         grew = [r for r in roles if counts[r] >= GREW]
+        more = f"same kernels run more often per step ({_counts(base, cur, grew)} launches/step; {time})"
         if params is not None and params >= GREW:
-            guess, cause = f"{optimizer} (more parameters to update): a deeper model", "deeper model"
-        elif params is not None:
+            return ModelChange("deeper", f"more layers: the {more}; {optimizer} (more parameters to update): "
+                                         "a deeper model", "deeper model")
+        if outputs is not None and outputs >= GREW:
+            same = f", {optimizer} (the same parameters)" if params is not None else ""
+            return ModelChange("sequence", f"a longer sequence: the {more}, and {loss} (x{outputs:.2f}: more "
+                                           f"predictions per step){same}: longer sequences through a recurrent "
+                                           "layer?", "longer sequence")
+        if params is not None:
             return None       # the same parameters: layers run again (recomputation), or other kernels
-        else:
-            guess, cause = ("a deeper model, or layers called more often per step (a longer sequence through a "
-                            "recurrent layer)?", "deeper model")
-        head = "more layers: the" if params is not None else "the"
-        return ModelChange("deeper", f"{head} same kernels run more often per step "
-                                     f"({_counts(base, cur, grew)} launches/step; {time}); {guess}", cause)
-    same = all(abs(c - 1) <= SAME for c in counts.values())
-    if not same or _ratio(b_ms, c_ms) < GREW:
+        if outputs is not None and abs(outputs - 1) <= SAME:
+            return ModelChange("deeper", f"the {more}, and {loss} (the same predictions): a deeper model, or "
+                                         "layers called more often per step?", "deeper model")
+        return ModelChange("deeper", f"the {more}; a deeper model, or layers called more often per step (a longer "
+                                     "sequence through a recurrent layer)?", "deeper model")
+    if not all(abs(c - 1) <= SAME for c in counts.values()):
         return None
     longer = f"the layers' {sum(cur.layers[r][0] for r in roles):.0f} kernel launches/step take x{c_ms / b_ms:.2f} as long ({time})"
     inputs = (_ratio(base.input_bytes, cur.input_bytes)
               if base.input_bytes and cur.input_bytes else None)
+    # more predictions at the same launches and parameters: more samples or tokens through the same
+    # layers, whether or not their GPU time shows it (a launch-bound step's kernels wait on the host)
+    if inputs is None and outputs is not None and outputs >= GREW and params is not None and params < GREW:
+        return ModelChange("inputs", f"larger inputs: {loss} (x{outputs:.2f}: more predictions per step); {longer}, "
+                                     f"{optimizer} (the same parameters): a larger batch or longer sequences?",
+                           "larger inputs")
+    if _ratio(b_ms, c_ms) < GREW:
+        return None
     if inputs is not None and inputs >= GREW and (params is None or params < GREW):
         batch = (f" (the same batch of {cur.batch}: larger samples)" if base.batch and base.batch == cur.batch else "")
         unchanged = f", {optimizer} (the same parameters)" if params_known else ""
         what = ("larger images or longer sequences" if batch else "a larger batch, longer sequences or larger images")
         return ModelChange("inputs", f"larger inputs: {_bytes(base.input_bytes or 0)} -> {_bytes(cur.input_bytes or 0)} "
                                      f"copied to the GPU per step{batch}; {longer}{unchanged}: {what}?", "larger inputs")
-    if params is not None and params >= GREW and (inputs is None or inputs < GREW):
+    if params is not None and params >= GREW and (inputs is None or inputs < GREW) and (outputs is None or outputs < GREW):
+        same = ("with the same inputs" if inputs is not None else
+                f"with the same predictions ({loss})" if outputs is not None else "with no inputs copied to the GPU")
         return ModelChange("wider", f"wider layers: {longer}, and {optimizer} (more parameters to update), "
-                                    "with the same inputs: a wider model (hidden sizes or channels)?", "wider model")
+                                    f"{same}: a wider model (hidden sizes or channels)?", "wider model")
     return None
 
 
@@ -184,13 +249,18 @@ def spread_syncs(reasons: list[Reason], change: ModelChange, base_syncs: dict[st
     return sorted(rest + [told], key=lambda r: -r.ms)
 
 
-def told_as_model_change(reasons: list[Reason], change: ModelChange, kernel_mechanisms: tuple[str, ...]) -> list[Reason]:
+def told_as_model_change(reasons: list[Reason], change: ModelChange, kernel_mechanisms: tuple[str, ...],
+                         faster: bool = False) -> list[Reason]:
     """The reasons with every kernel difference (each place's, and the replacements they were told
     as: other kernels chosen for the new shapes are the model change's, not an algorithm's or a
-    precision's) told as one: the model change, credited with their milliseconds together."""
+    precision's) told as one: the model change, credited with their milliseconds together. In a
+    ``faster`` run the model change did not make the step faster by itself: the kernels chosen for
+    it did, and the largest of those differences is told after it."""
     kernel = [r for r in reasons if r.mechanism in kernel_mechanisms and r.mechanism != "dtype"]
     if not kernel:
         return reasons
     lead = next((r for r in kernel if r.where is not None and MODEL_PHASE.search(r.where)), kernel[0])
-    told = Reason(f"model:{change.kind}", lead.where, sum(r.ms for r in kernel), change.text, change.cause)
+    text = (f"{change.text}; the step is faster with the kernels chosen for it: {max(kernel, key=lambda r: r.ms).text}"
+            if faster else change.text)
+    told = Reason(f"model:{change.kind}", lead.where, sum(r.ms for r in kernel), text, change.cause)
     return sorted([r for r in reasons if r not in kernel] + [told], key=lambda r: -r.ms)

@@ -40,6 +40,9 @@ class TraceFacts:
     kernels_by_phase: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # the same by kernel family (perfgate.analysis.kernel_families): place -> family -> name -> [launches, ms]
     kernels_by_family: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    # the threads those kernels launched per step (grid x block, each name's mean launch size in the
+    # window times its launches): place -> family -> threads
+    threads_by_family: dict[str, dict[str, float]] = field(default_factory=dict)
     syncs_by_phase: dict[str, float] = field(default_factory=dict)
     d2h_copies_per_step: float = 0.0
     fp64_kernels_per_step: float = 0.0                 # kernels whose full name has a double type

@@ -37,7 +37,7 @@ PULL_REQUESTS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
     "nanogpt": (("--compile=False", "--max_iters=40", "--eval_interval=1000", "--eval_iters=2", "--log_interval=10"),
                 {"deeper": ("--n_layer=9",), "wider": ("--n_embd=576",), "batch": ("--batch_size=96",),
                  "sequence": ("--block_size=384",)}),
-    "word_language_model": (("--epochs", "2"),
+    "word_language_model": (("--epochs", "1"),
                             {"deeper": ("--nlayers", "4"), "wider": ("--nhid", "400"), "batch": ("--batch_size", "20"),
                              "sequence": ("--bptt", "40")}),
     "dcgan": (("--niter", "3"), {"wider": ("--ngf", "128", "--ndf", "128"), "batch": ("--batchSize", "128")}),
