@@ -8,7 +8,9 @@ Before (the stored baseline alone): the recorded launches are the baseline; a ru
 launches one at a time (the head pool's for the pull request, the second base pool's for the A/A
 run) and looks after each, up to ``--max-launches``. After (with the confirmation): a run whose
 stored verdict is REGRESSED or INCONCLUSIVE then takes interleaved pairs, whole rounds (base and
-head, or base and base2, of one round), looks at 3 to ``--max-launches`` pairs, and the pairs decide.
+head, or base and base2, of one round), looks at 3 to ``--max-launches`` pairs, and the pairs decide;
+a stored PASS of pools whose recorded launches are too noisy for the tolerance
+(``NoiseReport.too_noisy``, as the gate computes it) takes the pairs too, and they can only fail it.
 Each resampled run takes the rounds in a random order without replacement (a round drawn twice
 would be a pair counted twice: a t-test on duplicated pairs is too sure of itself, and made 4-13 %
 of A/A runs REGRESSED on pools where the runs as measured were not), at most as many pairs as the
@@ -34,12 +36,19 @@ from perfgate.records.model import Verdict
 CONFIRMED = (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
 
 
+#: Which stored PASSes of a too-noisy baseline the pairs check: every one (the gate's), or only those
+#: whose stored change of step_time_ms is above zero, or above half the tolerance (variants, not taken)
+CHECKED_PASSES = {"noisy": -math.inf, "positive": 0.0, "half-tolerance": 0.015}
+
+
 def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int,
-          always: bool = False, first: int = FIRST_LOOK_PAIRS, least: int = 1) -> tuple[Verdict, int, Verdict, int]:
+          always: bool = False, first: int = FIRST_LOOK_PAIRS, least: int = 1,
+          check_above: float = -math.inf) -> tuple[Verdict, int, Verdict, int]:
     """(stored verdict, its launches, final verdict, all launches) of one run of ``arm`` over the
     pools' rounds in a random order (``rng``), or in the order they ran (``rng`` None); ``always``:
     the pairs decide whatever the stored verdict (``confirm = "always"``); ``least``: launches before
-    the stored baseline's first look (``min_launches``)."""
+    the stored baseline's first look (``min_launches``); ``check_above``: a too-noisy baseline's
+    stored PASS is checked by the pairs when its change of step_time_ms is above this."""
     policy = ComparePolicy()
     current = pools[arm]
     n = min(len(pools["base"]), len(current))
@@ -47,11 +56,15 @@ def trial(pools: dict, arm: str, rng: np.random.Generator | None, most: int,
     most = min(most, n)
     run = run_looks(pools["recorded"], lambda k: current[rounds[k]], policy, LaunchBudget(min(least, most), most))
     launches = len(run.current)
-    if run.outcome.verdict not in CONFIRMED and not always:
+    change = next((c.change for c in run.outcome.comparisons if c.metric == "step_time_ms"), None)
+    vouch = (not always and run.outcome.verdict == Verdict.PASS and run.noise is not None and run.noise.too_noisy
+             and change is not None and change > check_above)
+    if run.outcome.verdict not in CONFIRMED and not always and not vouch:
         return run.outcome.verdict, launches, run.outcome.verdict, launches
     pairs = run_pairs(lambda side, k: (pools["base"] if side == BASE else current)[rounds[k]], policy,
                       pair_looks(min(first, most), most))
-    return run.outcome.verdict, launches, pairs.outcome.verdict, launches + 2 * pairs.pairs
+    final = pairs.outcome.verdict if not vouch or pairs.outcome.verdict == Verdict.REGRESSED else run.outcome.verdict
+    return run.outcome.verdict, launches, final, launches + 2 * pairs.pairs
 
 
 def joined(lanes: list[dict]) -> dict:
@@ -84,6 +97,9 @@ def main() -> None:
                    help=f"pairs at the confirmation's first look (the gate's: {FIRST_LOOK_PAIRS})")
     p.add_argument("--min-launches", type=int, default=1,
                    help="launches before the stored baseline's first look (the gate's min_launches, default 1)")
+    p.add_argument("--check-pass", choices=CHECKED_PASSES, default="noisy",
+                   help="which stored PASSes of a too-noisy baseline the pairs check: every one (noisy, the gate's "
+                        "auto), or only those whose stored change is above 0 (positive) or 1.5 %% (half-tolerance)")
     args = p.parse_args()
     pools = joined([json.loads(path.read_text()) for path in args.pools])
     rng = np.random.default_rng(args.seed)
@@ -95,12 +111,14 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     notes: list[str] = []
     for arm, name in (("base2", "A/A (unchanged code)"), ("head", "the pull request")):
-        results = [trial(pools, arm, rng, args.max_launches, first=args.first_look, least=args.min_launches)
-                   for _ in range(args.trials)]
+        above = CHECKED_PASSES[args.check_pass]
+        results = [trial(pools, arm, rng, args.max_launches, first=args.first_look, least=args.min_launches,
+                         check_above=above) for _ in range(args.trials)]
         always = [trial(pools, arm, rng, args.max_launches, always=True, first=args.first_look,
                         least=args.min_launches)
                   for _ in range(args.trials)]
-        measured = trial(pools, arm, None, args.max_launches, first=args.first_look, least=args.min_launches)
+        measured = trial(pools, arm, None, args.max_launches, first=args.first_look, least=args.min_launches,
+                         check_above=above)
         for label, verdicts, counts in (("stored baseline alone", [r[0] for r in results], [r[1] for r in results]),
                                         ("with the confirmation", [r[2] for r in results], [r[3] for r in results]),
                                         ('confirm = "always"', [r[2] for r in always], [r[3] for r in always])):

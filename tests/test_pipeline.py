@@ -17,6 +17,7 @@ from perfgate.pipeline.judge import judge
 from perfgate.pipeline.workload_run import compare_policy, run_workload
 from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings
+from perfgate.commands.run import gate_workload
 from perfgate.settings.workloads import discover_workloads, select_workloads
 
 SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")
@@ -30,7 +31,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, nsys_path: s
         "report_dir": str(tmp / "report"), "size": "cpu", "timeout_s": 300, "launches": 1})
     spec = select_workloads(discover_workloads(settings), ["resnet_cifar"])[0]
     spec = replace(spec, args=(*spec.args, *SMALL))
-    recorded = run_workload(spec, settings, update_baseline=True)
+    recorded, _ = gate_workload(spec, settings, update=True, progress=None)   # the gate run: result.json too
     return settings, spec, recorded
 
 
@@ -90,7 +91,7 @@ def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
 
 def test_crashing_workload_becomes_an_error_result(gate) -> None:
     settings, spec, _recorded = gate
-    result = run_workload(replace(spec, args=("--steps", "0")), settings)
+    result, _ = gate_workload(replace(spec, args=("--steps", "0")), settings, update=False, progress=None)
     assert result.verdict == Verdict.ERROR and result.failed
     assert "exited with code 2" in result.error and "--steps" in result.error
     assert json.loads((result.run_dir / "result.json").read_text())["verdict"] == "ERROR"
@@ -127,7 +128,7 @@ def test_a_full_disk_while_writing_result_json_is_an_error_naming_the_file(
         return run_dir
 
     monkeypatch.setattr(pipeline, "new_run_dir", run_dir_with_a_full_result)
-    result = run_workload(spec, settings)
+    result, _ = gate_workload(spec, settings, update=False, progress=None)
     assert result.verdict == Verdict.ERROR and result.failed
     assert result.error.startswith(f"{result.run_dir / 'result.json'}: No space left on device "
                                    "(the measured verdict was ")

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.commands.output import say, say_error
-from perfgate.errors import PerfgateError
+from perfgate.errors import PerfgateError, os_error_message
+from perfgate.records.model import Verdict
 from perfgate.settings.options import add_command_options, settings_from_args
 from perfgate.settings.workloads import helper_notes, selected_specs
 from perfgate.system.machine import machine_info
@@ -70,12 +71,22 @@ def specs_on_this_machine(settings: Settings) -> list[WorkloadSpec]:
 
 def gate_workload(spec: WorkloadSpec, settings: Settings, *, update: bool,
                   progress: Callable[[str], None] | None) -> tuple[WorkloadResult, PerfgateError | None]:
-    """Run ``spec`` through the pipeline (recording its baseline with ``update``) and write its
-    history line (with ``history_dir`` set): the result, and why the line could not be written."""
+    """Run ``spec`` through the pipeline (recording its baseline with ``update``), write its
+    result.json into its run folder and its history line (with ``history_dir`` set): the result,
+    and why the line could not be written. A result.json that cannot be written is the run's
+    ERROR, naming the file and the verdict measured."""
     from perfgate.commands import history
     from perfgate.pipeline.workload_run import run_workload
+    from perfgate.report.json_report import RESULT_FILE, write_result
 
     result = run_workload(spec, settings, update_baseline=update, progress=progress)
+    if result.run_dir is not None:
+        try:
+            write_result(result)
+        except OSError as exc:
+            measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
+            written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
+            result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
     try:
         history.record(result, settings, update_baseline=update)
     except PerfgateError as exc:

@@ -1,7 +1,9 @@
 """The confirmation against the base: before a gate run fails on its stored baseline (or stays
 unclear against it, or credits the change with a speed-up), the base of the change is measured in
 the same job, interleaved launch by launch with this checkout, and the pairs decide
-(docs/statistics.md §6).
+(docs/statistics.md §6). A PASS of a workload too noisy for its stored baseline to vouch for
+(``NoiseReport.too_noisy``) is checked the same way: the pairs can only fail it; otherwise the
+stored PASS stands.
 
 A stored baseline was recorded at another time, in another state of the machine: a neighbour's
 load, a drifting clock or a new job on a shared runner shows as a slowdown of code that did not
@@ -20,7 +22,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,11 +55,19 @@ Progress = Callable[[str], None]
 LaunchAnalysis = Callable[[WorkloadSpec, Path, int, str, Path], Analysis]
 
 
-def wanted(settings: Settings, stored: Verdict) -> bool:
-    """Whether the gate measures the base after the stored baseline's verdict ``stored``."""
+def wanted(settings: Settings, stored: Verdict, noisy: bool = False) -> bool:
+    """Whether the gate measures the base after the stored baseline's verdict ``stored``; ``noisy``:
+    the baseline's launches are too noisy for its tolerance (a stored PASS of one launch there let
+    +9 % slowdowns through in 1 of 2 runs on a shared H200: docs/measurements/confirmation.md)."""
     if settings.confirm == "never" or stored == Verdict.ERROR:
         return False
-    return settings.confirm == "always" or stored in CONFIRMED_VERDICTS
+    return settings.confirm == "always" or stored in CONFIRMED_VERDICTS or (stored == Verdict.PASS and noisy)
+
+
+def vouching(settings: Settings, stored: Verdict) -> bool:
+    """Whether pairs measured after ``stored`` only check a PASS (``confirm = "auto"``): they can
+    fail it, and otherwise the stored PASS stands."""
+    return settings.confirm == "auto" and stored == Verdict.PASS
 
 
 @dataclass(frozen=True)
@@ -136,21 +146,23 @@ class ConfirmRun:
                                 "quieter machine, or make its steps steadier (more measured steps)"))
 
 
-def skipped(stored: Outcome, why: str) -> ConfirmRun:
-    return ConfirmRun(Confirmation(str(stored.verdict), stored.summary, skipped=why))
+def skipped(stored: Outcome, why: str, vouch: bool = False) -> ConfirmRun:
+    return ConfirmRun(Confirmation(str(stored.verdict), stored.summary, skipped=why, vouch=vouch))
 
 
 def confirm_if_wanted(spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, stored: Outcome,
                       policy: ComparePolicy, run_dir: Path, launch_analysis: LaunchAnalysis, *, cwd: Path | None,
-                      gpu_count: int, say: Progress, started: float, profile_base: bool) -> ConfirmRun | None:
+                      gpu_count: int, say: Progress, started: float, profile_base: bool,
+                      noisy: bool = False) -> ConfirmRun | None:
     """The confirmation of ``stored`` (the verdict against ``baseline``) when the settings want one
-    (:func:`wanted`): skipped with the reason when there is no base; its first look is taken even
-    when ``budget_s`` (counted from ``started``) is spent."""
-    if baseline is None or not wanted(settings, stored.verdict):
+    (:func:`wanted`; ``noisy``: the baseline is too noisy for its tolerance): skipped with the reason
+    when there is no base; its first look is taken even when ``budget_s`` (counted from ``started``)
+    is spent."""
+    if baseline is None or not wanted(settings, stored.verdict, noisy):
         return None
     base = find_base(settings, baseline.provenance.get("git_commit"))
     if isinstance(base, str):
-        return skipped(stored, base)
+        return skipped(stored, base, vouching(settings, stored.verdict))
     left = max(settings.budget_s - (time.monotonic() - started), 1e-9) if settings.budget_s else 0.0
     return confirm(spec, settings, base, stored, policy, run_dir, launch_analysis, cwd=cwd, gpu_count=gpu_count,
                    say=say, budget_s=left, profile_base=profile_base)
@@ -192,9 +204,14 @@ def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome,
             if profile_base and run.outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
                 base_profile = launch_analysis(specs[BASE], run_dir / "confirm" / "base-profile", 0, PROFILE, base_tree)
     except PerfgateError as exc:
-        return skipped(stored, f"the base {base.commit[:12]} ({base.how}) could not be measured: {exc}")
-    return ConfirmRun(_record(stored, base, run, policy.alpha), tuple(analyses[BASE]), tuple(analyses[HEAD]),
-                      run.outcome, base_profile)
+        return skipped(stored, f"the base {base.commit[:12]} ({base.how}) could not be measured: {exc}",
+                       vouching(settings, stored.verdict))
+    record = _record(stored, base, run, policy.alpha)
+    if vouching(settings, stored.verdict):
+        record = replace(record, vouch=True)
+        if run.outcome.verdict != Verdict.REGRESSED:     # no regression found: the stored PASS stands
+            return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]))
+    return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]), run.outcome, base_profile)
 
 
 def _base_spec(spec: WorkloadSpec, settings: Settings, base_root: Path, gpu_count: int) -> WorkloadSpec:

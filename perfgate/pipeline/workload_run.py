@@ -3,14 +3,13 @@
 ``run_workload``: the launches (each captured, analyzed, checked and diagnosed: ``launch_analysis``)
 -> the looks against this machine's baseline and the verdict (perfgate.gate.sequential_looks.run_looks)
 -> when it fails or is unclear, the base measured in this job beside this checkout (perfgate.pipeline.confirmation)
--> ``judge`` (perfgate.pipeline.judge: notes, noise, the diagnosis of a change) -> WorkloadResult, with ``result.json`` in
-the run directory; or ``record`` a baseline. Each stage is walked once, in that order.
+-> ``judge`` (perfgate.pipeline.judge: notes, noise, the diagnosis of a change) -> WorkloadResult (the
+command writes it as ``result.json`` in the run directory); or ``record`` a baseline. Each stage is
+walked once, in that order.
 """
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import statistics
 import time
 import traceback
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.analysis.resources import attach_resources
 from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
-from perfgate.system.secrets import WITHHELD_SUFFIX, redact_text, secret_values
+from perfgate.system.secrets import WITHHELD_SUFFIX
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.baselines.store import (
     Baseline, baseline_from_analyses, baseline_path, check_identity, load_baseline, profile_metrics, write_baseline,
@@ -46,7 +45,6 @@ if TYPE_CHECKING:
     from perfgate.gate.sequential_looks import LookRun
     from perfgate.settings.pyproject import WorkloadConfig
 
-RESULT_FILE = "result.json"
 
 
 def compare_policy(settings: Settings, spec: WorkloadSpec | WorkloadConfig | None = None) -> ComparePolicy:
@@ -137,13 +135,6 @@ def run_workload(
         result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
         result.notes = ()
     result.wall_s = time.monotonic() - started
-    if result.run_dir is not None:
-        try:
-            _write_result(result)
-        except OSError as exc:
-            measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
-            written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
-            result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
     return result
 
 
@@ -260,7 +251,8 @@ def _confirm(launcher: _Launcher, baseline: Baseline | None, run: LookRun, polic
 
     return confirm_if_wanted(launcher.spec, launcher.settings, baseline, run.outcome, policy, launcher.run_dir, launch,
                              cwd=launcher.cwd, gpu_count=launcher.gpu_count, say=launcher.say,
-                             started=launcher.started, profile_base=launcher.profile is not None)
+                             started=launcher.started, profile_base=launcher.profile is not None,
+                             noisy=run.noise is not None and run.noise.too_noisy)
 
 
 def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
@@ -350,14 +342,5 @@ def _with_reported_batch(options: AnalysisOptions, self_report: Mapping[str, Any
     if isinstance(batch, int) and isinstance(world, int) and batch > 0 and world > 0:
         return replace(options, batch_size=batch * world)
     return options
-
-
-def _write_result(result: WorkloadResult) -> None:
-    from perfgate.report.json_report import result_dict
-
-    assert result.run_dir is not None
-    doc = result_dict(result)
-    text = redact_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", secret_values(os.environ))
-    (result.run_dir / RESULT_FILE).write_text(text)
 
 

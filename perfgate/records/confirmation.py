@@ -16,7 +16,9 @@ from typing import Any
 @dataclass(frozen=True)
 class Confirmation:
     """The stored baseline's verdict and, when the base was measured, the pairs' verdict (which
-    decides). ``skipped``: why no pair was measured (no base, a base that would not run)."""
+    decides). ``skipped``: why no pair was measured (no base, a base that would not run).
+    ``vouch``: the pairs checked a stored PASS of a workload too noisy for its stored baseline to
+    vouch for: they decide only when they fail it (``decided``), else the stored PASS stands."""
 
     stored_verdict: str                     # the verdict against the stored baseline
     stored_summary: str                     # its one line
@@ -33,22 +35,27 @@ class Confirmation:
     stopped: str | None = None              # why the rounds stopped
     skipped: str | None = None              # why none was measured
     machine: str | None = None              # how the machine differed from the baseline's recording
+    vouch: bool = False                     # the pairs checked a stored PASS (they decide only to fail it)
 
     @property
     def decided(self) -> bool:
         """Whether the pairs decided the verdict."""
-        return self.verdict is not None
+        return self.verdict is not None and (not self.vouch or self.verdict == "REGRESSED")
 
     def lines(self) -> tuple[str, ...]:
         """What a result says of it, a line each: which comparison decided, against which base;
         the stored baseline's verdict; the machine's difference; how much pairing narrowed the
         interval."""
-        if not self.decided:
-            return (f"not confirmed against the base ({self.skipped or 'no pair measured'}): the stored "
-                    "baseline decided",)
+        noisy = "the workload is too noisy for one launch against its stored baseline to vouch for a PASS"
+        if self.verdict is None:
+            return (f"not {'checked' if self.vouch else 'confirmed'} against the base ({self.skipped or 'no pair measured'}"
+                    f"{'; ' + noisy if self.vouch else ''}): the stored baseline decided",)
         commit = f" {self.base_commit[:12]}" if self.base_commit else ""
-        out = [f"decided by {self.pairs} interleaved pair{'s' if self.pairs != 1 else ''} of launches of the "
-               f"base{commit} ({self.base_how}) and this checkout, measured in this job ({self.stopped})",
+        pairs = (f"{self.pairs} interleaved pair{'s' if self.pairs != 1 else ''} of launches of the base{commit} "
+                 f"({self.base_how}) and this checkout, measured in this job ({self.stopped})")
+        if not self.decided:
+            return (f"checked by {pairs}, as {noisy}: {self.summary}; the stored baseline's PASS stands",)
+        out = [f"decided by {pairs}" + (f", as {noisy}" if self.vouch else ""),
                f"against the stored baseline alone: {self.stored_summary}"]
         if self.machine:
             out.append(self.machine)
@@ -65,14 +72,16 @@ class Confirmation:
     @classmethod
     def from_dict(cls, d: Any) -> Confirmation | None:
         """The Confirmation of ``d`` when ``to_dict`` of it gives ``d`` back, else None."""
-        if not isinstance(d, Mapping) or set(d) != {f.name for f in fields(cls)}:
+        names = {f.name for f in fields(cls)}
+        if not isinstance(d, Mapping) or set(d) not in (names, names - {"vouch"}):   # written before vouch was
             return None
+        d = {"vouch": False, **d}
         try:
             found = cls(**{**d, "order": tuple(d["order"]), "base_step_ms": tuple(d["base_step_ms"]),
                            "head_step_ms": tuple(d["head_step_ms"])})
         except TypeError:
             return None
-        return found if found.to_dict() == dict(d) and _kinds(found) else None
+        return found if found.to_dict() == dict(d) and _kinds(found) and isinstance(found.vouch, bool) else None
 
 
 def _kinds(c: Confirmation) -> bool:

@@ -83,6 +83,26 @@ def comparison_dict(c: MetricComparison) -> dict[str, Any]:
     return _jsonable(asdict(c))
 
 
+#: The record of one workload's gate run, in its run folder.
+RESULT_FILE = "result.json"
+
+
+def write_result(result: WorkloadResult) -> Path:
+    """``result_dict`` of ``result`` as ``<run_dir>/result.json``, the values of this environment's
+    secrets redacted; OSError where it cannot be written."""
+    import json
+    import os
+
+    from perfgate.system.secrets import redact_text, secret_values
+
+    assert result.run_dir is not None
+    text = redact_text(json.dumps(result_dict(result), indent=2, sort_keys=True, default=str) + "\n",
+                       secret_values(os.environ))
+    path = Path(result.run_dir) / RESULT_FILE
+    path.write_text(text)
+    return path
+
+
 def result_dict(r: WorkloadResult) -> dict[str, Any]:
     """A WorkloadResult as JSON-ready data (analyses via ``Analysis.to_dict()``)."""
     return _jsonable({

@@ -164,8 +164,8 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v: None if v in ("auto", "always", "off") else "expected auto, always or off"),
     Setting("confirm", "str", "auto", "before a verdict fails, stays unclear or says faster, measure the base of "
             "the change in the same job, interleaved launch by launch with this checkout, and decide on those pairs: "
-            "auto (when the "
-            "stored baseline's verdict is REGRESSED, INCONCLUSIVE or IMPROVED), always or never",
+            "auto (when the stored baseline's verdict is REGRESSED, INCONCLUSIVE or IMPROVED, and a PASS of a "
+            "workload too noisy for its tolerance, which the pairs can only fail), always or never",
             "confirm", "{auto,always,never}", _one_of("auto", "always", "never")),
     Setting("confirm_base", "str", "auto", "the base of the change, which the confirmation measures and staleness "
             "compares the baseline with: a ref whose merge-base with HEAD is the base (the branch the change merges "
