@@ -44,6 +44,7 @@ for step in range(12):
     nvtx.range_pop()
 """
 GATE = ("--max-launches", "3", "--min-launches", "1", "--profile", "off")
+PROFILED = GATE[:-2]      # profile = "auto": a CUDA profile launch where there is a GPU
 
 
 
@@ -252,7 +253,7 @@ def test_a_noisy_baselines_pass_is_checked_against_the_base_and_a_hidden_slowdow
     _project(repo)
     monkeypatch.setenv("TINY_EVERY_OTHER_LAUNCH", str(tmp_path / "launches"))
     monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
-    assert main(["baseline", "update", "tiny", "--root", str(repo), "--record-launches", "2", *GATE]) == 0
+    assert main(["baseline", "update", "tiny", "--root", str(repo), "--record-launches", "2", *PROFILED]) == 0
     recorded = capsys.readouterr().out
     assert "too noisy for its step-time tolerance" in recorded, recorded
     _git(repo, "add", "baselines")
@@ -261,15 +262,20 @@ def test_a_noisy_baselines_pass_is_checked_against_the_base_and_a_hidden_slowdow
     # +3 ms of 13 (+23 %): below the recording's average of a 13 ms and a 21 ms launch, so PASS against it
     (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.007))
     _git(repo, "commit", "-q", "-am", "slower forward")
-    code = main(["run", "tiny", "--root", str(repo), *GATE])
+    code = main(["run", "tiny", "--root", str(repo), *PROFILED])
     out = capsys.readouterr().out
     confirmation = Confirmation.from_dict(_result(repo)["extra"]["confirmation"])
     assert confirmation is not None and confirmation.vouch and confirmation.stored_verdict == "PASS", out
     assert confirmation.verdict == "REGRESSED" and code == 1, out
     assert "as the workload is too noisy for one launch against its stored baseline to vouch for a PASS" in out
+    doc = _result(repo)
+    if doc["machine"]["gpu_count"]:      # no profile launch after a PASS: both sides' are taken once the pairs fail it
+        assert doc["profile"] is not None and (Path(doc["run_dir"]) / "confirm" / "base-profile").is_dir(), out
+    else:
+        assert doc["profile"] is None and not (Path(doc["run_dir"]) / "confirm" / "base-profile").exists()
     # unchanged code on the same quiet machine: checked, never failed, and the stored PASS stands
     _git(repo, "reset", "-q", "--hard", "HEAD~1")
-    assert main(["run", "tiny", "--root", str(repo), *GATE]) == 0
+    assert main(["run", "tiny", "--root", str(repo), *PROFILED]) == 0
     out = capsys.readouterr().out
     again = Confirmation.from_dict(_result(repo)["extra"]["confirmation"])
     assert again is not None and again.vouch and again.verdict != "REGRESSED", out

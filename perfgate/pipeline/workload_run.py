@@ -116,7 +116,7 @@ def run_workload(
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             run = _measure(launcher, baseline, policy, settings)
             result.analyses, result.profile = launcher.timing, launcher.profile
-            judge(result, spec, settings, baseline, path, run, _confirm(launcher, baseline, run, policy))
+            judge(result, spec, settings, baseline, path, run, _confirm(launcher, result, baseline, run, policy))
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
         result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
     except PerfgateError as exc:
@@ -243,16 +243,26 @@ def _measure(launcher: _Launcher, baseline: Baseline | None, policy: ComparePoli
                      policy, settings.budget, profile=profile, on_look=on_look)
 
 
-def _confirm(launcher: _Launcher, baseline: Baseline | None, run: LookRun, policy: ComparePolicy) -> ConfirmRun | None:
-    """The confirmation against the base (perfgate.pipeline.confirmation), when the settings want one."""
+def _confirm(launcher: _Launcher, result: WorkloadResult, baseline: Baseline | None, run: LookRun,
+             policy: ComparePolicy) -> ConfirmRun | None:
+    """The confirmation against the base (perfgate.pipeline.confirmation), when the settings want one.
+    A checked PASS (no profile launch was taken after it) that the pairs fail takes the head's
+    profile launch afterwards, and the base's with it, for the diagnosis (``result.profile``)."""
     def launch(spec: WorkloadSpec, launch_dir: Path, k: int, kind: str, cwd: Path) -> Analysis:
         return launch_analysis(spec, launcher.settings, launch_dir, k, kind, cwd=cwd, extra_args=launcher.extra_args,
                                progress=launcher.say)
 
-    return confirm_if_wanted(launcher.spec, launcher.settings, baseline, run.outcome, policy, launcher.run_dir, launch,
-                             cwd=launcher.cwd, gpu_count=launcher.gpu_count, say=launcher.say,
-                             started=launcher.started, profile_base=launcher.profile is not None,
-                             noisy=run.noise is not None and run.noise.too_noisy)
+    confirmed = confirm_if_wanted(launcher.spec, launcher.settings, baseline, run.outcome, policy, launcher.run_dir,
+                                  launch, cwd=launcher.cwd, gpu_count=launcher.gpu_count, say=launcher.say,
+                                  started=launcher.started,
+                                  profile_base=launcher.profile is not None or launcher.wants_profile,
+                                  noisy=run.noise is not None and run.noise.too_noisy)
+    changed = confirmed is not None and confirmed.outcome is not None and confirmed.outcome.verdict in (
+        Verdict.REGRESSED, Verdict.IMPROVED)
+    if changed and launcher.profile is None:
+        launcher.profile_launch()         # the base's was taken beside the pairs (wants_profile)
+        result.profile = launcher.profile
+    return confirmed
 
 
 def launch_analysis(spec: WorkloadSpec, settings: Settings, launch_dir: Path, k: int, kind: str, *,
