@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate.commands.output import say, say_error
 from perfgate.errors import PerfgateError, os_error_message
-from perfgate.records.model import Verdict
+from perfgate.records.model import Verdict, WorkloadResult
 from perfgate.settings.options import add_command_options, settings_from_args
 from perfgate.settings.workloads import helper_notes, selected_specs
 from perfgate.system.machine import machine_info
 
 if TYPE_CHECKING:
-    from perfgate.records.model import WorkloadResult
     from perfgate.settings.config import Settings
     from perfgate.settings.workloads import WorkloadSpec
 
@@ -37,8 +36,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace, *, update: bool | None = None) -> int:
     """Exit 0 when every workload passed, 1 when one regressed, 2 when one errored or a history line
     or a report could not be written (the verdicts are printed first)."""
-    from perfgate.records.model import Verdict
-
     settings = settings_from_args(args)
     specs = specs_on_this_machine(settings)
     for note in helper_notes(settings):

@@ -164,7 +164,6 @@ def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
     if base.batch and cur.batch and cur.batch >= GREW * base.batch:
         return _larger_batch(base, cur, roles, time)
     params, optimizer = _parameters(base, cur)
-    params_known = params is not None
     outputs, loss = _predictions(base, cur)
     if median(counts.values()) >= GREW and min(counts.values()) >= 1 - SAME:
         grew = [r for r in roles if counts[r] >= GREW]
@@ -199,7 +198,7 @@ def model_change(base: Work | None, cur: Work | None) -> ModelChange | None:
         return None
     if inputs is not None and inputs >= GREW and (params is None or params < GREW):
         batch = (f" (the same batch of {cur.batch}: larger samples)" if base.batch and base.batch == cur.batch else "")
-        unchanged = f", {optimizer} (the same parameters)" if params_known else ""
+        unchanged = f", {optimizer} (the same parameters)" if params is not None else ""
         what = ("larger images or longer sequences" if batch else "a larger batch, longer sequences or larger images")
         return ModelChange("inputs", f"larger inputs: {_bytes(base.input_bytes or 0)} -> {_bytes(cur.input_bytes or 0)} "
                                      f"copied to the GPU per step{batch}; {longer}{unchanged}: {what}?", "larger inputs")

@@ -181,6 +181,7 @@ def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome,
     from perfgate.capture.command import PROFILE, TIMING
 
     head_tree = (cwd or settings.root).resolve()
+    vouch = vouching(settings, stored.verdict)
     analyses: dict[str, list[Analysis]] = {BASE: [], HEAD: []}
     started = time.monotonic()
     try:
@@ -201,13 +202,12 @@ def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome,
             looks = pair_looks(min(FIRST_LOOK_PAIRS, settings.max_launches), max(settings.max_launches, 1))
             run = run_pairs(launch, policy, looks, budget_s=budget_s, on_look=on_look)
             base_profile = None
-            decides = not vouching(settings, stored.verdict) or run.outcome.verdict == Verdict.REGRESSED
+            decides = not vouch or run.outcome.verdict == Verdict.REGRESSED
             if profile_base and decides and run.outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
                 base_profile = launch_analysis(specs[BASE], run_dir / "confirm" / "base-profile", 0, PROFILE, base_tree)
     except PerfgateError as exc:
-        return skipped(stored, f"the base {base.commit[:12]} ({base.how}) could not be measured: {exc}",
-                       vouching(settings, stored.verdict))
-    record = replace(_record(stored, base, run, policy.alpha), vouch=vouching(settings, stored.verdict))
+        return skipped(stored, f"the base {base.commit[:12]} ({base.how}) could not be measured: {exc}", vouch)
+    record = replace(_record(stored, base, run, policy.alpha), vouch=vouch)
     if not decides:     # a checked PASS with no regression found: the stored PASS stands
         return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]))
     return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]), run.outcome, base_profile)

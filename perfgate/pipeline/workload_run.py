@@ -255,7 +255,7 @@ def _confirm(launcher: _Launcher, result: WorkloadResult, baseline: Baseline | N
     confirmed = confirm_if_wanted(launcher.spec, launcher.settings, baseline, run.outcome, policy, launcher.run_dir,
                                   launch, cwd=launcher.cwd, gpu_count=launcher.gpu_count, say=launcher.say,
                                   started=launcher.started,
-                                  profile_base=launcher.profile is not None or launcher.wants_profile,
+                                  profile_base=launcher.wants_profile,
                                   noisy=run.noise is not None and run.noise.too_noisy)
     changed = confirmed is not None and confirmed.outcome is not None and confirmed.outcome.verdict in (
         Verdict.REGRESSED, Verdict.IMPROVED)
