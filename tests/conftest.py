@@ -4,8 +4,10 @@ Tests that need the real nsys or torch skip when these are missing on a develope
 FAIL instead when PERFGATE_REQUIRE_REAL=1 (set by .ci/run), so CI can never go green by skipping."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -100,12 +102,93 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names |= {"slow"} if item.get_closest_marker("zoo") is not None else set()
         for name in sorted(names - {m.name for m in item.iter_markers()}):
             item.add_marker(name)
-    if "zoo" in (config.option.markexpr or ""):
-        return
-    kept = [item for item in items if item.get_closest_marker("zoo_full") is None]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("zoo_full")])
-        items[:] = kept
+    if "zoo" not in (config.option.markexpr or ""):
+        kept = [item for item in items if item.get_closest_marker("zoo_full") is None]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("zoo_full")])
+            items[:] = kept
+
+
+class _FileOrder:
+    """Orders the files after every selection (``-m``, ``-k``: trylast), from what runs."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        items[:] = heaviest_files_first(items)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The files' order (:func:`heaviest_files_first`, after every selection): pytest-xdist's
+    ``--dist loadfile`` would hand out files by their count of tests, the most first."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    config.pluginmanager.register(_FileOrder(), "perfgate-tests-file-order")
+
+
+def file_weight(markers: set[str]) -> int:
+    """A test file's place in the run: 0 for one that gates the zoo's programs, 1 for one with
+    other ``slow`` tests (nsys, torch), 2 for one that kills nsys (``nsys_alone``: it waits for the
+    other process's nsys test to end, so it goes where the other process turns to the fast files),
+    3 for the rest."""
+    if "zoo" in markers:
+        return 0
+    return 2 if "nsys_alone" in markers else 1 if "slow" in markers else 3
+
+
+def heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items with whole files moved, the heaviest first (:func:`file_weight`), each file's
+    tests kept together and in their order: ``-n 2`` (pytest-xdist, ``--dist loadfile``) hands
+    out files in this order (:func:`pytest_configure`), and a file of the zoo's 4-5 minutes handed
+    out late would keep one worker busy while the other idles; the fast files at the end even out
+    the two workers' ends."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    weight = {name: file_weight({m.name for item in group for m in item.iter_markers()})
+              for name, group in files.items()}
+    ordered = sorted(files, key=lambda name: weight[name])      # stable: collection order within a weight
+    return [item for name in ordered for item in files[name]]
+
+
+#: One lock file for the machine's nsys, across test sessions at once (pytest-xdist's workers, or
+#: two developers' runs): a test that runs nsys or torch holds it shared from its setup to its
+#: teardown (module fixtures' included), one marked ``nsys_alone`` (it changes nsys's machine-wide
+#: state: its session table in /dev/shm) holds it alone.
+NSYS_LOCK = Path(tempfile.gettempdir()) / "perfgate-tests-nsys.lock"
+
+
+def nsys_lock_mode(markers: set[str]) -> int | None:
+    """How a test with ``markers`` holds :data:`NSYS_LOCK`: alone, shared, or not at all."""
+    if "nsys_alone" in markers:
+        return fcntl.LOCK_EX
+    return fcntl.LOCK_SH if markers & {"nsys", "torch"} else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    mode = nsys_lock_mode({m.name for m in item.iter_markers()})
+    if mode is None:
+        return (yield)
+    with NSYS_LOCK.open("a") as lock:
+        fcntl.flock(lock, mode)
+        try:
+            return (yield)   # the lock goes with the file's closing
+        finally:
+            if mode == fcntl.LOCK_EX:
+                _no_nsys_state_left()
+
+
+def _no_nsys_state_left(wait_s: float = 30.0) -> None:
+    """After a test that killed nsys (still holding the lock alone): once its nsys processes have
+    ended, nsys's session table goes too, so that the sessions of the tests after it, two at once,
+    do not meet a table a killed session left ("Agent launcher failed."), which perfgate removes
+    only where no other nsys runs."""
+    from perfgate.system.nsys import _nsys_running, clear_stale_session_table
+
+    deadline = time.monotonic() + wait_s
+    while _nsys_running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    clear_stale_session_table()
 
 
 #: Every process the suite starts inherits this variable (a name perfgate's tests do not strip, as

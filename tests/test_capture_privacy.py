@@ -27,6 +27,9 @@ from pathlib import Path
 import pytest
 from cpu_nvtx import NVTX
 
+# it kills nsys (timeouts, signals, hangs): alone on the machine (tests/conftest.py)
+pytestmark = pytest.mark.nsys_alone
+
 ALNUM = string.ascii_letters + string.digits
 
 # It also names a range after the token (LEAK_SEED is the token reversed: no secret by name or

@@ -22,6 +22,9 @@ from perfgate.settings.workloads import WorkloadSpec
 from perfgate.system.process_tree import start, stop
 from perfgate.system.supervisor import descendants
 
+# it kills nsys (timeouts, signals, hangs): alone on the machine (tests/conftest.py)
+pytestmark = pytest.mark.nsys_alone
+
 HANG = '''
 import os, subprocess, sys, time
 from pathlib import Path

@@ -96,6 +96,7 @@ def test_unchanged_rerun_passes(gated: dict) -> None:
     was (the gate, at one launch a side, cannot tell a loaded machine from slower code; the test
     measures the load and the noise beside it)."""
     rerun, recorded, load = gated["rerun"], gated["recorded"], gated["load"]
+    assert rerun.verdict != Verdict.ERROR, rerun.error
     confirmation = rerun.confirmation
     if confirmation is not None:
         # the stored baseline alone would have failed it: the base was measured beside it
@@ -116,9 +117,9 @@ def test_unchanged_rerun_passes(gated: dict) -> None:
 
 def test_slower_input_pipeline_is_regressed_and_named(gated: dict) -> None:
     slowed, phase, slow_ms = gated["slowed"], gated["phase"], gated["slow_ms"]
+    assert slowed.verdict == Verdict.REGRESSED, slowed.error or slowed.message
     base = gated["recorded"].analyses[0]
     cur = slowed.analyses[0]
-    assert slowed.verdict == Verdict.REGRESSED, slowed.message
     # CPU work took `factor` times as long in the slowed run as in the recording (the machine's load)
     load = gated["load"]
     factor = drift(load["recorded"], load["slowed"])
