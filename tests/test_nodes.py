@@ -14,7 +14,7 @@ import pytest
 
 from perfgate.analysis import AnalysisOptions, analyze
 from perfgate.capture.command import Rendezvous, workload_command
-from perfgate.capture.nodes import FANOUT, endpoint, job_command, node_stem
+from perfgate.capture.nodes import FANOUT, endpoint, job_command, node_stem, store_command
 from perfgate.cli import main
 from perfgate.errors import ConfigError, TraceError
 from perfgate.baselines.provenance import recorded_command
@@ -125,6 +125,10 @@ def test_each_node_runs_torchrun_with_the_shared_c10d_rendezvous() -> None:
     assert cmd == ["python", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d",
                    "--rdzv-endpoint=127.0.0.1:29500", "--rdzv-id=run-1", "--nproc-per-node=2", "-m", "jobs.job", "--x"]
     assert "--standalone" in workload_command(replace(spec, nnodes=1), "python")
+    # the store hosted outside the nodes: each of them a client
+    hosted = workload_command(spec, "python", rendezvous=Rendezvous(0, "127.0.0.1:29500", "run-1", hosted=True))
+    assert hosted[hosted.index("--rdzv-id=run-1") + 1] == "--rdzv-conf=is_host=0"
+    assert store_command("127.0.0.1:29500", "python")[-2:] == ["127.0.0.1", "29500"]
     assert endpoint(spec, lambda: 1234) == "127.0.0.1:1234"
     assert endpoint(replace(spec, rdzv_endpoint="node0.cluster"), lambda: 1234) == "node0.cluster:1234"
     assert endpoint(replace(spec, rdzv_endpoint="node0.cluster:29400"), lambda: 1234) == "node0.cluster:29400"
@@ -146,6 +150,28 @@ def test_the_fanout_runs_every_node_and_exits_with_a_failed_ones_status() -> Non
                           capture_output=True)
     assert proc.returncode == 4 and time.monotonic() - started < 90
     assert FANOUT.is_file()
+
+
+def test_the_store_outlives_every_node(tmp_path: Path) -> None:
+    """The rendezvous's store starts before the nodes and ends after the last one: a node that still
+    talks to it after another node ended (torchrun's agent polls it until its own workers end) finds
+    it, and nothing of it is left running."""
+    from perfgate.capture.nodes import free_port
+
+    port = free_port()
+    pid_file = tmp_path / "store.pid"
+    store = [sys.executable, "-c", "import os, socket, sys\n"
+             f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+             "s = socket.create_server((sys.argv[1], int(sys.argv[2])))\n"
+             "while True:\n    s.accept()[0].close()\n", "127.0.0.1", str(port)]
+    first = [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', %d)).close()" % port]
+    later = [sys.executable, "-c", "import socket, time; time.sleep(1.5); "
+             "socket.create_connection(('127.0.0.1', %d), timeout=5).close()" % port]
+    started = time.monotonic()
+    assert subprocess.run(job_command([first, later], store=store), timeout=60).returncode == 0
+    assert time.monotonic() - started < 30
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
 
 
 @pytest.mark.parametrize("table, problem", [

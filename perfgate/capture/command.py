@@ -56,6 +56,7 @@ class Rendezvous:
     node: int
     endpoint: str        # host:port
     run_id: str
+    hosted: bool = False     # the c10d store at the endpoint is hosted outside the nodes (capture.nodes)
 
 
 def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_args: Sequence[str] = (),
@@ -66,7 +67,8 @@ def workload_command(spec: WorkloadSpec, python: str = sys.executable, extra_arg
     if spec.launcher == "torchrun":
         where = ["--standalone"] if rendezvous is None else [
             f"--nnodes={spec.nnodes}", f"--node-rank={rendezvous.node}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rendezvous.endpoint}", f"--rdzv-id={rendezvous.run_id}"]
+            f"--rdzv-endpoint={rendezvous.endpoint}", f"--rdzv-id={rendezvous.run_id}",
+            *(["--rdzv-conf=is_host=0"] if rendezvous.hosted else [])]
         return [python, "-m", "torch.distributed.run", *where, f"--nproc-per-node={spec.nproc}",
                 "-m", spec.module, *args]
     return [python, "-m", spec.module, *args]

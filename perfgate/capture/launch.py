@@ -31,7 +31,7 @@ from perfgate.capture import private_dir
 from perfgate.capture.command import (
     TIMING, Rendezvous, capture_environment, nsys_command, pytorch_trace_mode, resolve_trace,
 )
-from perfgate.capture.nodes import job_command, node_commands, node_stem
+from perfgate.capture.nodes import multinode_command, node_stem
 from perfgate.capture.nsys_log import failure_cause
 from perfgate.capture.private_dir import Kept
 from perfgate.capture.redaction.launch_folder import clean_artifacts
@@ -192,7 +192,7 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
 
     named = session if supports_option(nsys, "--session-new") else None
     cmd = (build(out / REPORT_STEM, named) if spec.nnodes == 1 else    # one nsys per node (capture.nodes)
-           job_command(node_commands(spec, build, out, REPORT_STEM, named, session)))
+           multinode_command(spec, build, out, REPORT_STEM, named, session))
     env = capture_environment(os.environ, settings.capture_range, autostep=settings.autostep, threads=settings.threads)
     env["TMPDIR"] = str(private / "tmp")
     started = time.monotonic()
