@@ -394,3 +394,119 @@ def test_the_real_straggler_still_leads_when_the_wait_does_not_move(h200_runs: d
     a = explain_regression(h200_runs["baseline"], h200_runs["straggler"])
     assert a.cause == "straggler rank"
     assert not any("wait moved" in n for n in a.notes)
+
+
+# NCCL's calls from its own NVTX ranges: three captures on two H200s made the way timing launches
+# capture (--trace=nvtx, no CUDA trace; scripts/gpu/collectives.sh): 4 micro-batches per step inside
+# no_sync(), the same with no_sync() dropped, and the first with 1 MB DDP buckets
+CALLS = {side: TRACES / f"gpu-ddp-calls-{side}" for side in ("base", "nosync-dropped", "small-buckets")}
+PHASES = ("data_load", "h2d", "forward", "backward", "optimizer")
+
+
+def _calls_oracle(path: Path, skip: int) -> tuple[int, dict[tuple[str, str | None], int]]:
+    """Straight from the export: per process, its measured window (its ``step`` ranges, ``skip``
+    skipped, the last one only closing the window), the NCCL-domain ranges named ``nccl...`` but
+    ``ncclComm*``/``ncclGroup*`` that start in it, each in the phase range of its process that
+    contains its start (any thread); returns (measured steps, calls by (call, phase))."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        ranges = con.execute(
+            "SELECT (n.globalTid >> 24) & 16777215, n.start, n.\"end\", coalesce(s.value, n.text), "
+            "(SELECT count(*) FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.domainId = n.domainId "
+            "AND coalesce(d.text, '') = 'NCCL') > 0 FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+            "WHERE n.eventType = 59 ORDER BY 2").fetchall()
+    steps_total, calls = 0, {}
+    for pid in sorted({p for p, _, _, name, nccl in ranges if name == "step" and not nccl}):
+        starts = [s for p, s, _, name, nccl in ranges if p == pid and name == "step" and not nccl]
+        lo, hi = starts[skip], starts[-1]
+        steps_total += len(starts) - skip - 1
+        phases = [(s, e, name) for p, s, e, name, nccl in ranges if p == pid and not nccl and name in PHASES]
+        for p, s, _, name, nccl in ranges:
+            if p == pid and nccl and name.startswith("nccl") and not name.startswith(("ncclComm", "ncclGroup")) \
+                    and lo <= s < hi:
+                phase = next((n for ps, pe, n in phases if ps <= s < pe), None)
+                key = (name.removeprefix("nccl"), phase)
+                calls[key] = calls.get(key, 0) + 1
+    return steps_total, calls
+
+
+@pytest.mark.parametrize("side", list(CALLS))
+def test_nccl_calls_per_step_are_nccl_domain_ranges_counted_from_the_export(side: str) -> None:
+    a = analyze_trace(CALLS[side] / "trace.sqlite")
+    steps, calls = _calls_oracle(CALLS[side] / "trace.sqlite", WARMUP)
+    assert a.collectives is not None and a.steps.count == steps
+    assert {(c.call, c.phase): c.per_step for c in a.collectives.counts} == pytest.approx(
+        {k: n / steps for k, n in calls.items()})
+    assert a.metrics()["collectives_per_step"] == pytest.approx(sum(calls.values()) / steps)
+    assert a.comm is None        # no CUDA trace: no kernels, the calls all the same
+
+
+def test_the_calls_per_step_of_the_three_sides() -> None:
+    """The numbers the words below rest on: 5 all-reduces in backward and 2 broadcasts in forward per
+    step and rank; no_sync() dropped makes every micro-batch's backward all-reduce (and its forward
+    broadcast): 4x both; 1 MB buckets 35 all-reduces; the kernels the CUDA-traced 2-process capture
+    has per step (gpu-ddp-2proc: 7) are as many as its calls."""
+    got = {side: {(c.call, c.phase): c.per_step for c in analyze_trace(path / "trace.sqlite").collectives.counts}
+           for side, path in CALLS.items()}
+    assert got["base"] == {("AllReduce", "backward"): 5.0, ("Broadcast", "forward"): 2.0}
+    assert got["nosync-dropped"] == {("AllReduce", "backward"): 20.0, ("Broadcast", "forward"): 8.0}
+    assert got["small-buckets"] == {("AllReduce", "backward"): 35.0, ("Broadcast", "forward"): 2.0}
+    traced = analyze_trace(DDP / "trace.sqlite")
+    assert traced.collectives.per_step == traced.comm.kernels_per_step == 7.0
+
+
+@pytest.fixture(scope="module")
+def calls() -> dict[str, Analysis]:
+    return {side: analyze_trace(path / "trace.sqlite") for side, path in CALLS.items()}
+
+
+def test_no_sync_dropped_on_two_h200s_is_said_from_the_timing_launches(calls: dict) -> None:
+    from perfgate.diagnosis.comm import collectives_text
+
+    assert collectives_text(calls["base"], calls["nosync-dropped"]) == (
+        "communication: NCCL calls per step and rank 7 -> 28 (all-reduce 5 -> 20 in backward, which runs 4 times "
+        "per step: each backward now communicates, not only the last): gradients all-reduced at every micro-step "
+        "(no_sync() dropped from the accumulation?)")
+    assert collectives_text(calls["base"], calls["small-buckets"]).endswith(
+        "7 -> 37 (all-reduce 5 -> 35 in backward, 9 per backward where it was 1): smaller DDP buckets (bucket_cap_mb)?")
+    # the other way: no_sync() put back, larger buckets
+    assert collectives_text(calls["nosync-dropped"], calls["base"]).endswith(
+        "28 -> 7 (all-reduce 20 -> 5 in backward, which runs 4 times per step: only the last backward communicates "
+        "now): gradients all-reduced once per step (no_sync() around the accumulated micro-batches?)")
+    assert collectives_text(calls["small-buckets"], calls["base"]).endswith(
+        "37 -> 7 (all-reduce 35 -> 5 in backward, 1 per backward where it was 9): larger DDP buckets (bucket_cap_mb)?")
+    assert collectives_text(calls["base"], calls["base"]) is None
+
+
+def test_a_pass_with_more_collectives_says_so(calls: dict) -> None:
+    """The step of the no_sync() change grew 4.5 % on two H200s (190.9 -> 199.5 ms): within a 10 %
+    tolerance it PASSes, and the summary still says what happened to the communication; with
+    ``gate_alone`` naming the metric it fails on it."""
+    from perfgate.gate.compare import ComparePolicy, compare_launches
+    from perfgate.pipeline.judge import communication_note
+    from perfgate.records.model import Tolerance, Verdict
+
+    base, cur = calls["base"], calls["nosync-dropped"]
+    assert cur.steps.time_ms / base.steps.time_ms == pytest.approx(1.045, abs=0.005)
+    loose = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.10)})
+    passed = compare_launches([base.metrics()], [cur.metrics()], loose)
+    assert passed.verdict == Verdict.PASS
+    assert passed.row("collectives_per_step").verdict == Verdict.REGRESSED
+    assert not passed.row("collectives_per_step").gating
+    note = communication_note(passed, [base], [cur])
+    assert note is not None and note.startswith("communication: NCCL calls per step and rank 7 -> 28 (all-reduce")
+    alone = compare_launches([base.metrics()], [cur.metrics()],
+                             ComparePolicy(tolerances=loose.tolerances, gate_alone=("collectives_per_step",)))
+    assert alone.verdict == Verdict.REGRESSED and "collectives_per_step" in alone.summary
+    # the same calls: nothing said; the metric off: nothing said
+    assert communication_note(compare_launches([base.metrics()], [base.metrics()], loose), [base], [base]) is None
+    off = ComparePolicy(tolerances={**loose.tolerances, "collectives_per_step": Tolerance(rel=float("inf"))})
+    assert communication_note(compare_launches([base.metrics()], [cur.metrics()], off), [base], [cur]) is None
+
+
+def test_a_baseline_keeps_the_calls(calls: dict, tmp_path: Path) -> None:
+    from perfgate.baselines.store import BaselineLaunch
+
+    a = calls["nosync-dropped"]
+    launch = BaselineLaunch.from_dict(BaselineLaunch.of(a, a.metrics()).to_dict(), "a launch")
+    assert launch.analysis().collectives == a.collectives
+    assert Analysis.from_dict(a.to_dict()).collectives == a.collectives

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfgate.analysis.comm import comm_stats
+from perfgate.analysis.comm import collective_calls, comm_stats
 from perfgate.analysis.facts import trace_facts
 from perfgate.analysis.gpu_work import gpu_work
 from perfgate.analysis.idle import busy_intervals, device_label, gpu_idle
@@ -99,6 +99,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
                                        "apart (median over steps; DDP keeps ranks in step: about the alignment's "
                                        "error)",)
     comm = relabeled_comm(comm_stats(ops, trace.strings, measured), ranks) if len(ops) else None
+    collectives = collective_calls(trace.nvtx, measured, instances)
     del ops, busy, projected
     facts = trace_facts(trace, steps, work, measured, instances, device_busy)
     return Analysis(
@@ -116,6 +117,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         ranks=ranks,
         rank_skew_ms=skew,
         comm=comm,
+        collectives=collectives,
         extra={} if spread is None else {"node_step_spread_ms": spread},
         facts=facts,
     )

@@ -11,6 +11,12 @@ process, in process-id order as in perfgate/analysis/ranks.py) and GPU:
 - overlapped = |that union ∩ union of the compute kernels of every process on the same GPU|;
 - exposed = communication − overlapped; overlap share = overlapped / communication.
 
+NCCL's calls (:func:`collective_calls`) come from NCCL's own NVTX ranges (domain ``NCCL``, e.g.
+``NCCL:ncclAllReduce``), which nsys records with ``--trace=nvtx`` alone: every launch has them, the
+timing launches included, where only the CUDA-traced profile launch has kernels. A call belongs to
+its rank's measured window by its start, and to the phase instance of its process that contains its
+start, whichever thread made it (DDP all-reduces from autograd's thread, inside ``backward``).
+
 Per-step values divide by the rank's measured steps; the job's values are sums over ranks divided
 by the sum of their steps (the mean over ranks when they measured as many steps), and its overlap
 share is Σ overlapped / Σ communication (HTA's ``get_comm_comp_overlap`` ratio). Nothing (None)
@@ -26,13 +32,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from perfgate.analysis import intervals
-from perfgate.records.ranks import CommStats, RankComm
+from perfgate.records.ranks import CollectiveCalls, CollectiveCount, CommStats, RankComm
 from perfgate.trace.columns import Columns
 from perfgate.trace.gpu_ops import KERNEL, GpuOps
 
 #: An NCCL kernel's name (shortName or demangled: ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``,
 #: ``void ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)``).
 NCCL_KERNEL = re.compile(r"(?:^|[\s*&:])nccl(?:Dev)?Kernel")
+#: NCCL's NVTX range of a call that communicates (``NCCL:ncclAllReduce``, ``NCCL:ncclSend``): not the
+#: communicator's set-up and teardown (``ncclCommInitRankConfig``, ``ncclCommDestroy``), nor group markers.
+NCCL_CALL = re.compile(r"NCCL:nccl(?!Comm|Group)([A-Z][A-Za-z]*)")
 
 
 def nccl_name_ids(strings: Mapping[int, str]) -> np.ndarray:
@@ -94,3 +103,50 @@ def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: Columns) -> Co
     return CommStats(kernels_per_step=kernels / steps, comm_ms=comm / 1e6 / steps,
                      exposed_ms=(comm - overlapped) / 1e6 / steps,
                      overlap_fraction=overlapped / comm if comm > 0 else None, ranks=tuple(ranks))
+
+
+def collective_calls(nvtx: Columns, measured: Columns, instances: Columns) -> CollectiveCalls | None:
+    """NCCL's calls per step and rank in the measured steps (``pid``, ``start``, ``period_end`` of
+    each), by call and by the phase instance (``pid``, ``phase``, ``start``, ``end``) that contains
+    each call's start; None without a call in them."""
+    if measured.empty or len(nvtx) == 0:
+        return None
+    names = nvtx["name"]
+    calls = {name: m.group(1) for name in set(names.tolist())
+             if isinstance(name, str) and (m := NCCL_CALL.fullmatch(name))}
+    if not calls:
+        return None
+    rows = np.flatnonzero(np.isin(names, list(calls)))
+    pids, where, steps_of = np.unique(measured["pid"], return_inverse=True, return_counts=True)
+    counts: dict[tuple[str, str | None], int] = {}
+    for k, pid in enumerate(pids.tolist()):
+        mine = where == k
+        lo, hi = int(measured["start"][mine].min()), int(measured["period_end"][mine].max())
+        starts = nvtx["start"][rows]
+        picked = rows[(nvtx["pid"][rows] == pid) & (starts >= lo) & (starts < hi)]
+        phases = _phase_at(instances, pid, nvtx["start"][picked])
+        for name, phase in zip(names[picked].tolist(), phases):
+            key = (calls[name], phase)
+            counts[key] = counts.get(key, 0) + 1
+    steps = int(steps_of.sum())
+    total = sum(counts.values())
+    if total == 0 or steps == 0:
+        return None
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or ""))
+    return CollectiveCalls(per_step=total / steps,
+                           counts=tuple(CollectiveCount(call, phase, n / steps) for (call, phase), n in ordered))
+
+
+def _phase_at(instances: Columns, pid: int, times: np.ndarray) -> list[str | None]:
+    """The phase of the process ``pid`` whose instance contains each of ``times`` (None: none does).
+    A step's phase instances do not overlap, so the one starting last at or before a time is the only
+    candidate."""
+    if instances.empty or times.size == 0:
+        return [None] * times.size
+    mine = np.flatnonzero(instances["pid"] == pid)
+    mine = mine[np.argsort(instances["start"][mine], kind="stable")]
+    starts, ends = instances["start"][mine], instances["end"][mine]
+    i = np.searchsorted(starts, times, side="right") - 1
+    inside = (i >= 0) & (ends[np.maximum(i, 0)] > times)
+    phase = instances["phase"][mine]
+    return [str(phase[j]) if ok else None for j, ok in zip(i.tolist(), inside.tolist())]

@@ -35,7 +35,7 @@ PRIMARY_METRIC = "step_time_ms"
 
 
 #: What a baseline's launch record keeps of the analysis record (besides ``metrics``, the measured
-#: step durations, ``capture`` and, for 2+ processes, ``ranks`` and NCCL ``comm``): what diagnosis.explain_regression
+#: step durations, ``capture`` and, for 2+ processes, ``ranks``, NCCL ``comm`` and NCCL's ``collectives``): what diagnosis.explain_regression
 #: diffs against (phases, GPU work, idle gaps, the rules that fired) ...
 LAUNCH_KEYS = ("nsys_version", "phases", "gpu", "gpu_idle", "diagnosis")
 #: ... and of its ``steps``: no summary (the metrics hold it) and no durations (``step_durations_ms``).
@@ -72,7 +72,8 @@ class BaselineLaunch:
         detail = {"capture": record.get("capture", "timing"), "steps": {k: record["steps"][k] for k in steps},
                   **{k: record.get(k) for k in LAUNCH_KEYS}, **{k: record[k] for k in MACHINE_KEYS if k in record},
                   **({"ranks": record["ranks"]} if a.ranks else {}),
-                  **({"comm": record["comm"]} if a.comm is not None else {})}
+                  **({"comm": record["comm"]} if a.comm is not None else {}),
+                  **({"collectives": record["collectives"]} if a.collectives is not None else {})}
         return cls(metrics=metrics, step_durations_ms=tuple(a.steps.durations_ms), detail=detail)
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from perfgate.analysis.comm import NCCL_KERNEL
 from perfgate.records.diagnosis import Reason
-from perfgate.records.model import PhaseStats
-from perfgate.records.ranks import CommStats
+from perfgate.records.model import Analysis, PhaseStats
+from perfgate.records.ranks import CollectiveCalls, CommStats
 
 Kernels = Mapping[str, Mapping[str, list[float]]]    # TraceFacts.kernels_by_phase
 
@@ -100,22 +100,29 @@ def exposed(change: CommChange) -> str | None:
 
 
 def more_kernels(change: CommChange) -> str | None:
-    """More collectives per step: smaller DDP buckets, or an all-reduce at every micro-step. The phase
-    that launches the collective that grew most tells which: where it runs N >= 2 times per step on
-    both sides and its collectives grew N-fold, every run now communicates where only the last did
-    (gradient accumulation without no_sync()); where it runs as often as before and each run
-    launches more collectives, the buckets are smaller."""
+    """More collectives per step: smaller DDP buckets, or an all-reduce at every micro-step
+    (:func:`grown_collectives`)."""
     b, c = change.base.kernels_per_step, change.cur.kernels_per_step
     if c - b < max(1.0, MORE_KERNELS * b):
         return None
-    grew = sorted(((k, change.base_collectives.get(k, [0.0, 0.0])[0], v[0])
-                   for k, v in change.cur_collectives.items()), key=lambda x: x[1] - x[2])
-    numbers = f"NCCL kernels per step {b:.0f} -> {c:.0f}"
+    return grown_collectives(f"NCCL kernels per step {b:.0f} -> {c:.0f}",
+                             {k: v[0] for k, v in change.base_collectives.items()},
+                             {k: v[0] for k, v in change.cur_collectives.items()}, change.base_runs, change.cur_runs)
+
+
+def grown_collectives(numbers: str, base: Mapping[tuple[str, str], float], cur: Mapping[tuple[str, str], float],
+                      base_runs: Mapping[str, float], cur_runs: Mapping[str, float]) -> str:
+    """``numbers`` and the likely edit behind more collectives per step (``base``, ``cur``: per
+    (collective, phase) per step). The phase that launches the collective that grew most tells
+    which: where it runs N >= 2 times per step on both sides and its collectives grew N-fold,
+    every run now communicates where only the last did (gradient accumulation without no_sync());
+    where it runs as often as before and each run launches more collectives, the buckets are smaller."""
+    grew = sorted(((k, base.get(k, 0.0), v) for k, v in cur.items()), key=lambda x: x[1] - x[2])
     if not grew or grew[0][2] <= grew[0][1]:
         return f"{numbers}: {EITHER_EDIT}"
     (name, phase), bc, cc = grew[0]
     detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
-    runs_b, runs_c = change.base_runs.get(phase) or 0.0, change.cur_runs.get(phase) or 0.0
+    runs_b, runs_c = base_runs.get(phase) or 0.0, cur_runs.get(phase) or 0.0
     if bc <= 0 or runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
         return f"{detail}): {EITHER_EDIT}"
     if runs_c >= 2 - ACCUMULATION_SLACK and abs(cc / bc - runs_c) <= ACCUMULATION_SLACK * runs_c:
@@ -179,3 +186,51 @@ def collectives_changed(reason: Reason | None) -> bool:
 def leads(reason: Reason, step_delta_ms: float) -> bool:
     """Whether a communication reason accounts for enough of the step-time change to come first."""
     return reason.ms >= max(MIN_EXPOSED_MS, MIN_SHARE_OF_STEP * step_delta_ms)
+
+
+#: Fewer collectives per step: the likely edits, where the records cannot tell which
+FEWER_EDIT = "larger DDP buckets (bucket_cap_mb), or no_sync() around the accumulated micro-batches?"
+
+
+def _calls(calls: CollectiveCalls) -> dict[tuple[str, str], float]:
+    """(collective, phase) -> calls per step, in the words of :func:`collective`."""
+    out: dict[tuple[str, str], float] = {}
+    for c in calls.counts:
+        key = (_WORDS.get(c.call, c.call), c.phase or "no phase")
+        out[key] = out.get(key, 0.0) + c.per_step
+    return out
+
+
+def collectives_text(base: Analysis, cur: Analysis) -> str | None:
+    """What changed in NCCL's calls per step (its NVTX ranges: every launch has them), said whatever
+    the verdict once the gate found ``collectives_per_step`` beyond its tolerance: the collectives
+    per step and rank, the one that moved most and the phase it is made in, and the likely edit
+    (:func:`grown_collectives`). None where a side has no calls or the count did not move."""
+    if base.collectives is None or cur.collectives is None:
+        return None
+    b, c = base.collectives.per_step, cur.collectives.per_step
+    numbers = f"NCCL calls per step and rank {b:.0f} -> {c:.0f}"
+    before, after = _calls(base.collectives), _calls(cur.collectives)
+    base_runs, cur_runs = runs_per_step(base.phases, base.steps.count), runs_per_step(cur.phases, cur.steps.count)
+    if c > b:
+        return f"communication: {grown_collectives(numbers, before, after, base_runs, cur_runs)}"
+    if c < b:
+        return f"communication: {fewer_collectives(numbers, before, after, base_runs, cur_runs)}"
+    return None
+
+
+def fewer_collectives(numbers: str, base: Mapping[tuple[str, str], float], cur: Mapping[tuple[str, str], float],
+                      base_runs: Mapping[str, float], cur_runs: Mapping[str, float]) -> str:
+    """:func:`grown_collectives` the other way: the collective that fell most, and where its phase
+    runs N >= 2 times per step and it fell N-fold, only the last run communicates now (no_sync()
+    around the accumulation); where each run makes fewer, the buckets are larger."""
+    fell = sorted(((k, v, cur.get(k, 0.0)) for k, v in base.items()), key=lambda x: x[2] - x[1])
+    (name, phase), bc, cc = fell[0]
+    detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
+    runs_b, runs_c = base_runs.get(phase) or 0.0, cur_runs.get(phase) or 0.0
+    if cc <= 0 or runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
+        return f"{detail}): {FEWER_EDIT}"
+    if runs_b >= 2 - ACCUMULATION_SLACK and abs(bc / cc - runs_b) <= ACCUMULATION_SLACK * runs_b:
+        return (f"{detail}, which runs {runs_b:.0f} times per step: only the last {phase} communicates now): "
+                "gradients all-reduced once per step (no_sync() around the accumulated micro-batches?)")
+    return f"{detail}, {cc / runs_c:.0f} per {phase} where it was {bc / runs_b:.0f}): larger DDP buckets (bucket_cap_mb)?"

@@ -106,6 +106,12 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
                description="share of NCCL kernel time overlapped by compute kernels on the same GPU"),
     MetricSpec("comm_kernels_per_step", "kernels", LOWER, Tolerance(rel=0.10, abs=1.0), gating=False,
                log_scale=False, description="NCCL kernels per step and rank (collectives, DDP buckets)"),
+    # NCCL's calls from its own NVTX ranges, in every launch (the timing launches too); reported only
+    # and said in the summary when beyond tolerance, whatever the verdict (perfgate.diagnosis.comm);
+    # gate_alone = ["collectives_per_step"] fails a run on it
+    MetricSpec("collectives_per_step", "calls", LOWER, Tolerance(rel=0.10, abs=1.0), gating=False,
+               log_scale=False, description="NCCL calls (collectives, sends, receives) per step and rank, "
+                                            "from NCCL's NVTX ranges"),
 )
 
 FALLBACK_SPEC = MetricSpec("*", "", LOWER, Tolerance(rel=0.10), gating=False,

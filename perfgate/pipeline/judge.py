@@ -6,21 +6,24 @@ why an unclear run could not decide), the noise and the account of the change.""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from perfgate.diagnosis.comm import collectives_changed, collectives_text
 from perfgate.diagnosis.machine import threads_hint
 from perfgate.gate.machine_states import machine_difference
 from perfgate.baselines.provenance import workload_threads
 from perfgate.pipeline.inputs import explain_change, explained_launches
-from perfgate.records.model import LookRecord, Verdict, WorkloadResult
+from perfgate.records.model import Analysis, LookRecord, Verdict, WorkloadResult
 from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
     from perfgate.baselines.store import Baseline
+    from perfgate.gate.compare import Outcome
     from perfgate.gate.sequential_looks import LookRun
     from perfgate.pipeline.confirmation import ConfirmRun
 
@@ -73,6 +76,7 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         result.notes += run.noise_notes(spec.full_name)
         result.baseline_step_times_ms = baseline.step_durations_ms
         base_launches, provenance = list(baseline.launch_analyses), stale
+    said = communication_note(outcome, base_launches, [*result.analyses, *([result.profile] if result.profile else [])])
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
         base, cur = explained_launches(base_launches, result.analyses, result.profile)
         same_code = decided is None and not (stale and (stale.code or stale.edits or stale.unknown))
@@ -82,4 +86,20 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
             from perfgate.diagnosis.render import render_attribution_text
 
             result.attribution = attribution
+            if any(collectives_changed(r) for r in attribution.reasons):
+                said = None     # the account says it, with the NCCL kernels' time
             result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
+    if said is not None:
+        result.notes += (Note(WARNING, said),)
+
+
+def communication_note(outcome: Outcome, base: Sequence[Analysis], cur: Sequence[Analysis]) -> str | None:
+    """The summary's line on NCCL's calls per step when the gate found them beyond their tolerance
+    (``collectives_per_step``: reported only, unless ``gate_alone`` names it), whatever the verdict:
+    a change of communication that the step time hides (overlapped, or within its tolerance) is said."""
+    row = outcome.row("collectives_per_step")
+    if row is None or row.verdict not in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
+        return None
+    b = next((a for a in base if a.collectives is not None), None)
+    c = next((a for a in cur if a.collectives is not None), None)
+    return collectives_text(b, c) if b is not None and c is not None else None

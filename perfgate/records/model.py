@@ -22,7 +22,7 @@ from perfgate.records.facts import TraceFacts, stored_facts
 from perfgate.records.launch import Launch, split_warnings
 from perfgate.records.noise import NoiseReport
 from perfgate.records.notes import Note, message_text
-from perfgate.records.ranks import CommStats, RankStats
+from perfgate.records.ranks import CollectiveCalls, CommStats, RankStats
 from perfgate.records.staleness import Staleness
 from perfgate.records.steps import StepStats
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version, from_record
@@ -138,6 +138,7 @@ class Analysis:
     ranks: tuple[RankStats, ...] = ()  # per process, when 2+ processes have measured steps
     rank_skew_ms: float | None = None  # median over steps of slowest minus fastest rank's period
     comm: CommStats | None = None      # NCCL kernels in the measured steps, when there are any
+    collectives: CollectiveCalls | None = None  # NCCL's calls in them (its NVTX ranges), when there are any
     # what the diagnosis reads from the raw events (perfgate.analysis.facts); written inside the
     # diagnosis record, not by to_dict (records/facts.py)
     facts: TraceFacts | None = None
@@ -177,6 +178,8 @@ class Analysis:
                         "comm_kernels_per_step": self.comm.kernels_per_step})
             if self.comm.overlap_fraction is not None:
                 out["comm_overlap_fraction"] = self.comm.overlap_fraction
+        if self.collectives is not None:
+            out["collectives_per_step"] = self.collectives.per_step
         if len(self.steps.durations_ms) >= 2:
             out["step_time_p99_ms"] = _percentile(self.steps.durations_ms, 0.99)
         # memory from the workload's allocator, energy and power from NVML (perfgate.analysis.resources)
@@ -203,6 +206,8 @@ class Analysis:
             d["rank_skew_ms"] = self.rank_skew_ms
         if self.comm is not None:
             d["comm"] = asdict(self.comm)
+        if self.collectives is not None:
+            d["collectives"] = asdict(self.collectives)
         d.update(self.extra)
         d.update(self.launch.to_dict())
         return d
@@ -230,6 +235,7 @@ class Analysis:
             warnings=warnings, extra=extra, launch=replace(launch, notes=launch_notes),
             ranks=tuple(from_record(RankStats, r) for r in d.get("ranks") or ()),
             rank_skew_ms=d.get("rank_skew_ms"), comm=from_record(CommStats, d["comm"]) if d.get("comm") else None,
+            collectives=from_record(CollectiveCalls, d["collectives"]) if d.get("collectives") else None,
             facts=stored_facts(d))
 
 

@@ -1,5 +1,5 @@
-"""The records of a multi-process job (torchrun, DDP): per-rank step statistics and NCCL
-communication, written into the analysis record by ``Analysis.to_dict`` and read back by
+"""The records of a multi-process job (torchrun, DDP): per-rank step statistics, NCCL
+communication and NCCL's calls per step, written into the analysis record by ``Analysis.to_dict`` and read back by
 ``Analysis.from_dict`` (perfgate.records.model). Records layer: imports nothing of perfgate."""
 from __future__ import annotations
 
@@ -61,3 +61,21 @@ class CommStats:
     overlap_fraction: float | None    # overlapped / communication time (None: no length)
     ranks: tuple[RankComm, ...]
 
+
+
+@dataclass(frozen=True)
+class CollectiveCount:
+    """One NCCL call and the phase it was made in, per step and rank (perfgate/analysis/comm.py)."""
+
+    call: str                         # NCCL's name: AllReduce, Broadcast, AllGather, Send, ...
+    phase: str | None                 # the step's phase it was made in (None: in no phase)
+    per_step: float
+
+
+@dataclass(frozen=True)
+class CollectiveCalls:
+    """The job's NCCL calls (collectives, sends and receives) per step and rank, counted from
+    NCCL's own NVTX ranges: in every launch, the timing launches' NVTX-only traces included."""
+
+    per_step: float
+    counts: tuple[CollectiveCount, ...]   # by call and phase, the most frequent first

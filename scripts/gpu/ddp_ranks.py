@@ -9,8 +9,14 @@ declared in pyproject.toml, through perfgate's pipeline: a baseline, an unchange
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --comm no_sync   # the change: no_sync() dropped from accumulation
     python3 scripts/gpu/ddp_ranks.py OUT_DIR --comm p2p_off --comm-only   # NCCL_P2P_DISABLE=1, baseline and change alone
 
-On a GPU every run takes the CUDA-traced profile launch (``profile = "always"``): its analysis has
-the NCCL communication per rank (perfgate/analysis/comm.py) that the table shows.
+On a GPU every run takes the CUDA-traced profile launch (``profile = "always"``; ``--profile auto``:
+only when recording and when the timing launches did not PASS, as the gate does by default): its
+analysis has the NCCL communication per rank (perfgate/analysis/comm.py) that the table shows. Every
+launch, the timing launches' NVTX-only traces included, has NCCL's calls per step (its NVTX ranges):
+the ``communication`` column is the result's line on them, said whatever the verdict.
+
+    python3 scripts/gpu/ddp_ranks.py OUT_DIR --comm no_sync --comm-only --profile auto --gate-alone
+        # the change gated as by default, then again with gate_alone = ["collectives_per_step"]
 """
 from __future__ import annotations
 
@@ -89,14 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("nccl", "gloo"), default=None,
                         help="the workload's --backend (gloo: ranks may share a GPU, no NCCL kernels)")
     parser.add_argument("--nproc", type=int, default=None, help="ranks (default: one per GPU, 2 on a CPU)")
+    parser.add_argument("--profile", choices=("always", "auto"), default="always",
+                        help="the profile launch on GPUs: always (default), or auto as the gate's default")
+    parser.add_argument("--confirm", choices=("auto", "always", "never"), default="auto",
+                        help="the gate's confirm setting (never: the stored baseline decides alone, fewer launches)")
+    parser.add_argument("--gate-alone", action="store_true",
+                        help="run the communication change again with gate_alone = ['collectives_per_step']")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     gpu = args.size == "gpu"
     overrides: dict[str, Any] = {"artifacts_dir": str(out / "runs"), "baseline_dir": str(out / "baselines"),
-                                 "report_dir": str(out / "report"), "size": args.size}
+                                 "report_dir": str(out / "report"), "size": args.size, "confirm": args.confirm}
     # on a CPU a smoke check of the script: one launch each, a loose tolerance (shared cores are noisy)
-    overrides.update({"profile": "always", "record_launches": args.record_launches,
+    overrides.update({"profile": args.profile, "record_launches": args.record_launches,
                       "max_launches": args.max_launches} if gpu else
                      {"launches": 1, "tolerance": {"step_time*": "50%+5", "phase.*": "off"}})
     settings = load_settings(ROOT, env={}, overrides=overrides)
@@ -151,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         comm_spec = replace(spec, args=(*spec.args, *comm))
     with mock.patch.dict(os.environ, env):   # the capture's environment is this process's (perfgate.capture.launch)
         run(comm_name, " ".join(comm), comm_spec)
+        if args.gate_alone:
+            run(f"{comm_name}, gate_alone", f"{' '.join(comm)}; gate_alone = [\"collectives_per_step\"]",
+                replace(comm_spec, gate_alone=("collectives_per_step",)))
     print((out / "results.md").read_text())
     return 0
 
@@ -158,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
 def write(out: Path, title: str, results: dict[str, WorkloadResult], changes: dict[str, str]) -> None:
     """``out/results.md``: each run's verdict, failing rows, first reason and per-rank table;
     ``out/results.json``: the same with each shown analysis whole."""
-    md = [title, "| run | change | verdict | step ms (baseline -> current) | first reason |", "|---|---|---|---|---|"]
+    md = [title, "| run | change | verdict | step ms (baseline -> current) | first reason | communication |",
+          "|---|---|---|---|---|---|"]
     doc: dict[str, Any] = {}
     for name, r in results.items():
         row = next((c for c in r.comparisons if c.metric == "step_time_ms"), None)
@@ -166,9 +182,12 @@ def write(out: Path, title: str, results: dict[str, WorkloadResult], changes: di
         steps = "-" if row is None else f"{_f(row.baseline)} -> {_f(row.current)}"
         failed = [c.metric for c in r.comparisons if c.gating and c.verdict == Verdict.REGRESSED]
         which = f" ({', '.join(failed)})" if failed else ""
-        md.append(f"| {name} | {changes[name]} | {r.verdict}{which} | {steps} | {first} |")
+        said = next((n.text for n in r.notes if n.text.startswith("communication: ")), "")
+        calls = "-" if (a := _shown(r)) is None or a.collectives is None else f"{a.collectives.per_step:.1f}"
+        md.append(f"| {name} | {changes[name]} | {r.verdict}{which} | {steps} | {first} | "
+                  f"{said or f'(nothing said; {calls} NCCL calls/step)'} |")
         shown = _shown(r)
-        doc[name] = {"verdict": str(r.verdict), "first_reason": first, "error": r.error, "message": r.message,
+        doc[name] = {"verdict": str(r.verdict), "first_reason": first, "communication": said, "error": r.error, "message": r.message,
                      "regressed": failed,
                      "attribution": r.attribution.to_dict() if r.attribution is not None else None,
                      "analysis": shown.to_dict() if shown is not None else None}
