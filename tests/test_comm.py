@@ -510,3 +510,54 @@ def test_a_baseline_keeps_the_calls(calls: dict, tmp_path: Path) -> None:
     launch = BaselineLaunch.from_dict(BaselineLaunch.of(a, a.metrics()).to_dict(), "a launch")
     assert launch.analysis().collectives == a.collectives
     assert Analysis.from_dict(a.to_dict()).collectives == a.collectives
+
+
+SYNCBN = Path(__file__).parent / "fixtures" / "records" / "timm-ddp-h200-syncbn"
+
+
+def test_sync_bn_on_a_public_program_passes_and_still_says_its_new_collective() -> None:
+    """timm's train.py, unmodified, on two H200s, with --sync-bn: the step PASSed within the noise of
+    its baseline, and the summary names the all-gathers SyncBatchNorm added in forward (not DDP's
+    buckets: that collective was not made before)."""
+    import json
+
+    from perfgate.baselines.store import load_baseline
+    from perfgate.gate.compare import ComparePolicy, compare_launches
+    from perfgate.pipeline.judge import communication_note
+    from perfgate.records.model import Verdict
+
+    baseline = load_baseline(SYNCBN / "baseline.json")
+    result = json.loads((SYNCBN / "result.json").read_text())
+    cur = [Analysis.from_dict(a) for a in result["analyses"]]
+    base = [a for a in baseline.launch_analyses if a.collectives is not None]
+    assert [a.collectives.per_step for a in base] == pytest.approx([13.8] * 3)
+    assert result["verdict"] == "PASS"
+    outcome = compare_launches([a.metrics() for a in base[:2]], [a.metrics() for a in cur], ComparePolicy())
+    assert outcome.row("collectives_per_step").verdict == Verdict.REGRESSED
+    said = ("communication: NCCL calls per step and rank 14 -> 54 (all-gather 0 -> 20 in forward: a collective the "
+            "step did not make before): values gathered from every rank (SyncBatchNorm's statistics, or parameters "
+            "sharded across ranks: FSDP, ZeRO)?")
+    assert communication_note(outcome, base, cur) == said
+    assert f"warning: {said}" in result["message"]        # what the gate said on the GPU machine
+
+
+def test_a_collective_the_step_did_not_make_before_leads_the_account(ddp: tuple) -> None:
+    """A new collective is an edit of the program's communication: its reason comes first, credited
+    with the new kernels' NCCL time, even where exposed communication did not grow (on timm's
+    --sync-bn run the account led with a cuDNN kernel swap, and this reason came third at 0 ms)."""
+    from dataclasses import replace
+
+    from perfgate.diagnosis.comm import comm_reason, leads
+
+    base, kernels = ddp
+    gathers = {**kernels, "forward": {**kernels.get("forward", {}),
+                                      "ncclDevKernel_AllGather_RING_LL": [20.0, 5.2]}}
+    cur = replace(base, kernels_per_step=base.kernels_per_step + 20)
+    r = comm_reason(base, cur, 20.0, kernels, gathers)
+    assert r is not None and "comm_new" in r.mechanism and r.ms == pytest.approx(5.2)
+    assert "(all-gather 0 -> 20 in forward: a collective the step did not make before)" in r.text
+    assert leads(r, 100.0)        # 5.2 of 100 ms/step is under the share that would make it lead
+    # more of a collective already made (all-reduces): no comm_new, credited with exposed time only
+    more = {**kernels, "backward": {k: [v[0] * 4, v[1]] for k, v in kernels["backward"].items()}}
+    r = comm_reason(base, replace(base, kernels_per_step=base.kernels_per_step * 4), 20.0, kernels, more)
+    assert r is not None and "comm_new" not in r.mechanism and not leads(r, 100.0)

@@ -28,6 +28,16 @@ MORE_KERNELS = 0.25         # NCCL kernels per step growing by this share (and b
 ACCUMULATION_SLACK = 0.1    # runs of a phase per step (and collectives per run) equal within this share
 #: the likely edit behind more collectives per step, where the records cannot tell which
 EITHER_EDIT = "smaller DDP buckets (bucket_cap_mb), or gradients all-reduced at every micro-step (no_sync dropped)?"
+#: what a collective the step did not make before may be, by collective
+NEW_COLLECTIVE = {
+    "all-gather": "values gathered from every rank (SyncBatchNorm's statistics, or parameters sharded across ranks: "
+                  "FSDP, ZeRO)?",
+    "reduce-scatter": "gradients reduced into shards (a model or optimizer sharded across ranks: FSDP, ZeRO)?",
+    "all-reduce": "values averaged over the ranks where they were not (SyncBatchNorm, a metric or a loss, DDP itself)?",
+    "broadcast": "values sent from one rank to all (DDP's buffers, or the program's own broadcast)?",
+}
+NEW_OTHER = "communication the program did not do before"
+
 _COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 _WORDS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
           "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send/recv"}
@@ -71,6 +81,12 @@ class CommChange:
     cur_collectives: dict[tuple[str, str], list[float]]
     base_runs: Mapping[str, float] = field(default_factory=dict)   # instances per step of each phase
     cur_runs: Mapping[str, float] = field(default_factory=dict)
+
+    def new_ms(self) -> float:
+        """NCCL time per step of the collectives the base made in no phase: a communication the
+        step did not have before (SyncBatchNorm's all-gathers, a sharded model's), all of it the change's."""
+        made = {name for (name, _), (count, _) in self.base_collectives.items() if count > 0}
+        return sum(ms for (name, _), (_, ms) in self.cur_collectives.items() if name not in made)
 
     def main(self) -> tuple[str, str | None]:
         """The collective that takes most of the current side's NCCL time, and its phase."""
@@ -116,12 +132,21 @@ def grown_collectives(numbers: str, base: Mapping[tuple[str, str], float], cur: 
     (collective, phase) per step). The phase that launches the collective that grew most tells
     which: where it runs N >= 2 times per step on both sides and its collectives grew N-fold,
     every run now communicates where only the last did (gradient accumulation without no_sync());
-    where it runs as often as before and each run launches more collectives, the buckets are smaller."""
-    grew = sorted(((k, base.get(k, 0.0), v) for k, v in cur.items()), key=lambda x: x[1] - x[2])
+    where it runs as often as before and each run launches more collectives, the buckets are smaller.
+    A collective the step did not make before (in no phase) is said first, as such, with what it may
+    be (:data:`NEW_COLLECTIVE`); one other than all-reduce that grew, with no edit named (DDP's
+    gradient sync is all-reduces)."""
+    # a collective the step did not make before (in no phase) tells more than one that grew: it comes first
+    made = {name for (name, _), n in base.items() if n > 0}
+    grew = sorted(((k, base.get(k, 0.0), v) for k, v in cur.items()), key=lambda x: (x[0][0] in made, x[1] - x[2]))
     if not grew or grew[0][2] <= grew[0][1]:
         return f"{numbers}: {EITHER_EDIT}"
     (name, phase), bc, cc = grew[0]
     detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
+    if name not in made:
+        return f"{detail}: a collective the step did not make before): {NEW_COLLECTIVE.get(name, NEW_OTHER)}"
+    if name != "all-reduce":      # DDP's gradient sync is all-reduces: no edit of it to name
+        return f"{detail})"
     runs_b, runs_c = base_runs.get(phase) or 0.0, cur_runs.get(phase) or 0.0
     if bc <= 0 or runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
         return f"{detail}): {EITHER_EDIT}"
@@ -168,8 +193,12 @@ def comm_reason(base: CommStats | None, cur: CommStats | None, step_delta_ms: fl
     fired = [(rule, text) for rule in COMM_RULES if (text := rule.says(change)) is not None]
     if not fired:
         return None
-    return Reason("comm:" + "+".join(r.id for r, _ in fired), change.main()[1],
-                  max(change.exposed_delta_ms, 0.0), "; ".join(t for _, t in fired), fired[-1][0].cause)
+    ids = [r.id for r, _ in fired]
+    # a collective the step did not make before: an edit of the program's communication, credited
+    # with the new kernels' time (exposed or not) where that is more than the exposed growth
+    new_ms = change.new_ms() if "comm_kernels" in ids else 0.0
+    return Reason("comm:" + "+".join(ids + (["comm_new"] if new_ms > 0 else [])), change.main()[1],
+                  max(change.exposed_delta_ms, new_ms, 0.0), "; ".join(t for _, t in fired), fired[-1][0].cause)
 
 
 def runs_per_step(phases: Mapping[str, PhaseStats], steps: int) -> dict[str, float]:
@@ -184,8 +213,10 @@ def collectives_changed(reason: Reason | None) -> bool:
 
 
 def leads(reason: Reason, step_delta_ms: float) -> bool:
-    """Whether a communication reason accounts for enough of the step-time change to come first."""
-    return reason.ms >= max(MIN_EXPOSED_MS, MIN_SHARE_OF_STEP * step_delta_ms)
+    """Whether a communication reason comes first: it accounts for enough of the step-time change,
+    or it names a collective the step did not make before (the program's communication changed; a
+    kernel swap it brings, other cuDNN algorithms around new batch-norm kernels, follows from it)."""
+    return reason.ms >= max(MIN_EXPOSED_MS, MIN_SHARE_OF_STEP * step_delta_ms) or "comm_new" in reason.mechanism
 
 
 #: Fewer collectives per step: the likely edits, where the records cannot tell which
@@ -224,11 +255,16 @@ def fewer_collectives(numbers: str, base: Mapping[tuple[str, str], float], cur: 
     """:func:`grown_collectives` the other way: the collective that fell most, and where its phase
     runs N >= 2 times per step and it fell N-fold, only the last run communicates now (no_sync()
     around the accumulation); where each run makes fewer, the buckets are larger."""
-    fell = sorted(((k, v, cur.get(k, 0.0)) for k, v in base.items()), key=lambda x: x[2] - x[1])
+    kept = {name for (name, _), n in cur.items() if n > 0}
+    fell = sorted(((k, v, cur.get(k, 0.0)) for k, v in base.items()), key=lambda x: (x[0][0] in kept, x[2] - x[1]))
     (name, phase), bc, cc = fell[0]
     detail = f"{numbers} ({name} {bc:.0f} -> {cc:.0f} in {phase}"
+    if name not in kept:
+        return f"{detail}: a collective the step no longer makes)"
+    if name != "all-reduce":
+        return f"{detail})"
     runs_b, runs_c = base_runs.get(phase) or 0.0, cur_runs.get(phase) or 0.0
-    if cc <= 0 or runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
+    if runs_b <= 0 or abs(runs_c - runs_b) > ACCUMULATION_SLACK * runs_b:
         return f"{detail}): {FEWER_EDIT}"
     if runs_b >= 2 - ACCUMULATION_SLACK and abs(bc / cc - runs_b) <= ACCUMULATION_SLACK * runs_b:
         return (f"{detail}, which runs {runs_b:.0f} times per step: only the last {phase} communicates now): "

@@ -86,8 +86,8 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
             from perfgate.diagnosis.render import render_attribution_text
 
             result.attribution = attribution
-            if any(collectives_changed(r) for r in attribution.reasons):
-                said = None     # the account says it, with the NCCL kernels' time
+            if attribution.reasons and collectives_changed(attribution.reasons[0]):
+                said = None     # the account says it first, with the NCCL kernels' time
             result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
     if said is not None:
         result.notes += (Note(WARNING, said),)
