@@ -99,7 +99,8 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
                                        "apart (median over steps; DDP keeps ranks in step: about the alignment's "
                                        "error)",)
     comm = relabeled_comm(comm_stats(ops, trace.strings, measured), ranks) if len(ops) else None
-    collectives = collective_calls(trace.nvtx, measured, instances)
+    ranges = range_stats(trace.nvtx)
+    collectives = collective_calls(trace.nvtx, measured, instances, ranges)
     del ops, busy, projected
     facts = trace_facts(trace, steps, work, measured, instances, device_busy)
     return Analysis(
@@ -108,7 +109,7 @@ def analyze(trace: Trace, options: AnalysisOptions = AnalysisOptions()) -> Analy
         schema_version=trace.schema_version,
         steps=steps,
         phases=phases,
-        ranges=range_stats(trace.nvtx),
+        ranges=ranges,
         gpu_idle=idle,
         gpu=work,
         processes=int(np.unique(sel.measured["pid"]).size),

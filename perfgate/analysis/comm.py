@@ -27,7 +27,7 @@ and only those are sorted.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -105,31 +105,28 @@ def comm_stats(ops: GpuOps, strings: Mapping[int, str], measured: Columns) -> Co
                      overlap_fraction=overlapped / comm if comm > 0 else None, ranks=tuple(ranks))
 
 
-def collective_calls(nvtx: Columns, measured: Columns, instances: Columns) -> CollectiveCalls | None:
+def collective_calls(nvtx: Columns, measured: Columns, instances: Columns,
+                     range_names: Iterable[str]) -> CollectiveCalls | None:
     """NCCL's calls per step and rank in the measured steps (``pid``, ``start``, ``period_end`` of
     each), by call and by the phase instance (``pid``, ``phase``, ``start``, ``end``) that contains
-    each call's start; None without a call in them."""
-    if measured.empty or len(nvtx) == 0:
+    each call's start; None without a call in them. ``range_names``: the trace's distinct NVTX
+    names (``Analysis.ranges``), so that a trace without NCCL's ranges costs no pass over its rows."""
+    calls = {name: m.group(1) for name in range_names if (m := NCCL_CALL.fullmatch(name))}
+    if not calls or measured.empty:
         return None
     names = nvtx["name"]
-    calls = {name: m.group(1) for name in set(names.tolist())
-             if isinstance(name, str) and (m := NCCL_CALL.fullmatch(name))}
-    if not calls:
-        return None
-    rows = np.flatnonzero(np.isin(names, list(calls)))
+    rows = np.flatnonzero(np.logical_or.reduce([names == name for name in calls]))
+    starts, pids_of = nvtx["start"][rows], nvtx["pid"][rows]
     pids, where, steps_of = np.unique(measured["pid"], return_inverse=True, return_counts=True)
     counts: dict[tuple[str, str | None], int] = {}
     for k, pid in enumerate(pids.tolist()):
         mine = where == k
         lo, hi = int(measured["start"][mine].min()), int(measured["period_end"][mine].max())
-        starts = nvtx["start"][rows]
-        picked = rows[(nvtx["pid"][rows] == pid) & (starts >= lo) & (starts < hi)]
-        phases = _phase_at(instances, pid, nvtx["start"][picked])
-        for name, phase in zip(names[picked].tolist(), phases):
+        picked = (pids_of == pid) & (starts >= lo) & (starts < hi)
+        for name, phase in zip(names[rows[picked]].tolist(), _phase_at(instances, pid, starts[picked])):
             key = (calls[name], phase)
             counts[key] = counts.get(key, 0) + 1
-    steps = int(steps_of.sum())
-    total = sum(counts.values())
+    steps, total = int(steps_of.sum()), sum(counts.values())
     if total == 0 or steps == 0:
         return None
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or ""))

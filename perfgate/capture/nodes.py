@@ -69,7 +69,7 @@ def store_command(where: str, python: str = sys.executable) -> list[str]:
 
 
 def multinode_command(spec: WorkloadSpec, build: Callable[[Path, str | None, Rendezvous], list[str]], out: Path,
-                  stem: str, session: str | None, run_id: str, python: str = sys.executable) -> list[str]:
+                      stem: str, session: str | None, run_id: str, python: str = sys.executable) -> list[str]:
     """The job's one command (:func:`job_command`): each node's nsys command, ``build(output,
     session, rendezvous)`` (perfgate.capture.command.nsys_command with the launch's options), the
     outputs ``<out>/<stem>-node<i>``, the sessions ``<session>-<i>``, one rendezvous endpoint for
