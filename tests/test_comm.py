@@ -561,3 +561,15 @@ def test_a_collective_the_step_did_not_make_before_leads_the_account(ddp: tuple)
     more = {**kernels, "backward": {k: [v[0] * 4, v[1]] for k, v in kernels["backward"].items()}}
     r = comm_reason(base, replace(base, kernels_per_step=base.kernels_per_step * 4), 20.0, kernels, more)
     assert r is not None and "comm_new" not in r.mechanism and not leads(r, 100.0)
+
+
+def test_nccls_own_ranges_are_never_a_phase() -> None:
+    """Each forward of the capture broadcasts DDP's buffers inside it, on the main thread: taken as
+    the step (``step_pattern = "forward"``), its direct child was the phase ``NCCL:ncclBroadcast``,
+    as a DDP program's broadcasts and all-reduces were phases where autostep's periods are the steps
+    (timm's train.py on two H200s). NCCL's ranges are its calls: counted, never a phase."""
+    a = analyze_trace(CALLS["base"] / "trace.sqlite", AnalysisOptions(step_pattern="forward"))
+    assert a.steps.count == 148 and "backward" in a.phases
+    assert not [p for p in a.phases if p.startswith("NCCL")]
+    assert not [m for m in a.metrics() if m.startswith("phase.NCCL")]
+    assert {c.call for c in a.collectives.counts} == {"AllReduce", "Broadcast"}

@@ -13,6 +13,10 @@ from perfgate.trace.gpu_ops import GpuOps
 
 
 INSTANCE_COLUMNS = ("row_id", "start", "end", "global_tid", "pid")
+#: A library's own ranges, never a phase of the step: NCCL's (domain ``NCCL``) are its calls, which
+#: perfgate.analysis.comm counts; a DDP step without ranges of its own (autostep's periods) had its
+#: broadcasts and all-reduces as phases ``NCCL:ncclBroadcast``, ``NCCL:ncclAllReduce`` (timm's train.py)
+LIBRARY_RANGES = ("NCCL:",)
 
 
 def phase_instances(nvtx: Columns, measured: Columns) -> Columns:
@@ -55,7 +59,9 @@ def phase_instances(nvtx: Columns, measured: Columns) -> Columns:
         del cand
         # only the columns the instances are used for: at 10^6 ranges each column is 8 MB
         codes, names = factorize(nvtx["name"][rows])
-        inst = Columns({**{c: nvtx[c][rows] for c in INSTANCE_COLUMNS}, "step_index": step_index[direct],
+        library = np.array([str(n).startswith(LIBRARY_RANGES) for n in names], dtype=bool)[codes]
+        rows, codes, step_index = rows[~library], codes[~library], step_index[direct][~library]
+        inst = Columns({**{c: nvtx[c][rows] for c in INSTANCE_COLUMNS}, "step_index": step_index,
                         "phase": np.array([phase_name(n) for n in names] + [None], dtype=object)[codes]})
     else:
         inst = Columns({**{c: nvtx[c][:0] for c in INSTANCE_COLUMNS},
