@@ -223,3 +223,32 @@ def test_a_folder_left_by_a_killed_tree_is_removed_by_the_next_capture(tmp_path:
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(tmpdir.iterdir()) == []
     assert holding(machine_places(tmpdir, project), tokens) == []
+
+
+def test_a_token_in_the_workloads_arguments_reaches_no_artifact(
+        tmp_path: Path, nsys_path: str, torch_module: object) -> None:
+    """The .nsys-rep holds the profiled command line, which its SQLite export does not: a token
+    passed as an argument of the workload (``args = ["--hf-token", ...]``) stayed whole in the
+    report, since only what the export held was masked. The report is kept, masked. (It runs alone,
+    as this file's tests do: beside the other test process, another test's token, which nsys
+    recorded too, once got the report withheld, "a secret remained in it after masking".)"""
+    from perfgate.pipeline.workload_run import run_workload
+    from perfgate.records.model import Verdict
+    from perfgate.settings.config import load_settings
+    from perfgate.settings.workloads import discover_workloads
+
+    token = _token("hf_", 34)
+    root = leak_project(tmp_path / "project", timeout_s=300)
+    (root / "wl" / "tiny.py").write_text(NVTX + "for _ in range(8):\n    nvtx.range_push('step'); nvtx.range_pop()\n")
+    with (root / "pyproject.toml").open("a") as f:
+        f.write(f'\n[tool.perfgate.workloads.tiny]\nargs = ["--hf-token", "{token}"]\n')
+    settings = load_settings(root, env={"PERFGATE_NSYS": nsys_path})
+    [spec] = [s for s in discover_workloads(settings) if s.name == "tiny"]
+    result = run_workload(spec, settings)
+    assert result.verdict == Verdict.NEW, result.error
+    launch = result.run_dir / "launch-0"
+    withheld = [p.read_text() for p in launch.glob("*.withheld.txt")]
+    assert (launch / "trace.nsys-rep").is_file(), withheld         # kept, not withheld
+    for path in launch.iterdir():
+        data = path.read_bytes()
+        assert not any(token[i:i + 8].encode() in data for i in range(len(token) - 7)), path.name
