@@ -573,3 +573,25 @@ def test_nccls_own_ranges_are_never_a_phase() -> None:
     assert not [p for p in a.phases if p.startswith("NCCL")]
     assert not [m for m in a.metrics() if m.startswith("phase.NCCL")]
     assert {c.call for c in a.collectives.counts} == {"AllReduce", "Broadcast"}
+
+
+def test_exposed_communication_is_said_where_both_sides_were_cuda_traced(h200_runs: dict) -> None:
+    """The profile launches of the no_sync() change on two H200s (records made before NCCL's calls
+    were counted: no ``collectives``): with the step within a loose tolerance, the line says the
+    exposed NCCL time that grew beyond its own."""
+    from perfgate.gate.compare import ComparePolicy, compare_launches
+    from perfgate.pipeline.judge import communication_note
+    from perfgate.records.model import Tolerance, Verdict
+
+    base, cur = h200_runs["baseline"], h200_runs["no_sync dropped"]
+    assert base.collectives is None and cur.collectives is None
+    off = Tolerance(rel=float("inf"))         # energy and memory gate alone: out of the way here
+    loose = ComparePolicy(tolerances={"step_time*": Tolerance(rel=0.5), "energy.*": off, "gpu_memory.*": off},
+                          gate_secondary=False)
+    outcome = compare_launches([base.metrics()], [cur.metrics()], loose)
+    assert outcome.verdict == Verdict.PASS, outcome.summary
+    assert communication_note(outcome, [base], [cur]) == (
+        "communication: exposed NCCL time per step and rank 11.6 -> 29.5 ms (NCCL time 19.8 -> 54.5 ms, "
+        "overlap 41 % -> 46 %)")
+    same = compare_launches([base.metrics()], [base.metrics()], loose)
+    assert communication_note(same, [base], [base]) is None

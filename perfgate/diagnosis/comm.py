@@ -232,6 +232,16 @@ def _calls(calls: CollectiveCalls) -> dict[tuple[str, str], float]:
     return out
 
 
+def exposed_text(base: Analysis, cur: Analysis) -> str | None:
+    """Exposed NCCL time per step and rank on both sides (CUDA-traced launches), with the NCCL time
+    and the overlap beside it; None where a side has no NCCL kernels."""
+    if base.comm is None or cur.comm is None:
+        return None
+    b, c = base.comm, cur.comm
+    return (f"exposed NCCL time per step and rank {b.exposed_ms:.1f} -> {c.exposed_ms:.1f} ms (NCCL time "
+            f"{b.comm_ms:.1f} -> {c.comm_ms:.1f} ms, overlap {_pct(b.overlap_fraction)} -> {_pct(c.overlap_fraction)})")
+
+
 def collectives_text(base: Analysis, cur: Analysis) -> str | None:
     """What changed in NCCL's calls per step (its NVTX ranges: every launch has them), said whatever
     the verdict once the gate found ``collectives_per_step`` beyond its tolerance: the collectives

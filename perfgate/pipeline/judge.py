@@ -6,12 +6,12 @@ why an unclear run could not decide), the noise and the account of the change.""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfgate.diagnosis.comm import collectives_changed, collectives_text
+from perfgate.diagnosis.comm import collectives_changed, collectives_text, exposed_text
 from perfgate.diagnosis.machine import threads_hint
 from perfgate.gate.machine_states import machine_difference
 from perfgate.baselines.provenance import workload_threads
@@ -94,12 +94,23 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
 
 
 def communication_note(outcome: Outcome, base: Sequence[Analysis], cur: Sequence[Analysis]) -> str | None:
-    """The summary's line on NCCL's calls per step when the gate found them beyond their tolerance
-    (``collectives_per_step``: reported only, unless ``gate_alone`` names it), whatever the verdict:
-    a change of communication that the step time hides (overlapped, or within its tolerance) is said."""
-    row = outcome.row("collectives_per_step")
-    if row is None or row.verdict not in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE):
-        return None
-    b = next((a for a in base if a.collectives is not None), None)
-    c = next((a for a in cur if a.collectives is not None), None)
-    return collectives_text(b, c) if b is not None and c is not None else None
+    """The summary's line on communication, whatever the verdict, when the gate found NCCL's calls
+    per step (``collectives_per_step``, every launch) or the exposed NCCL time (``comm_exposed_ms``,
+    the CUDA-traced launches) beyond their tolerance: both reported only, unless ``gate_alone`` names
+    them. A change of communication that the step time hides (overlapped, or within its tolerance)
+    is said."""
+    def moved(metric: str) -> bool:
+        row = outcome.row(metric)
+        return row is not None and row.verdict in (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.INCONCLUSIVE)
+
+    def first(launches: Sequence[Analysis], has: Callable[[Analysis], bool]) -> Analysis | None:
+        return next((a for a in launches if has(a)), None)
+
+    said = []
+    b, c = first(base, lambda a: a.collectives is not None), first(cur, lambda a: a.collectives is not None)
+    if moved("collectives_per_step") and b is not None and c is not None and (calls := collectives_text(b, c)):
+        said.append(calls.removeprefix("communication: "))
+    b, c = first(base, lambda a: a.comm is not None), first(cur, lambda a: a.comm is not None)
+    if moved("comm_exposed_ms") and b is not None and c is not None and (exposed := exposed_text(b, c)):
+        said.append(exposed)
+    return f"communication: {'; '.join(said)}" if said else None
