@@ -463,7 +463,7 @@ def test_no_sync_dropped_on_two_h200s_is_said_from_the_timing_launches(calls: di
     from perfgate.diagnosis.comm import collectives_text
 
     assert collectives_text(calls["base"], calls["nosync-dropped"]) == (
-        "communication: NCCL calls per step and rank 7 -> 28 (all-reduce 5 -> 20 in backward, which runs 4 times "
+        "NCCL calls per step and rank 7 -> 28 (all-reduce 5 -> 20 in backward, which runs 4 times "
         "per step: each backward now communicates, not only the last): gradients all-reduced at every micro-step "
         "(no_sync() dropped from the accumulation?)")
     assert collectives_text(calls["base"], calls["small-buckets"]).endswith(

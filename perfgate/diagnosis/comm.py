@@ -254,9 +254,9 @@ def collectives_text(base: Analysis, cur: Analysis) -> str | None:
     before, after = _calls(base.collectives), _calls(cur.collectives)
     base_runs, cur_runs = runs_per_step(base.phases, base.steps.count), runs_per_step(cur.phases, cur.steps.count)
     if c > b:
-        return f"communication: {grown_collectives(numbers, before, after, base_runs, cur_runs)}"
+        return grown_collectives(numbers, before, after, base_runs, cur_runs)
     if c < b:
-        return f"communication: {fewer_collectives(numbers, before, after, base_runs, cur_runs)}"
+        return fewer_collectives(numbers, before, after, base_runs, cur_runs)
     return None
 
 

@@ -109,7 +109,7 @@ def communication_note(outcome: Outcome, base: Sequence[Analysis], cur: Sequence
     said = []
     b, c = first(base, lambda a: a.collectives is not None), first(cur, lambda a: a.collectives is not None)
     if moved("collectives_per_step") and b is not None and c is not None and (calls := collectives_text(b, c)):
-        said.append(calls.removeprefix("communication: "))
+        said.append(calls)
     b, c = first(base, lambda a: a.comm is not None), first(cur, lambda a: a.comm is not None)
     if moved("comm_exposed_ms") and b is not None and c is not None and (exposed := exposed_text(b, c)):
         said.append(exposed)
