@@ -127,9 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def file_weight(markers: set[str]) -> int:
     """A test file's place in the run: 0 for one that gates the zoo's programs, 1 for one with
-    other ``slow`` tests (nsys, torch), 2 for one that kills nsys (``nsys_alone``: it waits for the
-    other process's nsys test to end, so it goes where the other process turns to the fast files),
-    3 for the rest."""
+    other ``slow`` tests (nsys, torch), 2 for one that runs alone (``nsys_alone``: it waits for the
+    other process's nsys test to end, so it goes where the other process turns to the fast files,
+    :func:`interleaved` with them), 3 for the rest."""
     if "zoo" in markers:
         return 0
     return 2 if "nsys_alone" in markers else 1 if "slow" in markers else 3
@@ -147,7 +147,26 @@ def heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     weight = {name: file_weight({m.name for item in group for m in item.iter_markers()})
               for name, group in files.items()}
     ordered = sorted(files, key=lambda name: weight[name])      # stable: collection order within a weight
+    ordered = [n for n in ordered if weight[n] < 2] + interleaved([n for n in ordered if weight[n] == 2],
+                                                                  [n for n in ordered if weight[n] == 3],
+                                                                  {n: len(g) for n, g in files.items()})
     return [item for name in ordered for item in files[name]]
+
+
+def interleaved(alone: list[str], fast: list[str], tests: dict[str, int]) -> list[str]:
+    """The files that run alone, each followed by an equal share (by tests) of the fast files: while
+    one process holds the lock alone, the other runs fast files, which hold none, instead of waiting
+    for the lock with the next file that runs alone."""
+    if not alone:
+        return fast
+    share, out, taken, k = sum(tests[n] for n in fast) / len(alone), [], 0, 0
+    for i, name in enumerate(alone):
+        out.append(name)
+        while k < len(fast) and (i == len(alone) - 1 or taken < share * (i + 1)):
+            taken += tests[fast[k]]
+            out.append(fast[k])
+            k += 1
+    return out
 
 
 #: One lock file for the machine's nsys, across test sessions at once (pytest-xdist's workers, or
