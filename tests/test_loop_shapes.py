@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from nsys_run import run_supervised
 
 from perfgate.analysis import AnalysisOptions, analyze
 from perfgate.capture.command import capture_environment, prepend_path
@@ -206,8 +206,6 @@ report(36)
 }
 
 SKIP = 2
-#: What nsys 2022.4 says when another session on the machine got in its way (issue 30)
-TRANSIENT = re.compile(r"End of file|Connection reset by peer|Agent launcher failed|sem_open|Local Endpoint")
 
 
 @pytest.fixture(scope="module")
@@ -221,10 +219,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_mod
         (tmp / f"{name}.py").write_text(PRELUDE + body)
         cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
                "-o", str(tmp / name), "-f", "true", sys.executable, f"{name}.py"]
-        for _ in range(3):   # nsys 2022.4 sessions beside others fail now and then ("End of file"): retry those
-            proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
-            if proc.returncode == 0 or not TRANSIENT.search(proc.stderr):
-                break
+        proc = run_supervised(cmd, cwd=tmp, env=env, text=True, timeout=300)
         assert proc.returncode == 0, (name, (proc.stdout + proc.stderr)[-3000:])
         line = re.search(r"^LOOP (\d+) (\S+) (\S+)$", proc.stdout, re.M)
         assert line is not None, proc.stdout[-2000:]
@@ -351,10 +346,7 @@ def lightning(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_mo
         cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
                "-o", str(tmp / variant), "-f", "true", sys.executable, "-m", "workloads.lightning_loop",
                "--size", "cpu", "--steps", "12", "--warmup-steps", "3", *extra]
-        for _ in range(3):
-            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-            if proc.returncode == 0 or not TRANSIENT.search(proc.stderr):
-                break
+        proc = run_supervised(cmd, cwd=REPO, env=env, text=True, timeout=600)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
         out[variant] = analyze(load_trace(tmp / f"{variant}.sqlite"), AnalysisOptions(skip_steps=3))
     return out

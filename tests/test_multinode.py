@@ -129,3 +129,32 @@ def test_a_job_past_its_timeout_ends_every_node(tmp_path: Path, nsys_path: str, 
         run_capture(replace(spec, args=("--steps", "1000000")), settings, root / "runs" / "launch-0")
     left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     assert not [line for line in left.splitlines() if str(root) in line or "1000000" in line]
+
+
+def test_a_node_whose_nsys_fails_at_its_start_is_captured_again(tmp_path: Path, nsys_path: str,
+                                                                 torch_module: object) -> None:
+    """Node 1's nsys fails at its start the way nsys 2022.4 did beside node 0's session ("End of
+    file", exit 1, no report; then every nsys run again beside it: "Agent launcher failed."). The
+    job fails (node 0 stopped), and the capture takes the whole launch again, which succeeds, and
+    says why; the failed attempt's log is kept."""
+    from perfgate.capture.launch import run_capture
+
+    flag = tmp_path / "failed-once"
+    wrapper = tmp_path / "bin" / "nsys"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\ncase \"$*\" in *--node-rank=1*)\n  if [ ! -e " + str(flag) + " ]; then\n"
+                       f"    : > {flag}; echo 'End of file' >&2; exit 1\n  fi;;\nesac\n"
+                       f"exec {nsys_path} \"$@\"\n")
+    wrapper.chmod(0o755)
+    root = project(tmp_path / "job")
+    settings = load_settings(root, env={}, overrides={"artifacts_dir": str(root / "runs"), "timeout_s": 300,
+                                                      "nsys": str(wrapper)})
+    spec = select_workloads(discover_workloads(settings, gpu_count=0), ["nodes"])[0]
+    said: list[str] = []
+    launch = root / "runs" / "launch-0"
+    capture = run_capture(replace(spec, args=("--steps", "5")), settings, launch, progress=said.append)
+    assert capture.retried == ("End of file",)
+    assert [p.name for p in capture.node_sqlite] == ["trace-node0.sqlite", "trace-node1.sqlite"]
+    assert all(p.is_file() for p in capture.node_sqlite)
+    assert len(said) == 1 and "nsys failed (End of file); capturing again in 0 s (attempt 2 of 3)" in said[0]
+    assert "End of file" in (launch / "workload.attempt-1.log").read_text()

@@ -150,7 +150,7 @@ def run_capture(
     while True:
         attempt = _attempt(nsys, spec, settings, launch_dir, timeout_s, cwd=cwd, extra_args=extra_args,
                            trace=resolve_trace(settings.trace, machine.gpu_count, kind), pytorch=pytorch)
-        reason = attempt.hung or (transient_failure(attempt.text) if _no_report(attempt, launch_dir) else None)
+        reason = attempt.hung or (transient_failure(attempt.text) if _no_report(attempt, spec, launch_dir) else None)
         if reason is None or len(retried) + 1 >= ATTEMPTS:
             break
         retried.append(reason)
@@ -243,9 +243,20 @@ def _wait(run: process_tree.PrivateRun, timeout_s: float) -> tuple[int | None, s
         return None, None
 
 
-def _no_report(attempt: _Attempt, launch_dir: Path) -> bool:
-    """nsys ended (not stopped at the timeout) and left no report: nsys failed, not the workload."""
-    return attempt.returncode is not None and not any(launch_dir.glob(REPORTS))
+def _stems(spec: WorkloadSpec) -> list[str]:
+    """The report stems of a launch of ``spec``: ``trace``, or ``trace-node<i>`` of each node."""
+    return [REPORT_STEM] if spec.nnodes == 1 else [node_stem(REPORT_STEM, i) for i in range(spec.nnodes)]
+
+
+def _missing(spec: WorkloadSpec, launch_dir: Path) -> list[str]:
+    """The stems of the launch's reports that nsys did not write (no file of the stem)."""
+    return [stem for stem in _stems(spec) if not any(launch_dir.glob(f"{stem}.*"))]
+
+
+def _no_report(attempt: _Attempt, spec: WorkloadSpec, launch_dir: Path) -> bool:
+    """nsys ended (not stopped at the timeout) and left no report, or a node's nsys none of its
+    node's: nsys failed, not the workload (whose failure ends every node's nsys with a report)."""
+    return attempt.returncode is not None and bool(_missing(spec, launch_dir))
 
 
 def _set_aside(launch_dir: Path, n: int) -> None:
@@ -271,7 +282,7 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
     if attempt.kept.lost:
         text += f"\nperfgate could not keep every file, the artifacts folder is full: {attempt.kept.describe(launch_dir)}"
     tried = f" (after {len(retried) + 1} attempts: {'; '.join(retried)})" if retried else ""
-    stems = [REPORT_STEM] if spec.nnodes == 1 else [node_stem(REPORT_STEM, i) for i in range(spec.nnodes)]
+    stems = _stems(spec)
     report = launch_dir / f"{stems[0]}.nsys-rep"
     sqlite = launch_dir / f"{stems[0]}.sqlite"
     if attempt.hung:
@@ -285,10 +296,17 @@ def _outcome(spec: WorkloadSpec, attempt: _Attempt, launch_dir: Path, timeout_s:
             + stopped_output(text, log_path, "at its timeout")
         )
     if attempt.returncode != 0:
-        if any(launch_dir.glob(REPORTS)):   # nsys wrote a report: the workload's own exit
+        missing = _missing(spec, launch_dir)
+        if not missing:   # nsys wrote every report: the workload's own exit
             raise WorkloadFailedError(
                 f"workload {spec.full_name} exited with code {attempt.returncode} under nsys; "
                 f"last lines of its output ({log_path}):\n{log_tail(text)}"
+            )
+        if len(missing) < len(stems):   # a node's nsys failed: the others were stopped
+            raise WorkloadFailedError(
+                f"the nsys of a node of workload {spec.full_name} wrote no report ({', '.join(missing)}) and the "
+                f"job exited with code {attempt.returncode}: {failure_cause(text, os.environ)}{tried}; "
+                f"last lines of the output ({log_path}):\n{log_tail(text)}"
             )
         raise WorkloadFailedError(   # no report at all: nsys may never have started the workload
             f"nsys exited with code {attempt.returncode} and wrote no report for workload {spec.full_name}: "

@@ -1,6 +1,7 @@
-"""Run the nsys command of each node of a job at once, as one command under perfgate's supervisor
+"""Run the nsys command of each node of a job, as one command under perfgate's supervisor
 (perfgate/capture/nodes.py builds it: ``python node_fanout.py '<JSON list of commands>'``).
-Standalone, standard library only, run by path like perfgate/system/supervisor.py.
+Standalone, standard library only, run by path like perfgate/system/supervisor.py (whose process
+walk it loads by path).
 
 SIGINT and SIGTERM are passed on to every node's nsys (each then writes the report of what ran).
 A node that fails leaves the others waiting for it (at the rendezvous, at the next collective):
@@ -12,16 +13,29 @@ one ended by a signal), 0 when all succeeded.
 With a second argument (a JSON command: the rendezvous's store, perfgate/capture/nodes.py), that
 command starts first; the nodes start once its port accepts connections (at most STORE_WAIT_S),
 and it is ended (SIGTERM, SIGKILL STORE_GRACE_S later) after the last node ended, whatever its
-own status."""
+own status.
+
+The nodes start one after the other: node i+1 once node i's nsys has started its program (a process
+of its tree outside nsys's install folder, as perfgate.system.nsys.started_workload tells), or
+NODE_START_S passed; none once a node has failed. Two nsys 2022.4 sessions started at the same
+moment hang or break each other's start (1 of 2 pairs started together on the 2-core CPU machine
+hung; two-node jobs failed with "Connection reset by peer" or "End of file" from one node's nsys).
+A node's nsys that fails anyway (a session beside another one breaks now and then) fails the launch,
+and perfgate's capture takes the whole launch again (perfgate.capture.launch: a node's report
+missing, nsys's transient failure in the log); a node's nsys run again beside the others failed
+with "Agent launcher failed." each time, the session table being left broken while they ran."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 FAILED_GRACE_S = 10.0
@@ -29,6 +43,35 @@ FINISH_S = 60.0
 POLL_S = 0.2
 STORE_WAIT_S = 60.0
 STORE_GRACE_S = 5.0
+NODE_START_S = 60.0      # perfgate.capture.launch.START_S: an nsys that started nothing by then hung
+
+
+def _supervisor():      # its process walk, loaded by path: this file runs standalone too
+    spec = importlib.util.spec_from_file_location(
+        "perfgate_supervisor", Path(__file__).resolve().parent.parent / "system" / "supervisor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def started(pid: int, descendants: Callable[[int], list[int]]) -> bool:
+    """Whether the nsys of pid ``pid`` has started its program: a process of its tree whose
+    executable is outside nsys's install folder (the parent of ``target-*``/``host-*``). True where
+    it cannot be told (``pid`` is not nsys, or cannot be read)."""
+    try:
+        exe = Path(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return True
+    if exe.name != "nsys":
+        return True
+    install = exe.parent.parent
+    for child in descendants(pid):
+        try:
+            if install not in Path(os.readlink(f"/proc/{child}/exe")).parents:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _status(code: int) -> int:
@@ -76,11 +119,28 @@ def main(argv: list[str]) -> int:
             _serving(store, store_cmd[-2], int(store_cmd[-1]))
         if asked:
             return 128 + asked[0]
-        procs.extend(subprocess.Popen(cmd) for cmd in commands)
+        descendants = _supervisor().descendants
+        for cmd in commands:
+            if asked or any(p.returncode not in (None, 0) for p in procs):   # told to stop, or failed
+                break
+            _start(cmd, procs, descendants, asked)
         return _wait(procs, forward)
     finally:
         if store is not None:
             _end(store)
+
+
+def _start(cmd: list[str], procs: list[subprocess.Popen[bytes]], descendants: Callable[[int], list[int]],
+           asked: list[int]) -> None:
+    """Start ``cmd`` (one node's) into ``procs``; return once its nsys has started its program, it
+    has ended, NODE_START_S passed, or a signal came."""
+    proc = subprocess.Popen(cmd)
+    procs.append(proc)                                  # where forward() finds it
+    deadline = time.monotonic() + NODE_START_S
+    while proc.poll() is None and time.monotonic() < deadline and not asked:
+        if started(proc.pid, descendants):
+            return
+        time.sleep(POLL_S)
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], forward: Callable[[int, FrameType | None], None]) -> int:

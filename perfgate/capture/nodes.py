@@ -1,6 +1,6 @@
 """A job of several nodes captured on this machine (``nnodes`` in a workload's table): one
 ``nsys profile ... torchrun --nnodes=N --node-rank=i --rdzv-backend=c10d ...`` per node, all
-started at once by perfgate/capture/node_fanout.py, which runs as the launch's one command under
+started one after the other by perfgate/capture/node_fanout.py, which runs as the launch's one command under
 perfgate's supervisor (every process ends with the launch). Each node writes its own report,
 ``trace-node<i>.nsys-rep`` and ``.sqlite``; the analysis merges them (perfgate/trace/nodes.py).
 On machines of their own, each node runs its own nsys: docs/guides/multi-node.md.
@@ -51,7 +51,7 @@ def endpoint(spec: WorkloadSpec, port: Callable[[], int] = free_port) -> str:
 
 def job_command(node_commands: list[list[str]], python: str = sys.executable,
                 store: list[str] | None = None) -> list[str]:
-    """The one command that runs every node's command at once (perfgate/capture/node_fanout.py),
+    """The one command that runs every node's command (perfgate/capture/node_fanout.py),
     after ``store`` (:func:`store_command`) accepts connections where there is one."""
     return [python, str(FANOUT), json.dumps(node_commands), *([json.dumps(store)] if store else [])]
 
