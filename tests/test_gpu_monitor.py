@@ -104,8 +104,8 @@ def test_pipeline_marks_an_unstable_or_throttled_launch(fixtures_dir) -> None:
     hot = monitor_report([Sample(0.0, 0, 1980, 80, 0x0), Sample(0.2, 0, 1200, 88, 0x40)])
 
     ok = _checked(steady, 0, None)
-    assert ok.launch.stability["stable"] and ok.launch.notes == ()
+    assert ok.launch.stability.stable and ok.launch.notes == ()
     bad = _checked(two_levels, 1, hot)
-    assert not bad.launch.stability["stable"] and bad.launch.gpu_clocks["throttled"]
+    assert not bad.launch.stability.stable and bad.launch.gpu_clocks == hot and hot.throttled
     assert any(w.startswith("launch 1: measured steps are not stable") for w in bad.launch.notes)
     assert any(w.startswith("launch 1: the GPU throttled (hardware thermal slowdown)") for w in bad.launch.notes)

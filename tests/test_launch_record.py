@@ -5,12 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfgate.records.launch import Launch
+from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
 from perfgate.records.model import Analysis
 from report_results import make_result
 
-LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability={"stable": True, "reasons": []},
-                gpu_clocks={"throttled": False}, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
+STABLE = StabilityReport(stable=True, steps=20, drift_fraction=0.01, changepoint_index=None, level_shift_fraction=0.0,
+                         noise_fraction=0.02, reasons=())
+CLOCKS = GpuClocks(samples=12, sm_mhz_min=1980, sm_mhz_median=1980.0, sm_mhz_max=1980, temperature_c_max=61,
+                   reasons=("software power cap",), throttled=False)
+LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability=STABLE,
+                gpu_clocks=CLOCKS, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
                 energy={"unavailable": "no NVML"}, resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
                 diagnosis={"findings": []}, diagnosis_error="ValueError: x",
                 machine_state=MachineState(cpus=2, wall_s=10.0, samples=50, load_1min_start=1.0, load_1min_end=1.2,
@@ -25,6 +30,8 @@ def test_the_launch_is_the_records_top_level_keys_and_reads_back() -> None:
     analysis = replace(make_result("w", "PASS").analyses[0], launch=LAUNCH)
     d = analysis.to_dict()
     assert KEYS <= set(d) and (d["launch"], d["capture"]) == (2, "timing")
+    assert list(LAUNCH.to_dict()) == ["launch", "capture", "self_report", "stability", "gpu_clocks", "gpu_memory",
+                                      "energy", "resource_metrics", "diagnosis", "diagnosis_error", "machine_state"]
     assert d["metrics"]["gpu_memory.peak_allocated_mib"] == 1.0          # the resources are gate metrics
     back = Analysis.from_dict(d)
     assert back.launch == LAUNCH and not set(back.extra) & KEYS
@@ -33,7 +40,8 @@ def test_the_launch_is_the_records_top_level_keys_and_reads_back() -> None:
 def test_an_analysis_of_a_file_alone_writes_none_and_odd_values_stay_as_read() -> None:
     analysis = make_result("w", "PASS").analyses[0]
     assert not KEYS & set(analysis.to_dict())
-    odd_values = {"capture": 3, "energy": None, "newer": [1], "machine_state": {"cpus": 2}}
+    odd_values = {"capture": 3, "energy": None, "newer": [1], "machine_state": {"cpus": 2},
+                  "stability": {"stable": True, "reasons": []}, "gpu_clocks": {**CLOCKS.to_dict(), "throttled": 0}}
     back = Analysis.from_dict({**analysis.to_dict(), **odd_values})
     assert back.launch == Launch() and back.extra == odd_values
     assert {k: back.to_dict()[k] for k in odd_values} == odd_values
@@ -67,3 +75,16 @@ def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
     assert [n.severity for n in result.notes] == [SUMMARY, NOTE]
     assert result.notes[1].text.startswith(unstable + " (record one with ")    # the hint ends the last line
     assert result.message.splitlines()[1].startswith(f"note: {unstable} (record one with ")
+
+
+def test_the_checks_read_back_from_their_json_and_other_values_do_not() -> None:
+    import json
+
+    for record in (STABLE, CLOCKS, replace(STABLE, stable=False, changepoint_index=10, reasons=("drift 12 %",))):
+        assert type(record).from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    d = STABLE.to_dict()
+    for odd in ({**d, "steps": 20.0}, {**d, "stable": 1}, {**d, "reasons": [3]}, {**d, "newer": 1},
+                {k: v for k, v in d.items() if k != "steps"}, {**d, "changepoint_index": None, "steps": None}):
+        assert StabilityReport.from_dict(odd) is None, odd
+    assert GpuClocks.from_dict({**CLOCKS.to_dict(), "sm_mhz_min": True}) is None
+    assert GpuClocks.from_dict({**CLOCKS.to_dict(), "sm_mhz_median": 1980}) == replace(CLOCKS, sm_mhz_median=1980)

@@ -13,6 +13,7 @@ import pytest
 from perfgate.baselines.store import BaselineLaunch
 from perfgate.gate.machine_states import MEMORY_PRESSURE, STEAL_SHARE, machine_difference
 from perfgate.records.launch import Launch
+from perfgate.records.launch_checks import GpuClocks
 from perfgate.records.machine_state import MachineDifference, MachineState
 from perfgate.records.model import Analysis
 from report_results import make_result
@@ -30,7 +31,8 @@ def state(others_cores: float = 0.02, *, cpus: int = 2, wall_s: float = 10.0, ru
 
 
 def launches(*states: MachineState, throttled: tuple[bool, ...] = ()) -> list[Launch]:
-    clocks: list[dict[str, Any] | None] = [{"throttled": t, "sm_mhz_min": 1410} for t in throttled]
+    clocks: list[GpuClocks | None] = [GpuClocks(samples=5, sm_mhz_min=1410, sm_mhz_median=1980.0, sm_mhz_max=1980,
+                                                temperature_c_max=80, reasons=(), throttled=t) for t in throttled]
     clocks += [None] * (len(states) - len(clocks))
     return [Launch(number=k, kind="timing", machine_state=s, gpu_clocks=c)
             for k, (s, c) in enumerate(zip(states, clocks))]
@@ -66,16 +68,17 @@ def test_a_missing_key_or_no_mapping_is_not_read() -> None:
 
 def test_the_launch_writes_its_state_in_the_analysis_record_and_a_baseline_keeps_it() -> None:
     analysis = make_result("w", "PASS").analyses[0]
-    launch = Launch(number=1, kind="timing", machine_state=state(0.7), gpu_clocks={"throttled": False})
+    clocks = launches(state(), throttled=(False,))[0].gpu_clocks
+    launch = Launch(number=1, kind="timing", machine_state=state(0.7), gpu_clocks=clocks)
     d = json.loads(json.dumps(replace(analysis, launch=launch).to_dict()))
     assert d["machine_state"]["others_cores"] == 0.7
     back = Analysis.from_dict(d)
     assert back.launch.machine_state == state(0.7) and "machine_state" not in back.extra
 
     kept = BaselineLaunch.of(back, back.metrics()).to_dict()
-    assert kept["machine_state"] == d["machine_state"] and kept["gpu_clocks"] == {"throttled": False}
+    assert kept["machine_state"] == d["machine_state"] and kept["gpu_clocks"] == clocks.to_dict()
     again = BaselineLaunch.from_dict(json.loads(json.dumps(kept)), "launches[0]").analysis()
-    assert again.launch.machine_state == state(0.7) and again.launch.gpu_clocks == {"throttled": False}
+    assert again.launch.machine_state == state(0.7) and again.launch.gpu_clocks == clocks
     assert not {"machine_state", "gpu_clocks"} & set(BaselineLaunch.of(analysis, analysis.metrics()).to_dict())
 
     odd = {**d, "machine_state": {**d["machine_state"], "others_cores": 9.0}}

@@ -2,7 +2,7 @@
 while a launch runs.
 
 A launch whose GPU slowed down for thermal or hardware reasons measured the machine, not the code:
-the gate marks it (``Analysis.launch.gpu_clocks["throttled"]``) and says so in the result. The
+the gate marks it (``Analysis.launch.gpu_clocks.throttled``) and says so in the result. The
 same samples give the launch's energy over its measured steps (perfgate.analysis.energy). NVML comes from
 ``nvidia-ml-py`` (module ``pynvml``) behind :class:`NvmlReader`; without it, or without a GPU,
 monitoring is a no-op. Only the GPUs ``CUDA_VISIBLE_DEVICES`` leaves to the launch are sampled
@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import median
 from typing import Any, Protocol
 
+from perfgate.records.launch_checks import GpuClocks
 from perfgate.system.machine import visible_gpus
 
 # nvmlClocksEventReasons bits (NVML's "clocks throttle reasons").
@@ -140,25 +141,11 @@ class PynvmlReader:
             pass
 
 
-@dataclass(frozen=True)
-class MonitorReport:
-    samples: int
-    sm_mhz_min: int
-    sm_mhz_median: float
-    sm_mhz_max: int
-    temperature_c_max: int
-    reasons: tuple[str, ...]  # every reason seen in any sample (except "gpu idle")
-    throttled: bool           # a thermal or hardware slowdown was seen
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def reason_names(mask: int) -> list[str]:
     return [name for bit, name in REASONS.items() if mask & bit]
 
 
-def monitor_report(samples: list[Sample]) -> MonitorReport | None:
+def monitor_report(samples: list[Sample]) -> GpuClocks | None:
     """The report of a launch's samples (None when there are none)."""
     if not samples:
         return None
@@ -166,7 +153,7 @@ def monitor_report(samples: list[Sample]) -> MonitorReport | None:
     mask = 0
     for s in samples:
         mask |= s.reasons
-    return MonitorReport(
+    return GpuClocks(
         samples=len(samples), sm_mhz_min=min(clocks), sm_mhz_median=float(median(clocks)),
         sm_mhz_max=max(clocks), temperature_c_max=max(s.temperature_c for s in samples),
         reasons=tuple(n for n in reason_names(mask & ~0x1)), throttled=bool(mask & THROTTLE_MASK))
@@ -222,5 +209,5 @@ class GpuMonitor:
     def samples(self) -> list[Sample]:
         return list(self._samples)
 
-    def report(self) -> MonitorReport | None:
+    def report(self) -> GpuClocks | None:
         return monitor_report(list(self._samples))

@@ -62,7 +62,7 @@ def _side(launches: Sequence[Launch]) -> _Side:
     gpu = [s.gpu_other_processes for s in states if s.gpu_other_processes is not None]
     return _Side(cpus=max((s.cpus for s in states), default=None), others_cores=_mean(states, lambda s: s.others_cores),
                  runnable=_mean(states, lambda s: s.runnable_mean), steal=_mean(states, lambda s: s.steal_share),
-                 memory=_mean(states, lambda s: s.memory_pressure), gpu_others=max(gpu, default=None), throttled=sum(bool(c.get("throttled")) for c in clocks),
+                 memory=_mean(states, lambda s: s.memory_pressure), gpu_others=max(gpu, default=None), throttled=sum(c.throttled for c in clocks),
                  clocked=len(clocks))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _sps
 
+from perfgate.records.launch_checks import StabilityReport
 from perfgate.records.model import Verdict
 
 __all__ = [
@@ -27,7 +28,6 @@ __all__ = [
     "holm",
     "Decision",
     "decide",
-    "StabilityReport",
     "stability",
 ]
 
@@ -239,25 +239,6 @@ def decide(
 
 
 # --------------------------------------------------------------------------- stability of one launch
-
-
-@dataclass(frozen=True)
-class StabilityReport:
-    """Whether one launch's measured steps look stationary.
-
-    ``drift_fraction``: (median of second half − median of first half) / overall median.
-    ``changepoint_index``: first step of the second level of the best two-level split (None if the
-    split is not significant), ``level_shift_fraction``: its (right − left median) / overall median.
-    ``noise_fraction``: robust step-to-step noise (MAD of successive differences / √2) / median.
-    """
-
-    stable: bool
-    steps: int
-    drift_fraction: float
-    changepoint_index: int | None
-    level_shift_fraction: float
-    noise_fraction: float
-    reasons: tuple[str, ...] = ()
 
 
 _MAD_TO_SD = 1.4826

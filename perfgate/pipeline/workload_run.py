@@ -14,13 +14,13 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate.analysis.resources import attach_resources
-from perfgate.capture.gpu_monitor import GpuMonitor, MonitorReport
+from perfgate.capture.gpu_monitor import GpuMonitor
 from perfgate.system.secrets import WITHHELD_SUFFIX
 from perfgate.errors import PerfgateError, StaleBaselineError, TraceError, os_error_message
 from perfgate.baselines.store import (
@@ -31,6 +31,7 @@ from perfgate.baselines.provenance import command_line, recording
 from perfgate.pipeline.confirmation import ConfirmRun, confirm_if_wanted, pull_request_commit
 from perfgate.pipeline.inputs import diagnosed
 from perfgate.pipeline.judge import judge
+from perfgate.records.launch_checks import GpuClocks
 from perfgate.records.model import Analysis, Capture, Verdict, WorkloadResult
 from perfgate.records.notes import SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
@@ -325,7 +326,7 @@ def _steps_trace_file(trace: Trace, options: AnalysisOptions, run_dir: Path, k: 
     return []
 
 
-def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> Analysis:
+def _checked(analysis: Analysis, launch: int, clocks: GpuClocks | None) -> Analysis:
     """``analysis`` with the launch's measurement checks: whether its measured steps look stationary
     (no drift, no second level inside the window: stats.stability) and, with NVML, its GPU clocks
     and whether the GPU throttled. A failed check becomes a note of the launch (its record's warnings)."""
@@ -333,11 +334,11 @@ def _checked(analysis: Analysis, launch: int, clocks: MonitorReport | None) -> A
 
     notes = list(analysis.launch.notes)
     report = stability(list(analysis.steps.durations_ms))
-    facts = replace(analysis.launch, stability=asdict(report))
+    facts = replace(analysis.launch, stability=report)
     if not report.stable:
         notes.append(f"launch {launch}: measured steps are not stable ({'; '.join(report.reasons)})")
     if clocks is not None:
-        facts = replace(facts, gpu_clocks=clocks.to_dict())
+        facts = replace(facts, gpu_clocks=clocks)
         if clocks.throttled:
             notes.append(f"launch {launch}: the GPU throttled ({', '.join(clocks.reasons)}); "
                          f"SM clock {clocks.sm_mhz_min}-{clocks.sm_mhz_max} MHz")

@@ -13,19 +13,21 @@ them back from there, at the edge that reads the record.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
+from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
 
 #: Each field's key in an analysis record, and the kind of its value there.
 _KEYS = {"number": ("launch", int), "kind": ("capture", str), "self_report": ("self_report", dict),
-         "stability": ("stability", dict), "gpu_clocks": ("gpu_clocks", dict), "gpu_memory": ("gpu_memory", dict),
-         "energy": ("energy", dict), "resource_metrics": ("resource_metrics", dict),
+         "gpu_memory": ("gpu_memory", dict), "energy": ("energy", dict), "resource_metrics": ("resource_metrics", dict),
          "diagnosis": ("diagnosis", dict), "diagnosis_error": ("diagnosis_error", str)}
 #: The fields that are typed records: their key, and their record (its ``to_dict`` writes it, its
 #: ``from_dict`` reads it back).
-_RECORDS = {"machine_state": ("machine_state", MachineState)}
+_RECORDS: dict[str, tuple[str, Any]] = {
+    "stability": ("stability", StabilityReport), "gpu_clocks": ("gpu_clocks", GpuClocks),
+    "machine_state": ("machine_state", MachineState)}
 
 
 #: A launch's folder holds its three steps around the median one as a Chrome trace under this name
@@ -40,8 +42,8 @@ class Launch:
     number: int | None = None                  # the timing launch's number (the profile launch's 0)
     kind: str | None = None                    # perfgate.capture.command.TIMING or PROFILE
     self_report: dict[str, Any] | None = None  # the workload's PERFGATE_SELF_REPORT line, parsed
-    stability: dict[str, Any] | None = None    # whether its measured steps look stationary (gate.statistics)
-    gpu_clocks: dict[str, Any] | None = None   # NVML's clocks and throttling (capture.gpu_monitor)
+    stability: StabilityReport | None = None   # whether its measured steps look stationary (gate.statistics)
+    gpu_clocks: GpuClocks | None = None        # NVML's clocks and throttling (capture.gpu_monitor)
     gpu_memory: dict[str, Any] | None = None   # each memory source's peak (analysis.resources)
     energy: dict[str, Any] | None = None       # energy over the measured window, or why not (analysis.resources)
     resource_metrics: dict[str, float] | None = None  # what Analysis.metrics() adds: memory, energy, power
@@ -53,10 +55,14 @@ class Launch:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The analysis record's keys of this launch (those it knows)."""
-        d = {key: value for name, (key, _) in _KEYS.items() if (value := getattr(self, name)) is not None}
-        return d | {key: value.to_dict() for name, (key, _) in _RECORDS.items()
-                    if (value := getattr(self, name)) is not None}
+        """The analysis record's keys of this launch (those it knows), in the order of its fields."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            if (value := getattr(self, f.name)) is None or f.name == "notes":
+                continue
+            key = _KEYS[f.name][0] if f.name in _KEYS else _RECORDS[f.name][0]
+            d[key] = value.to_dict() if f.name in _RECORDS else value
+        return d
 
     @classmethod
     def split(cls, record: Mapping[str, Any]) -> tuple[Launch, dict[str, Any]]:
