@@ -46,12 +46,16 @@ STORE_GRACE_S = 5.0
 NODE_START_S = 60.0      # perfgate.capture.launch.START_S: an nsys that started nothing by then hung
 
 
-def _supervisor():      # its process walk, loaded by path: this file runs standalone too
-    spec = importlib.util.spec_from_file_location(
-        "perfgate_supervisor", Path(__file__).resolve().parent.parent / "system" / "supervisor.py")
+def _descendants() -> Callable[[int], list[int]]:
+    """perfgate/system/supervisor.py's process walk, loaded by path: this file runs standalone too."""
+    path = Path(__file__).resolve().parent.parent / "system" / "supervisor.py"
+    spec = importlib.util.spec_from_file_location("perfgate_supervisor", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    walk: Callable[[int], list[int]] = module.descendants
+    return walk
 
 
 def started(pid: int, descendants: Callable[[int], list[int]]) -> bool:
@@ -119,7 +123,7 @@ def main(argv: list[str]) -> int:
             _serving(store, store_cmd[-2], int(store_cmd[-1]))
         if asked:
             return 128 + asked[0]
-        descendants = _supervisor().descendants
+        descendants = _descendants()
         for cmd in commands:
             if asked or any(p.returncode not in (None, 0) for p in procs):   # told to stop, or failed
                 break
