@@ -227,7 +227,7 @@ def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dic
 def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
     """errors and the records beside the model (ranks, steps, facts, notes, launch, staleness,
     noise, diagnosis, confirmation, machine_state, launch_checks) import nothing of perfgate, but launch
-    the machine state and the checks it holds; records.version (the record version) only errors; records.model only those
+    the machine state, the checks and the diagnosis it holds; records.version (the record version) only errors; records.model only those
     records and the version."""
     leaves = ("ranks", "steps", "facts", "notes", "launch", "staleness", "noise", "diagnosis", "confirmation",
               "machine_state", "launch_checks")
@@ -235,7 +235,8 @@ def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], di
                "perfgate.records.version": {"perfgate.records", "perfgate.errors"},
                "perfgate.records.model": {"perfgate.records", "perfgate.records.version",
                                           *(f"perfgate.records.{leaf}" for leaf in leaves)}}
-    allowed["perfgate.records.launch"] |= {"perfgate.records.machine_state", "perfgate.records.launch_checks"}
+    allowed["perfgate.records.launch"] |= {"perfgate.records.machine_state", "perfgate.records.launch_checks",
+                                           "perfgate.records.diagnosis"}
     assert set(allowed) <= set(module_names(PACKAGE))
     assert [e for e in graph[0] if e.source in allowed and e.target not in allowed[e.source]] == []
 

@@ -83,7 +83,7 @@ def test_pageable_copies_answer_the_same_from_the_trace_and_from_its_baseline_re
     assert from_record.gpu is not None and from_record.gpu.pageable_copies == a.gpu.pageable_copies
     assert (checks.pageable_copies(a) is not None) is fires
     assert (checks.pageable_copies(from_record) is not None) is fires
-    assert ("pageable_copies" in {f["rule"] for f in a.launch.diagnosis["findings"]}) is fires
+    assert ("pageable_copies" in a.launch.diagnosis.rules_fired) is fires
 
 
 @pytest.mark.parametrize("per_step, fires", [(0.9, False), (1.0, True)])

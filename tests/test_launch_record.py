@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from perfgate.records.diagnosis import Diagnosis, Finding
 from perfgate.records.launch import Launch
 from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
@@ -14,10 +15,14 @@ STABLE = StabilityReport(stable=True, steps=20, drift_fraction=0.01, changepoint
                          noise_fraction=0.02, reasons=())
 CLOCKS = GpuClocks(samples=12, sm_mhz_min=1980, sm_mhz_median=1980.0, sm_mhz_max=1980, temperature_c_max=61,
                    reasons=("software power cap",), throttled=False)
+DIAGNOSIS = Diagnosis(bottleneck="input bound", confidence=0.8, evidence=("data_load 70 % of the step",),
+                      findings=(Finding(rule="few_workers", severity="warning", message="m", evidence=("e",),
+                                        suggestion="s", cause="DataLoader workers", phases=("data_load",), impact_ms=3.5),),
+                      gpu_active=True, scores={"input bound": 0.7}, facts={"syncs_per_step": 2.0})
 LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability=STABLE,
                 gpu_clocks=CLOCKS, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
                 energy={"unavailable": "no NVML"}, resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
-                diagnosis={"findings": []}, diagnosis_error="ValueError: x",
+                diagnosis=DIAGNOSIS, diagnosis_error="ValueError: x",
                 machine_state=MachineState(cpus=2, wall_s=10.0, samples=50, load_1min_start=1.0, load_1min_end=1.2,
                                            load_1min_mean=1.1, runnable_mean=1.5, runnable_max=3, busy_cpu_s=12.5,
                                            launch_cpu_s=10.0, steal_cpu_s=0.1, cpu_pressure=0.05, memory_pressure=None,
@@ -41,7 +46,7 @@ def test_an_analysis_of_a_file_alone_writes_none_and_odd_values_stay_as_read() -
     analysis = make_result("w", "PASS").analyses[0]
     assert not KEYS & set(analysis.to_dict())
     odd_values = {"capture": 3, "energy": None, "newer": [1], "machine_state": {"cpus": 2},
-                  "stability": {"stable": True, "reasons": []}, "gpu_clocks": {**CLOCKS.to_dict(), "throttled": 0}}
+                  "stability": {"stable": True, "reasons": []}, "diagnosis": {"findings": []}, "gpu_clocks": {**CLOCKS.to_dict(), "throttled": 0}}
     back = Analysis.from_dict({**analysis.to_dict(), **odd_values})
     assert back.launch == Launch() and back.extra == odd_values
     assert {k: back.to_dict()[k] for k in odd_values} == odd_values
@@ -88,3 +93,14 @@ def test_the_checks_read_back_from_their_json_and_other_values_do_not() -> None:
         assert StabilityReport.from_dict(odd) is None, odd
     assert GpuClocks.from_dict({**CLOCKS.to_dict(), "sm_mhz_min": True}) is None
     assert GpuClocks.from_dict({**CLOCKS.to_dict(), "sm_mhz_median": 1980}) == replace(CLOCKS, sm_mhz_median=1980)
+
+
+def test_a_diagnosis_reads_back_from_its_json_and_another_ones_does_not() -> None:
+    import json
+
+    d = json.loads(json.dumps(DIAGNOSIS.to_dict()))
+    assert Diagnosis.from_dict(d) == DIAGNOSIS
+    finding = d["findings"][0]
+    for odd in ({**d, "confidence": "high"}, {**d, "gpu_active": 1}, {**d, "newer": 1},
+                {**d, "findings": [{**finding, "newer": 1}]}, {k: v for k, v in d.items() if k != "facts"}):
+        assert Diagnosis.from_dict(odd) is None, odd

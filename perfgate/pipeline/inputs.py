@@ -212,13 +212,13 @@ def compare_and_explain(baseline: Path, current: Path, policy: ComparePolicy | N
 
 
 def diagnosed(analysis: Analysis) -> Analysis:
-    """``analysis`` with ``launch.diagnosis`` (a dict) when perfgate.diagnosis can diagnose it."""
+    """``analysis`` with ``launch.diagnosis`` when perfgate.diagnosis can diagnose it."""
     try:
         from perfgate.diagnosis.one_run import diagnose
     except ImportError:
         return analysis
     try:
-        diagnosis = diagnose(analysis).to_dict()
+        diagnosis = diagnose(analysis)
     except Exception as exc:  # a diagnosis bug must not fail the gate (a Ctrl-C must stop it)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc

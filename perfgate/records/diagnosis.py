@@ -77,6 +77,29 @@ class Diagnosis:
             "facts": None if self.facts is None else dict(self.facts),
         }
 
+    @classmethod
+    def from_dict(cls, d: Any) -> Diagnosis | None:
+        """The Diagnosis of ``d`` when ``to_dict`` of it gives ``d`` back, else None (a record of
+        another perfgate's diagnosis, kept as read)."""
+        if not isinstance(d, Mapping) or set(d) != _DIAGNOSIS_KEYS:
+            return None
+        kinds_ok = (isinstance(d["bottleneck"], str) and isinstance(d["gpu_active"], bool)
+                    and isinstance(d["confidence"], (int, float)) and not isinstance(d["confidence"], bool)
+                    and isinstance(d["evidence"], list) and isinstance(d["findings"], list)
+                    and isinstance(d["scores"], Mapping) and (d["facts"] is None or isinstance(d["facts"], Mapping)))
+        if not kinds_ok:
+            return None
+        try:
+            found = cls(bottleneck=d["bottleneck"], confidence=d["confidence"], evidence=tuple(d["evidence"]),
+                        findings=tuple(Finding.from_dict(f) for f in d["findings"]), gpu_active=d["gpu_active"],
+                        scores=dict(d["scores"]), facts=None if d["facts"] is None else dict(d["facts"]))
+        except (TypeError, KeyError):     # a finding of other keys
+            return None
+        return found if found.to_dict() == dict(d) else None
+
+
+_DIAGNOSIS_KEYS = {"bottleneck", "confidence", "gpu_active", "evidence", "scores", "findings", "facts"}
+
 
 @dataclass(frozen=True)
 class PhaseDelta:

@@ -16,18 +16,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from perfgate.records.diagnosis import Diagnosis
 from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
 
 #: Each field's key in an analysis record, and the kind of its value there.
 _KEYS = {"number": ("launch", int), "kind": ("capture", str), "self_report": ("self_report", dict),
          "gpu_memory": ("gpu_memory", dict), "energy": ("energy", dict), "resource_metrics": ("resource_metrics", dict),
-         "diagnosis": ("diagnosis", dict), "diagnosis_error": ("diagnosis_error", str)}
+         "diagnosis_error": ("diagnosis_error", str)}
 #: The fields that are typed records: their key, and their record (its ``to_dict`` writes it, its
 #: ``from_dict`` reads it back).
 _RECORDS: dict[str, tuple[str, Any]] = {
     "stability": ("stability", StabilityReport), "gpu_clocks": ("gpu_clocks", GpuClocks),
-    "machine_state": ("machine_state", MachineState)}
+    "diagnosis": ("diagnosis", Diagnosis), "machine_state": ("machine_state", MachineState)}
 
 
 #: A launch's folder holds its three steps around the median one as a Chrome trace under this name
@@ -47,7 +48,7 @@ class Launch:
     gpu_memory: dict[str, Any] | None = None   # each memory source's peak (analysis.resources)
     energy: dict[str, Any] | None = None       # energy over the measured window, or why not (analysis.resources)
     resource_metrics: dict[str, float] | None = None  # what Analysis.metrics() adds: memory, energy, power
-    diagnosis: dict[str, Any] | None = None    # the diagnosis record (diagnosis.one_run)
+    diagnosis: Diagnosis | None = None         # the diagnosis of the launch (diagnosis.one_run)
     diagnosis_error: str | None = None         # why the diagnosis failed
     machine_state: MachineState | None = None  # what the machine did beside the launch (capture.machine_meter)
     # what the result's message notes of the launch: a file withheld, a capture taken again,
