@@ -18,6 +18,7 @@ from nsys_run import run_supervised
 from perfgate.analysis.energy import active_gpus, counter_energy_j, interpolate, power_energy_j, window_energy
 from perfgate.analysis.resources import NO_CLOCK, NO_NVML, NOT_COVERED, allocator_memory, attach_resources
 from perfgate.capture.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
+from perfgate.records.energy import LaunchEnergy
 
 T0 = 1_800_000_000_000_000_000          # a wall-clock time (Unix ns)
 MS = 1_000_000
@@ -206,8 +207,8 @@ def test_energy_and_allocator_memory_attach_to_a_real_trace_analysis(gpu_analysi
     assert metrics["energy.per_step_j"] == pytest.approx(500 * window_s / steps.count, rel=1e-6)
     assert metrics["energy.per_sample_j"] == pytest.approx(500 * window_s / (steps.count * 32), rel=1e-6)
     assert metrics["gpu_memory.peak_allocated_mib"] == 3072.0 and metrics["gpu_memory.peak_reserved_mib"] == 4096.0
-    assert attached.launch.energy["source"] == "energy counter"
-    assert attached.launch.energy["clock_offset_ms"] == pytest.approx(2.0)
+    assert attached.launch.energy.report.source == "energy counter"
+    assert attached.launch.energy.clock_offset_ms == pytest.approx(2.0)
     assert attached.launch.gpu_memory["gpu_memory.peak_allocated_mib"]["source"].startswith("torch allocator")
     assert "gpu_memory.peak_traced_mib" not in metrics                 # this capture had no --cuda-memory-usage
 
@@ -218,7 +219,7 @@ def test_without_nvml_or_a_clock_the_energy_is_absent_and_says_why(gpu_analysis)
                                 ([Sample(0.0, 0, 1980, 50, 0, wall_ns=1, energy_mj=1)], None, NO_CLOCK),
                                 ([Sample(0.0, 0, 1980, 50, 0, wall_ns=1, energy_mj=1)], trace.session_start_utc_ns, NOT_COVERED)):
         attached = attach_resources(analysis, samples, start)
-        assert attached.launch.energy == {"unavailable": why}
+        assert attached.launch.energy == LaunchEnergy(unavailable=why)
         assert not any(m.startswith("energy.") for m in attached.metrics())       # absent, not zero
     assert allocator_memory({"gpu_memory": {"max_allocated_bytes": 0, "max_reserved_bytes": True}}) == {}
     assert allocator_memory(None) == {} and allocator_memory({"gpu_memory": "n/a"}) == {}

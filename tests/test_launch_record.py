@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfgate.records.diagnosis import Diagnosis, Finding
+from perfgate.records.energy import LaunchEnergy
 from perfgate.records.launch import Launch
 from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
@@ -21,7 +22,7 @@ DIAGNOSIS = Diagnosis(bottleneck="input bound", confidence=0.8, evidence=("data_
                       gpu_active=True, scores={"input bound": 0.7}, facts={"syncs_per_step": 2.0})
 LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability=STABLE,
                 gpu_clocks=CLOCKS, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
-                energy={"unavailable": "no NVML"}, resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
+                energy=LaunchEnergy(unavailable="no NVML"), resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
                 diagnosis=DIAGNOSIS, diagnosis_error="ValueError: x",
                 machine_state=MachineState(cpus=2, wall_s=10.0, samples=50, load_1min_start=1.0, load_1min_end=1.2,
                                            load_1min_mean=1.1, runnable_mean=1.5, runnable_max=3, busy_cpu_s=12.5,
@@ -104,3 +105,21 @@ def test_a_diagnosis_reads_back_from_its_json_and_another_ones_does_not() -> Non
     for odd in ({**d, "confidence": "high"}, {**d, "gpu_active": 1}, {**d, "newer": 1},
                 {**d, "findings": [{**finding, "newer": 1}]}, {k: v for k, v in d.items() if k != "facts"}):
         assert Diagnosis.from_dict(odd) is None, odd
+
+
+def test_the_energy_reads_back_from_its_json_and_another_shape_does_not() -> None:
+    import json
+
+    from perfgate.records.energy import EnergyReport
+
+    report = EnergyReport(source="energy counter", window_s=2.5, gpus=(0, 1), energy_j=1500.0, iterations=50,
+                          samples_per_iteration=256, power_mean_w=600.0, power_peak_w=710.5, sm_mhz_mean=1980.0,
+                          readings=25)
+    energy = LaunchEnergy(report=report, clock_offset_ms=1.8)
+    d = json.loads(json.dumps(energy.to_dict()))
+    assert d["j_per_step"] == 30.0 and d["metrics"]["energy.per_sample_j"] == 1500.0 / (50 * 256)
+    assert LaunchEnergy.from_dict(d) == energy
+    assert LaunchEnergy.from_dict({"unavailable": "no NVML"}) == LaunchEnergy(unavailable="no NVML")
+    for odd in ({**d, "j_per_step": 31.0}, {**d, "gpus": [0.5]}, {**d, "newer": 1}, {**d, "iterations": True},
+                {k: v for k, v in d.items() if k != "metrics"}, {"unavailable": 3}, {"unavailable": "x", "source": "y"}):
+        assert LaunchEnergy.from_dict(odd) is None, odd

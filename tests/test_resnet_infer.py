@@ -124,8 +124,8 @@ def test_the_gate_measures_both_variants_from_their_batch_ranges(gated) -> None:
         metrics = analysis.metrics()
         assert metrics["step_time_p99_ms"] >= metrics["step_time_ms"]
         assert not any(m.startswith(("gpu_memory.", "energy.")) for m in metrics)   # no GPU: absent
-        assert analysis.launch.energy == {"unavailable": "no NVML readings (nvidia-ml-py not installed, or no "
-                                                           "NVIDIA GPU/driver)"}
+        assert analysis.launch.energy.to_dict() == {"unavailable": "no NVML readings (nvidia-ml-py not installed, "
+                                                                     "or no NVIDIA GPU/driver)"}
     assert results["resnet_infer[compiled]"].analyses[0].launch.self_report["compiled"] is True
     assert policy.gate_alone == ("kernels_per_step",) and policy.is_gating("kernels_per_step")
 

@@ -22,10 +22,11 @@ count against a workload that ran on another one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-__all__ = ["EnergyReport", "active_gpus", "counter_energy_j", "interpolate", "power_energy_j",
+from perfgate.records.energy import EnergyReport
+
+__all__ = ["active_gpus", "counter_energy_j", "interpolate", "power_energy_j",
            "window_energy"]
 
 
@@ -40,53 +41,6 @@ class _Sample(Protocol):   # perfgate.capture.gpu_monitor.Sample
 
 
 Series = Sequence[tuple[int, float]]   # (wall-clock ns, value), in time order
-
-
-@dataclass(frozen=True)
-class EnergyReport:
-    """The energy of one launch's measured window. ``iterations``: measured steps per process
-    (one iteration of the whole job); ``samples_per_iteration``: its batch size times world size
-    (None when unknown: no per-sample energy)."""
-
-    source: str                       # "energy counter" or "power samples"
-    window_s: float
-    gpus: tuple[int, ...]             # the GPUs counted, as Sample.gpu numbers them (the i-th visible one)
-    energy_j: float                   # all counted GPUs together
-    iterations: int
-    samples_per_iteration: int | None
-    power_mean_w: float               # energy_j / window_s
-    power_peak_w: float | None        # largest sum over the counted GPUs of one sampling round
-    sm_mhz_mean: float | None         # mean SM clock of the counted GPUs' samples in the window
-    readings: int                     # samples inside the window
-
-    @property
-    def j_per_step(self) -> float | None:
-        return self.energy_j / self.iterations if self.iterations > 0 else None
-
-    @property
-    def j_per_sample(self) -> float | None:
-        if not self.samples_per_iteration or self.iterations <= 0:
-            return None
-        return self.energy_j / (self.iterations * self.samples_per_iteration)
-
-    def metrics(self) -> dict[str, float]:
-        """The gate's energy metrics (compare.METRIC_SPECS: ``energy.*``)."""
-        out = {"energy.power_mean_w": self.power_mean_w}
-        if self.power_peak_w is not None:
-            out["energy.power_peak_w"] = self.power_peak_w
-        if self.j_per_step is not None:
-            out["energy.per_step_j"] = self.j_per_step
-        if self.j_per_sample is not None:
-            out["energy.per_sample_j"] = self.j_per_sample
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "window_s": self.window_s, "gpus": list(self.gpus),
-                "energy_j": self.energy_j, "iterations": self.iterations,
-                "samples_per_iteration": self.samples_per_iteration, "j_per_step": self.j_per_step,
-                "j_per_sample": self.j_per_sample, "power_mean_w": self.power_mean_w,
-                "power_peak_w": self.power_peak_w, "sm_mhz_mean": self.sm_mhz_mean,
-                "readings": self.readings}
 
 
 def interpolate(series: Series, t_ns: int) -> float | None:

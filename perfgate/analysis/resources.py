@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from perfgate.analysis.energy import window_energy
+from perfgate.records.energy import LaunchEnergy
 from perfgate.records.model import Analysis
 
 MIB = 2**20
@@ -59,21 +60,19 @@ def allocator_memory(self_report: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def energy_of(analysis: Analysis, samples: Sequence[Any], session_start_utc_ns: int | None) -> dict[str, Any]:
-    """``Analysis.launch.energy``: the EnergyReport's dict over the measured window, or
-    ``{"unavailable": why}``."""
+def energy_of(analysis: Analysis, samples: Sequence[Any], session_start_utc_ns: int | None) -> LaunchEnergy:
+    """``Analysis.launch.energy``: the EnergyReport over the measured window, or why there is none."""
     if not samples:
-        return {"unavailable": NO_NVML}
+        return LaunchEnergy(unavailable=NO_NVML)
     if session_start_utc_ns is None:
-        return {"unavailable": NO_CLOCK}
+        return LaunchEnergy(unavailable=NO_CLOCK)
     steps = analysis.steps
     iterations = max(1, round(steps.count / max(1, analysis.processes)))
     report = window_energy(samples, session_start_utc_ns + steps.window_start_ns,
                            session_start_utc_ns + steps.window_end_ns, iterations, steps.batch_size)
     if report is None:
-        return {"unavailable": NOT_COVERED}
-    return {**report.to_dict(), "metrics": report.metrics(),
-            "clock_offset_ms": clock_offset_ms(analysis, session_start_utc_ns)}
+        return LaunchEnergy(unavailable=NOT_COVERED)
+    return LaunchEnergy(report=report, clock_offset_ms=clock_offset_ms(analysis, session_start_utc_ns))
 
 
 def clock_offset_ms(analysis: Analysis, session_start_utc_ns: int) -> float | None:
@@ -91,7 +90,7 @@ def attach_resources(analysis: Analysis, samples: Sequence[Any], session_start_u
     ``launch.resource_metrics`` (what Analysis.metrics() adds to the gate's metrics)."""
     memory = allocator_memory(analysis.launch.self_report)
     energy = energy_of(analysis, samples, session_start_utc_ns)
-    metrics = {**memory, **energy.get("metrics", {})}
+    metrics = {**memory, **energy.metrics()}
     launch = replace(analysis.launch, energy=energy, resource_metrics=metrics)
     traced = analysis.gpu.peak_memory_bytes if analysis.gpu is not None else None
     everything = {**memory, **({TRACED: traced / MIB} if traced is not None else {})}

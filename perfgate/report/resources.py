@@ -14,6 +14,7 @@ from typing import Any
 
 from perfgate.analysis.resources import MEMORY_SOURCES, SHORT_SOURCES
 from perfgate.gate.wording import fmt_change, fmt_number
+from perfgate.records.energy import LaunchEnergy
 from perfgate.records.model import Analysis, MetricComparison, WorkloadResult
 
 ENERGY_METRIC = "energy.per_sample_j"
@@ -81,8 +82,8 @@ def energy_summary(result: WorkloadResult) -> dict[str, Any] | None:
     found = _headline(result, ENERGY_METRIC)
     if found is None:
         return None
-    sources = sorted({str(la["energy"].get("source")) for la in launches(result)
-                      if isinstance(la["energy"], Mapping) and la["energy"].get("source")})
+    sources = sorted({e.report.source for la in launches(result)
+                      if (e := la["energy"]) is not None and e.report is not None and e.report.source})
     return {**found, "source": ", ".join(sources) or None}
 
 
@@ -90,8 +91,8 @@ def unavailable_energy(result: WorkloadResult) -> str | None:
     """Why a result has no energy (the first launch's reason), None when it has some."""
     for la in launches(result):
         e = la["energy"]
-        if isinstance(e, Mapping) and e.get("unavailable"):
-            return str(e["unavailable"])
+        if e is not None and e.unavailable:
+            return e.unavailable
     return None
 
 
@@ -104,7 +105,8 @@ def measured_resources(result: WorkloadResult) -> bool:
     """Whether a launch of ``result`` (timing or profile) measured peak memory or energy."""
     every = [*launches(result), *([_launch(result.profile)] if result.profile is not None else [])]
     return any(isinstance(la["gpu_memory"], Mapping) and la["gpu_memory"]
-               or isinstance(la["energy"], Mapping) and la["energy"].get("source") for la in every)
+               or la["energy"] is not None and la["energy"].report is not None and la["energy"].report.source
+               for la in every)
 
 
 def resources_dict(result: WorkloadResult) -> dict[str, Any]:
@@ -112,8 +114,13 @@ def resources_dict(result: WorkloadResult) -> dict[str, Any]:
     profile = None if result.profile is None else _launch(result.profile)
     return {"gpu_memory": memory_summary(result), "energy": energy_summary(result),
             "energy_unavailable": unavailable_energy(result),
-            "launches": [{"gpu_memory": la["gpu_memory"], "energy": la["energy"]} for la in launches(result)],
-            "profile": None if profile is None else {"gpu_memory": profile["gpu_memory"], "energy": profile["energy"]}}
+            "launches": [_written(la) for la in launches(result)],
+            "profile": None if profile is None else _written(profile)}
+
+
+def _written(la: Mapping[str, Any]) -> dict[str, Any]:
+    """A launch's ``gpu_memory`` and ``energy`` as the report writes them."""
+    return {"gpu_memory": la["gpu_memory"], "energy": None if la["energy"] is None else la["energy"].to_dict()}
 
 
 def _cell(summary: dict[str, Any] | None, unit: str, digits: int = 3) -> str:
@@ -144,14 +151,15 @@ def launch_rows(result: WorkloadResult) -> list[list[str]]:
     if result.profile is not None:
         labelled.append(("profile", _launch(result.profile)))
     for k, la in labelled:
-        m, e = la["metrics"], la["energy"] if isinstance(la["energy"], Mapping) else {}
+        m, energy = la["metrics"], la["energy"] or LaunchEnergy()
+        e = energy.report
         memory = ", ".join(f"{SHORT_SOURCES[x]} {fmt_number(m[x], 4)}" for x in MEMORY_SOURCES if x in m) or "-"
-        power = "-"
-        if e.get("power_mean_w") is not None:
-            power = f"{fmt_number(e['power_mean_w'])} / {fmt_number(e.get('power_peak_w'))}"
-        rows.append([k, memory, fmt_number(e.get("j_per_sample"), 4), fmt_number(e.get("j_per_step"), 4),
-                     power, fmt_number(e.get("sm_mhz_mean"), 4),
-                     str(e.get("source") or e.get("unavailable") or "-")])
+        power = "-" if e is None else f"{fmt_number(e.power_mean_w)} / {fmt_number(e.power_peak_w)}"
+        if e is None:
+            rows.append([k, memory, "-", "-", power, "-", energy.unavailable or "-"])
+        else:
+            rows.append([k, memory, fmt_number(e.j_per_sample, 4), fmt_number(e.j_per_step, 4), power,
+                         fmt_number(e.sm_mhz_mean, 4), e.source or energy.unavailable or "-"])
     return rows
 
 
