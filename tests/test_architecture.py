@@ -226,17 +226,17 @@ def test_third_party_imports_stay_where_they_belong(graph: tuple[list[Edge], dic
 
 def test_the_leaf_records_import_nothing_of_perfgate(graph: tuple[list[Edge], dict]) -> None:
     """errors and the records beside the model (ranks, steps, facts, notes, launch, staleness,
-    noise, diagnosis, confirmation, machine_state, launch_checks, energy) import nothing of perfgate, but
-    launch the machine state, the checks, the energy and the diagnosis it holds; records.version (the record version) only errors; records.model only those
+    noise, diagnosis, confirmation, machine_state, launch_checks, resources) import nothing of perfgate, but
+    launch the machine state, the checks, the resources and the diagnosis it holds; records.version (the record version) only errors; records.model only those
     records and the version."""
     leaves = ("ranks", "steps", "facts", "notes", "launch", "staleness", "noise", "diagnosis", "confirmation",
-              "machine_state", "launch_checks", "energy")
+              "machine_state", "launch_checks", "resources")
     allowed = {"perfgate.errors": set(), **{f"perfgate.records.{leaf}": {"perfgate.records"} for leaf in leaves},
                "perfgate.records.version": {"perfgate.records", "perfgate.errors"},
                "perfgate.records.model": {"perfgate.records", "perfgate.records.version",
                                           *(f"perfgate.records.{leaf}" for leaf in leaves)}}
     allowed["perfgate.records.launch"] |= {"perfgate.records.machine_state", "perfgate.records.launch_checks",
-                                           "perfgate.records.diagnosis", "perfgate.records.energy"}
+                                           "perfgate.records.diagnosis", "perfgate.records.resources"}
     assert set(allowed) <= set(module_names(PACKAGE))
     assert [e for e in graph[0] if e.source in allowed and e.target not in allowed[e.source]] == []
 

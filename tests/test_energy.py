@@ -18,7 +18,7 @@ from nsys_run import run_supervised
 from perfgate.analysis.energy import active_gpus, counter_energy_j, interpolate, power_energy_j, window_energy
 from perfgate.analysis.resources import NO_CLOCK, NO_NVML, NOT_COVERED, allocator_memory, attach_resources
 from perfgate.capture.gpu_monitor import GpuMonitor, PynvmlReader, Reading, Sample
-from perfgate.records.energy import LaunchEnergy
+from perfgate.records.resources import LaunchEnergy
 
 T0 = 1_800_000_000_000_000_000          # a wall-clock time (Unix ns)
 MS = 1_000_000
@@ -209,7 +209,8 @@ def test_energy_and_allocator_memory_attach_to_a_real_trace_analysis(gpu_analysi
     assert metrics["gpu_memory.peak_allocated_mib"] == 3072.0 and metrics["gpu_memory.peak_reserved_mib"] == 4096.0
     assert attached.launch.energy.report.source == "energy counter"
     assert attached.launch.energy.clock_offset_ms == pytest.approx(2.0)
-    assert attached.launch.gpu_memory["gpu_memory.peak_allocated_mib"]["source"].startswith("torch allocator")
+    peak = next(p for p in attached.launch.gpu_memory.peaks if p.metric == "gpu_memory.peak_allocated_mib")
+    assert peak.source.startswith("torch allocator")
     assert "gpu_memory.peak_traced_mib" not in metrics                 # this capture had no --cuda-memory-usage
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfgate.records.diagnosis import Diagnosis, Finding
-from perfgate.records.energy import LaunchEnergy
+from perfgate.records.resources import GpuMemory, LaunchEnergy, MemoryPeak
 from perfgate.records.launch import Launch
 from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
@@ -21,7 +21,7 @@ DIAGNOSIS = Diagnosis(bottleneck="input bound", confidence=0.8, evidence=("data_
                                         suggestion="s", cause="DataLoader workers", phases=("data_load",), impact_ms=3.5),),
                       gpu_active=True, scores={"input bound": 0.7}, facts={"syncs_per_step": 2.0})
 LAUNCH = Launch(number=2, kind="timing", self_report={"batch_size": 4}, stability=STABLE,
-                gpu_clocks=CLOCKS, gpu_memory={"gpu_memory.peak_allocated_mib": {"mib": 1.0}},
+                gpu_clocks=CLOCKS, gpu_memory=GpuMemory((MemoryPeak("gpu_memory.peak_allocated_mib", 1.0, "torch allocator"),)),
                 energy=LaunchEnergy(unavailable="no NVML"), resource_metrics={"gpu_memory.peak_allocated_mib": 1.0},
                 diagnosis=DIAGNOSIS, diagnosis_error="ValueError: x",
                 machine_state=MachineState(cpus=2, wall_s=10.0, samples=50, load_1min_start=1.0, load_1min_end=1.2,
@@ -46,7 +46,7 @@ def test_the_launch_is_the_records_top_level_keys_and_reads_back() -> None:
 def test_an_analysis_of_a_file_alone_writes_none_and_odd_values_stay_as_read() -> None:
     analysis = make_result("w", "PASS").analyses[0]
     assert not KEYS & set(analysis.to_dict())
-    odd_values = {"capture": 3, "energy": None, "newer": [1], "machine_state": {"cpus": 2},
+    odd_values = {"capture": 3, "energy": None, "gpu_memory": {"gpu_memory.peak_allocated_mib": {"mib": 1.0}}, "newer": [1], "machine_state": {"cpus": 2},
                   "stability": {"stable": True, "reasons": []}, "diagnosis": {"findings": []}, "gpu_clocks": {**CLOCKS.to_dict(), "throttled": 0}}
     back = Analysis.from_dict({**analysis.to_dict(), **odd_values})
     assert back.launch == Launch() and back.extra == odd_values
@@ -110,7 +110,7 @@ def test_a_diagnosis_reads_back_from_its_json_and_another_ones_does_not() -> Non
 def test_the_energy_reads_back_from_its_json_and_another_shape_does_not() -> None:
     import json
 
-    from perfgate.records.energy import EnergyReport
+    from perfgate.records.resources import EnergyReport
 
     report = EnergyReport(source="energy counter", window_s=2.5, gpus=(0, 1), energy_j=1500.0, iterations=50,
                           samples_per_iteration=256, power_mean_w=600.0, power_peak_w=710.5, sm_mhz_mean=1980.0,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from perfgate.records.energy import EnergyReport
+from perfgate.records.resources import EnergyReport
 
 __all__ = ["active_gpus", "counter_energy_j", "interpolate", "power_energy_j",
            "window_energy"]

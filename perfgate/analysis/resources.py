@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from perfgate.analysis.energy import window_energy
-from perfgate.records.energy import LaunchEnergy
+from perfgate.records.resources import GpuMemory, LaunchEnergy, MemoryPeak
 from perfgate.records.model import Analysis
 
 MIB = 2**20
@@ -95,7 +95,8 @@ def attach_resources(analysis: Analysis, samples: Sequence[Any], session_start_u
     traced = analysis.gpu.peak_memory_bytes if analysis.gpu is not None else None
     everything = {**memory, **({TRACED: traced / MIB} if traced is not None else {})}
     if everything:
-        launch = replace(launch, gpu_memory={m: {"mib": v, "source": MEMORY_SOURCES[m]} for m, v in everything.items()})
+        launch = replace(launch, gpu_memory=GpuMemory(tuple(MemoryPeak(m, v, MEMORY_SOURCES[m])
+                                                             for m, v in everything.items())))
     return replace(analysis, launch=launch)
 
 

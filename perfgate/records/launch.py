@@ -17,18 +17,18 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from perfgate.records.diagnosis import Diagnosis
-from perfgate.records.energy import LaunchEnergy
+from perfgate.records.resources import GpuMemory, LaunchEnergy
 from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
 
 #: Each field's key in an analysis record, and the kind of its value there.
 _KEYS = {"number": ("launch", int), "kind": ("capture", str), "self_report": ("self_report", dict),
-         "gpu_memory": ("gpu_memory", dict), "resource_metrics": ("resource_metrics", dict),
-         "diagnosis_error": ("diagnosis_error", str)}
+         "resource_metrics": ("resource_metrics", dict), "diagnosis_error": ("diagnosis_error", str)}
 #: The fields that are typed records: their key, and their record (its ``to_dict`` writes it, its
 #: ``from_dict`` reads it back).
 _RECORDS: dict[str, tuple[str, Any]] = {
-    "stability": ("stability", StabilityReport), "gpu_clocks": ("gpu_clocks", GpuClocks), "energy": ("energy", LaunchEnergy),
+    "stability": ("stability", StabilityReport), "gpu_clocks": ("gpu_clocks", GpuClocks),
+    "gpu_memory": ("gpu_memory", GpuMemory), "energy": ("energy", LaunchEnergy),
     "diagnosis": ("diagnosis", Diagnosis), "machine_state": ("machine_state", MachineState)}
 
 
@@ -46,7 +46,7 @@ class Launch:
     self_report: dict[str, Any] | None = None  # the workload's PERFGATE_SELF_REPORT line, parsed
     stability: StabilityReport | None = None   # whether its measured steps look stationary (gate.statistics)
     gpu_clocks: GpuClocks | None = None        # NVML's clocks and throttling (capture.gpu_monitor)
-    gpu_memory: dict[str, Any] | None = None   # each memory source's peak (analysis.resources)
+    gpu_memory: GpuMemory | None = None        # each memory source's peak (analysis.resources)
     energy: LaunchEnergy | None = None         # energy over the measured window, or why not (analysis.resources)
     resource_metrics: dict[str, float] | None = None  # what Analysis.metrics() adds: memory, energy, power
     diagnosis: Diagnosis | None = None         # the diagnosis of the launch (diagnosis.one_run)

@@ -14,7 +14,7 @@ from typing import Any
 
 from perfgate.analysis.resources import MEMORY_SOURCES, SHORT_SOURCES
 from perfgate.gate.wording import fmt_change, fmt_number
-from perfgate.records.energy import LaunchEnergy
+from perfgate.records.resources import LaunchEnergy
 from perfgate.records.model import Analysis, MetricComparison, WorkloadResult
 
 ENERGY_METRIC = "energy.per_sample_j"
@@ -104,7 +104,7 @@ def energy_per_step(result: WorkloadResult) -> bool:
 def measured_resources(result: WorkloadResult) -> bool:
     """Whether a launch of ``result`` (timing or profile) measured peak memory or energy."""
     every = [*launches(result), *([_launch(result.profile)] if result.profile is not None else [])]
-    return any(isinstance(la["gpu_memory"], Mapping) and la["gpu_memory"]
+    return any(la["gpu_memory"] is not None and la["gpu_memory"].peaks
                or la["energy"] is not None and la["energy"].report is not None and la["energy"].report.source
                for la in every)
 
@@ -120,7 +120,8 @@ def resources_dict(result: WorkloadResult) -> dict[str, Any]:
 
 def _written(la: Mapping[str, Any]) -> dict[str, Any]:
     """A launch's ``gpu_memory`` and ``energy`` as the report writes them."""
-    return {"gpu_memory": la["gpu_memory"], "energy": None if la["energy"] is None else la["energy"].to_dict()}
+    return {"gpu_memory": None if la["gpu_memory"] is None else la["gpu_memory"].to_dict(),
+            "energy": None if la["energy"] is None else la["energy"].to_dict()}
 
 
 def _cell(summary: dict[str, Any] | None, unit: str, digits: int = 3) -> str:

@@ -1,9 +1,11 @@
-"""The energy of a launch's measured steps (``Launch.energy``): the EnergyReport perfgate.analysis.energy
-makes from NVML's samples over the measured window, or why there is none.
+"""A launch's GPU resources (perfgate.analysis.resources): its peak GPU memory by source
+(``Launch.gpu_memory``) and the energy of its measured steps (``Launch.energy``: the EnergyReport
+perfgate.analysis.energy makes from NVML's samples over the measured window, or why there is none).
 
-Records layer (stdlib only). An analysis record writes it as ``"energy"``: the report's fields
+Records layer (stdlib only). An analysis record writes the memory as ``"gpu_memory"`` (``{metric:
+{"mib": peak, "source": words}}``) and the energy as ``"energy"``: the report's fields
 (``to_dict``: ``j_per_step`` and ``j_per_sample`` besides), its gate metrics under ``"metrics"``
-and ``"clock_offset_ms"``; or ``{"unavailable": why}``. ``from_dict`` reads either back when writing
+and ``"clock_offset_ms"``; or ``{"unavailable": why}``. ``from_dict`` reads each back when writing
 it again gives the same mapping, else None (the analysis record keeps it in ``extra``, as read).
 """
 from __future__ import annotations
@@ -125,3 +127,36 @@ class LaunchEnergy:
             return None
         found = cls(report=report, clock_offset_ms=offset)
         return found if found.to_dict() == dict(d) else None
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """One source's peak GPU memory: its gate metric (``gpu_memory.peak_allocated_mib``, ...), the
+    peak in MiB, and the source in words (``torch allocator``, ``nsys CUDA memory trace``)."""
+
+    metric: str
+    mib: float
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """``Launch.gpu_memory``: each memory source's peak, in the order the analysis found them."""
+
+    peaks: tuple[MemoryPeak, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {p.metric: {"mib": p.mib, "source": p.source} for p in self.peaks}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> GpuMemory | None:
+        """The GpuMemory of ``d`` when ``to_dict`` of it gives ``d`` back, else None."""
+        if not isinstance(d, Mapping) or not d:
+            return None
+        peaks = []
+        for metric, peak in d.items():
+            if not (isinstance(metric, str) and isinstance(peak, Mapping) and set(peak) == {"mib", "source"}
+                    and _number(peak["mib"]) and isinstance(peak["source"], str)):
+                return None
+            peaks.append(MemoryPeak(metric, peak["mib"], peak["source"]))
+        return cls(tuple(peaks))
