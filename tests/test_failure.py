@@ -29,8 +29,7 @@ def judged_without_baseline(tmp_path: Path, strict: bool) -> WorkloadResult:
                             analyses=[make_analysis([10.0] * 5, {"forward": 4.0})])
     spec = WorkloadSpec(name="tiny", module="workloads.tiny")
     run = run_looks([], lambda k: result.analyses[k].metrics(), compare_policy(settings, spec), LaunchBudget(1, 1))
-    judge(result, spec, settings, None, tmp_path / "baselines" / "tiny" / "absent.json", run)
-    return result
+    return judge(result, spec, settings, None, tmp_path / "baselines" / "tiny" / "absent.json", run)
 
 
 def everywhere(result: WorkloadResult) -> dict[str, object]:

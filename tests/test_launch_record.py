@@ -74,10 +74,10 @@ def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
     settings, spec = load_settings(tmp_path, env={}), WorkloadSpec(name="w", module="m")
     result = make_result("w", "PASS")
     unstable = "launch 0: measured steps are not stable (drift)"
-    result.analyses = [replace(result.analyses[0], warnings=("an analysis warning",),
-                               launch=Launch(number=0, kind="timing", notes=(unstable,)))]
+    result = replace(result, analyses=[replace(result.analyses[0], warnings=("an analysis warning",),
+                                               launch=Launch(number=0, kind="timing", notes=(unstable,)))])
     run = run_looks([], lambda k: result.analyses[k].metrics(), compare_policy(settings, spec), LaunchBudget(1, 1))
-    judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", run)
+    result = judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", run)
     assert [n.severity for n in result.notes] == [SUMMARY, NOTE]
     assert result.notes[1].text.startswith(unstable + " (record one with ")    # the hint ends the last line
     assert result.message.splitlines()[1].startswith(f"note: {unstable} (record one with ")

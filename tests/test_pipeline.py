@@ -68,8 +68,8 @@ def test_same_measurements_pass_against_their_baseline(gate) -> None:
     settings, spec, recorded = gate
     result = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
     baseline = load_baseline(recorded.baseline_path)
-    judge(result, spec, settings, baseline, recorded.baseline_path,
-          looked(result, baseline, compare_policy(settings, spec)))
+    result = judge(result, spec, settings, baseline, recorded.baseline_path,
+                   looked(result, baseline, compare_policy(settings, spec)))
     assert result.verdict == Verdict.PASS
     assert result.baseline_step_times_ms == load_baseline(recorded.baseline_path).step_durations_ms
     assert not result.failed and not replace(result, strict=True).failed
@@ -79,13 +79,14 @@ def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
     settings, spec, recorded = gate
     strict = replace(settings, strict=True)
     result = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
-    judge(result, spec, strict, None, settings.baseline_dir / "absent.json", looked(result, None, compare_policy(strict, spec)))
+    result = judge(result, spec, strict, None, settings.baseline_dir / "absent.json",
+                   looked(result, None, compare_policy(strict, spec)))
     assert result.verdict == Verdict.NEW
     assert "--perfgate-update-baselines" in result.message
     assert result.strict and result.failed
     lenient = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
-    judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json",
-          looked(lenient, None, compare_policy(settings, spec)))
+    lenient = judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json",
+                    looked(lenient, None, compare_policy(settings, spec)))
     assert lenient.verdict == Verdict.NEW and not lenient.failed
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 from report_results import make_analysis, make_result
@@ -11,8 +12,7 @@ from perfgate.report.benchmark_json import render_benchmark_json
 
 
 def test_stats_are_the_step_times_in_seconds() -> None:
-    r = make_result("w", Verdict.PASS)
-    r.analyses = [make_analysis([10.0, 12.0, 14.0], {}), make_analysis([20.0], {})]
+    r = replace(make_result("w", Verdict.PASS), analyses=[make_analysis([10.0, 12.0, 14.0], {}), make_analysis([20.0], {})])
     (bench,) = render_benchmark_json([r], {}, {})["benchmarks"]
     s = bench["stats"]
     assert s["data"] == [0.010, 0.012, 0.014, 0.020]
@@ -37,6 +37,5 @@ def test_github_action_benchmark_fields_are_present_and_typed() -> None:
 
 
 def test_workloads_without_measured_steps_are_left_out() -> None:
-    empty = make_result("empty", Verdict.ERROR, error="capture failed")
-    empty.analyses = []
+    empty = replace(make_result("empty", Verdict.ERROR, error="capture failed"), analyses=[])
     assert render_benchmark_json([empty], {}, {})["benchmarks"] == []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 from report_results import make_result
 
@@ -34,8 +35,8 @@ def test_metrics_are_key_value_lines_in_system_out() -> None:
 
 def test_xml_special_characters_in_names_and_messages_survive() -> None:
     r = make_result("a<b>&c", Verdict.REGRESSED, forward_ms=8.0, message='forward "slower" <by> 4 ms & more')
-    r.machine = MachineInfo(machine_class="nvidia-h100-x1", gpu_model="H100", gpu_count=1, driver=None,
-                            cuda=None, torch=None, nsys=None)
+    r = replace(r, machine=MachineInfo(machine_class="nvidia-h100-x1", gpu_model="H100", gpu_count=1, driver=None,
+                                       cuda=None, torch=None, nsys=None))
     root = ET.fromstring(render_junit([r]).encode("utf-8"))
     case = next(root.iter("testcase"))
     assert case.get("name") == "a<b>&c"

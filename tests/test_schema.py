@@ -5,6 +5,7 @@ re-recorded) are read as version 1, a newer version is refused naming the file."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,8 +160,7 @@ def _reports(results: list) -> tuple[str, str]:
 def test_a_report_read_back_renders_what_the_run_rendered() -> None:
     """``perfgate report --from`` rendered results whose analyses it had kept as dicts: samples/s,
     a NEW workload's step time and its phases were missing from the summary and the job summary."""
-    new = make_result("c", Verdict.NEW)
-    new.comparisons = []
+    new = replace(make_result("c", Verdict.NEW), comparisons=[])
     results = [make_result("a", Verdict.REGRESSED, forward_ms=6.0), make_result("b", Verdict.PASS), new]
     back = results_from_report(json.loads(json.dumps(render_report_json(results), default=str)))
     assert _reports(back) == _reports(results)

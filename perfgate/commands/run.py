@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,7 @@ def gate_workload(spec: WorkloadSpec, settings: Settings, *, update: bool,
         except OSError as exc:
             measured = "" if result.verdict is Verdict.ERROR else f" (the measured verdict was {result.verdict})"
             written = f"{os_error_message(exc, result.run_dir / RESULT_FILE)}{measured}"
-            result.error, result.verdict = "; ".join(filter(None, (result.error, written))), Verdict.ERROR
+            result = replace(result, error="; ".join(filter(None, (result.error, written))), verdict=Verdict.ERROR)
     try:
         history.record(result, settings, update_baseline=update)
     except PerfgateError as exc:

@@ -1,4 +1,4 @@
-"""What a gate run decided, in words: ``judge`` fills a WorkloadResult from the looks against the
+"""What a gate run decided, in words: ``judge`` completes a WorkloadResult from the looks against the
 stored baseline (perfgate.gate.sequential_looks) or, when the base was measured in the same job, its
 pairs (perfgate.pipeline.confirmation): the verdict and rows, the notes (a stale baseline, the
 change's own edits, which comparison decided, a machine in another state than at the recording,
@@ -29,35 +29,34 @@ if TYPE_CHECKING:
 
 
 def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseline: Baseline | None, path: Path,
-          run: LookRun, confirmed: ConfirmRun | None = None) -> None:
-    """Fill ``result`` (verdict, comparisons, looks, notes, noise, attribution) from what the gate's
-    looks decided against ``baseline`` (``run``; NEW when there is none), or, when the base was
-    measured in this job (``confirmed``), what its pairs decided, and the diagnosis of the change.
-    The comparisons, analyses and baseline steps of the result are those of the comparison that decided."""
+          run: LookRun, confirmed: ConfirmRun | None = None) -> WorkloadResult:
+    """``result`` with what the gate's looks decided against ``baseline`` (``run``; NEW when there is
+    none), or, when the base was measured in this job (``confirmed``), what its pairs decided: the
+    verdict, comparisons, looks, notes, noise and the account of the change. The comparisons,
+    analyses and baseline steps are those of the comparison that decided."""
     decided = confirmed if confirmed is not None and confirmed.outcome is not None else None
     outcome = decided.outcome if decided is not None and decided.outcome is not None else run.outcome
     machine = machine_difference([a.launch for a in baseline.launch_analyses], [a.launch for a in result.analyses]) \
         if baseline is not None else None
-    result.verdict, result.strict = outcome.verdict, outcome.strict
-    result.comparisons = list(outcome.comparisons)
-    result.looks = tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3)) for lk in run.looks)
-    result.stopped = run.stopped
     stale = result.provenance   # the baseline measured other code or software: said first
     notes = [*([Note(WARNING, stale.text())] if stale and stale.stale else []),
              *([Note(NOTE, stale.edits_text())] if stale and stale.edits else []), Note(SUMMARY, outcome.summary)]
+    confirmation = None
     if confirmed is not None:
-        result.confirmation = replace(confirmed.record, machine=machine.text() if machine else None)
-        notes += [Note(CONFIRMATION, line) for line in result.confirmation.lines()]
+        confirmation = replace(confirmed.record, machine=machine.text() if machine else None)
+        notes += [Note(CONFIRMATION, line) for line in confirmation.lines()]
     elif machine is not None:   # the stored baseline decided, on a machine in another state: said
         notes.append(Note(WARNING, machine.text()))
     if machine is not None and (hint := threads_hint(machine.busier, workload_threads(settings.threads, os.environ),
                                                      result.machine.gpu_count if result.machine else 0)):
         notes.append(Note(NOTE, hint))
-    if decided is not None:
-        result.analyses, result.stopped = list(decided.head), decided.record.stopped
-    notes += [Note(NOTE, w) for a in (*result.analyses, *([result.profile] if result.profile else []))
-              for w in a.launch.notes]
-    result.notes = tuple(notes)
+    analyses, stopped = (list(decided.head), decided.record.stopped) if decided is not None else (result.analyses,
+                                                                                                 run.stopped)
+    notes += [Note(NOTE, w) for a in (*analyses, *([result.profile] if result.profile else [])) for w in a.launch.notes]
+    result = replace(result, verdict=outcome.verdict, strict=outcome.strict, comparisons=list(outcome.comparisons),
+                     looks=tuple(LookRecord(lk.launches, str(lk.outcome.verdict), round(lk.elapsed_s, 3))
+                                 for lk in run.looks),
+                     stopped=stopped, confirmation=confirmation, analyses=analyses)
     if baseline is None:
         hint = f" (record one with {settings.record_command(spec.full_name)}: {path})"
         others = sorted(p.stem for p in path.parent.glob("*.json") if p != path)
@@ -65,32 +64,32 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
             hint += (f"; not compared with the baselines of other machine classes ({', '.join(others)}): "
                      f"this machine is {path.stem}")
         # the message has always said it at the end of its last line
-        result.notes = (*notes[:-1], replace(notes[-1], text=notes[-1].text + hint))
-        return
-    result.noise = run.noise
+        return replace(result, notes=(*notes[:-1], replace(notes[-1], text=notes[-1].text + hint)))
     if decided is not None:   # the base ran here, now: no other code or software than the change's
-        result.notes += decided.undecided_notes(spec.full_name)
-        result.baseline_step_times_ms = [d for a in decided.base for d in a.steps.durations_ms]
+        notes += decided.undecided_notes(spec.full_name)
+        base_steps = [d for a in decided.base for d in a.steps.durations_ms]
         base_launches, provenance = [*decided.base, *([decided.base_profile] if decided.base_profile else [])], None
     else:
-        result.notes += run.noise_notes(spec.full_name)
-        result.baseline_step_times_ms = baseline.step_durations_ms
+        notes += run.noise_notes(spec.full_name)
+        base_steps = baseline.step_durations_ms
         base_launches, provenance = list(baseline.launch_analyses), stale
-    said = communication_note(outcome, base_launches, [*result.analyses, *([result.profile] if result.profile else [])])
+    said = communication_note(outcome, base_launches, [*analyses, *([result.profile] if result.profile else [])])
+    attribution = None
     if outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):   # a speed-up gets its reasons too
-        base, cur = explained_launches(base_launches, result.analyses, result.profile)
+        base, cur = explained_launches(base_launches, analyses, result.profile)
         same_code = decided is None and not (stale and (stale.code or stale.edits or stale.unknown))
         attribution = explain_change(base, cur, outcome, provenance=provenance, same_code=same_code,
                                      machine=machine.text() if machine else None)
         if attribution is not None:
             from perfgate.diagnosis.render import render_attribution_text
 
-            result.attribution = attribution
             if attribution.reasons and collectives_changed(attribution.reasons[0]):
                 said = None     # the account says it first, with the NCCL kernels' time
-            result.notes += (Note(ATTRIBUTION, render_attribution_text(attribution)),)
+            notes.append(Note(ATTRIBUTION, render_attribution_text(attribution)))
     if said is not None:
-        result.notes += (Note(WARNING, said),)
+        notes.append(Note(WARNING, said))
+    return replace(result, notes=tuple(notes), noise=run.noise, baseline_step_times_ms=base_steps,
+                   attribution=attribution)
 
 
 def communication_note(outcome: Outcome, base: Sequence[Analysis], cur: Sequence[Analysis]) -> str | None:

@@ -96,34 +96,40 @@ def run_workload(
     say = progress or (lambda line: None)
     result = WorkloadResult(workload=spec.name, variant=spec.variant, verdict=Verdict.ERROR, strict=settings.strict)
     try:
-        result.run_dir = new_run_dir(settings.artifacts_dir, spec.full_name)
-        result.machine = this_machine(settings.nsys, settings.machine_class)
-        path = baseline_path(settings.baseline_dir, spec.name, result.machine.machine_class, spec.variant)
-        result.record_command = settings.record_command(spec.full_name)
+        result = replace(result, run_dir=new_run_dir(settings.artifacts_dir, spec.full_name))
+        machine = this_machine(settings.nsys, settings.machine_class)
+        result = replace(result, machine=machine, record_command=settings.record_command(spec.full_name))
+        path = baseline_path(settings.baseline_dir, spec.name, machine.machine_class, spec.variant)
         policy = compare_policy(settings, spec)
         if update_baseline:
-            record_baseline(result, spec, settings, path, policy, cwd=cwd, extra_args=extra_args, say=say)
+            with recording_lock(path):    # a second recording of this baseline at once stops here
+                launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
+                launcher.record()
+                result = replace(result, analyses=launcher.timing, profile=launcher.profile)
+                written = write_recording(result, spec, settings, path, cwd)
+            result = recorded(result, written, spec, settings, path, policy)
         else:
             baseline = load_baseline(path) if path.exists() else None
             if baseline is not None:   # the report names the baseline a run used, never one that is not there
-                result.baseline_path = path
-                check_identity(baseline, spec.name, spec.variant, result.machine.machine_class)
+                result = replace(result, baseline_path=path)
+                check_identity(baseline, spec.name, spec.variant, machine.machine_class)
                 from perfgate.baselines.staleness import baseline_staleness
 
-                stale = baseline_staleness(baseline, spec, settings, result.machine, cwd,
-                                           base=pull_request_commit(settings))
+                stale = baseline_staleness(baseline, spec, settings, machine, cwd, base=pull_request_commit(settings))
                 if stale.stale or stale.edits:
-                    result.provenance = stale
+                    result = replace(result, provenance=stale)
             launcher = _Launcher(spec, settings, result, cwd, extra_args, say, started)
             run = _measure(launcher, baseline, policy, settings)
-            result.analyses, result.profile = launcher.timing, launcher.profile
-            judge(result, spec, settings, baseline, path, run, _confirm(launcher, result, baseline, run, policy))
+            result = replace(result, analyses=launcher.timing, profile=launcher.profile)
+            confirmed = _confirm(launcher, baseline, run, policy)   # may take the profile launch
+            result = judge(replace(result, profile=launcher.profile), spec, settings, baseline, path, run, confirmed)
     except StaleBaselineError as exc:   # the fix is a recording: say how, in this command's words
-        result.verdict, result.error, result.notes = Verdict.ERROR, f"{exc}: {settings.record_command(spec.full_name)}", ()
+        result = replace(result, verdict=Verdict.ERROR, error=f"{exc}: {settings.record_command(spec.full_name)}",
+                         notes=())
     except PerfgateError as exc:
-        result.verdict, result.error, result.notes = Verdict.ERROR, str(exc), ()
+        result = replace(result, verdict=Verdict.ERROR, error=str(exc), notes=())
     except OSError as exc:  # a full disk, a folder perfgate may not write: the file and why
-        result.verdict, result.error, result.notes = Verdict.ERROR, os_error_message(exc), ()
+        result = replace(result, verdict=Verdict.ERROR, error=os_error_message(exc), notes=())
     except Exception as exc:  # a bug must not hide the other workloads' results (a Ctrl-C must stop them)
         if (interrupt := swallowed_interrupt(exc)) is not None:
             raise interrupt from exc
@@ -133,48 +139,45 @@ def run_workload(
             with contextlib.suppress(OSError):
                 (result.run_dir / "error.txt").write_text(text)
                 where = f" (traceback in {result.run_dir / 'error.txt'})"
-        result.verdict, result.error = Verdict.ERROR, f"internal error: {type(exc).__name__}: {exc}{where}"
-        result.notes = ()
-    result.wall_s = time.monotonic() - started
-    return result
+        result = replace(result, verdict=Verdict.ERROR, error=f"internal error: {type(exc).__name__}: {exc}{where}",
+                         notes=())
+    return replace(result, wall_s=time.monotonic() - started)
 
 
-def record_baseline(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path,
-                    policy: ComparePolicy, *, cwd: Path | None, extra_args: Sequence[str], say: Progress) -> None:
-    """Record ``settings.record_launches`` timing launches (and the profile launch) as the baseline at
-    ``path``; the message says what was recorded and what the workload's noise lets the gate catch."""
+def write_recording(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, path: Path,
+                    cwd: Path | None) -> Baseline:
+    """The baseline of the recording's launches (``result.analyses`` and ``.profile``), written
+    atomically at ``path``: PerfgateError when it cannot be (the previous one unchanged)."""
+    from perfgate.baselines.staleness import run_provenance
+
+    assert result.machine is not None
+    measured = run_provenance(spec, settings, result.machine, cwd)
+    baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
+                                      {**recording(settings.root, command_line()), **measured.to_dict()},
+                                      spec.variant, profile=result.profile)
+    try:
+        write_baseline(path, baseline)
+    except OSError as exc:   # written atomically: whatever baseline was there is unchanged
+        raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
+                            "(the previous baseline, if any, is unchanged)") from None
+    return baseline
+
+
+def recorded(result: WorkloadResult, baseline: Baseline, spec: WorkloadSpec, settings: Settings, path: Path,
+             policy: ComparePolicy) -> WorkloadResult:
+    """``result`` of a recording written at ``path``: PASS, and a message that says what was recorded
+    and what the workload's noise lets the gate catch."""
     from perfgate.gate.sequential_looks import noise_report, noise_warning
 
-    with recording_lock(path):    # a second recording of this baseline at once stops here
-        launcher = _Launcher(spec, settings, result, cwd, extra_args, say, time.monotonic(), recording=True)
-        for k in range(settings.record_launches):
-            launcher.timing_launch(k)
-        launcher.profile_launch()
-        result.analyses, result.profile = launcher.timing, launcher.profile
-        assert result.machine is not None
-        from perfgate.baselines.staleness import run_provenance
-
-        measured = run_provenance(spec, settings, result.machine, cwd)
-        baseline = baseline_from_analyses(spec.name, result.analyses, result.machine,
-                                          {**recording(settings.root, command_line()), **measured.to_dict()},
-                                          spec.variant, profile=result.profile)
-        try:
-            write_baseline(path, baseline)
-        except OSError as exc:   # written atomically: whatever baseline was there is unchanged
-            raise PerfgateError(f"{path}: baseline not written: {exc.strerror or exc} "
-                                "(the previous baseline, if any, is unchanged)") from None
-        result.baseline_path = path
     noise = noise_report(baseline.launch_metrics, settings.budget, policy)
-    result.verdict = Verdict.PASS
     n = len(result.analyses)
     step = [a.steps.time_ms for a in result.analyses]
     profiled = " + a CUDA profile launch" if result.profile is not None else ""
     warning = noise_warning(noise, spec.full_name, policy)
-    result.notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
-                                  f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
-                    *([Note(WARNING, warning)] if warning else []))
-    result.baseline_updated = True
-    result.noise = noise
+    notes = (Note(SUMMARY, f"baseline recorded: {path} ({n} launch{'es' if n != 1 else ''}{profiled}); "
+                           f"step_time_ms {statistics.median(step):.4g} ms; {noise.describe()}"),
+             *([Note(WARNING, warning)] if warning else []))
+    return replace(result, baseline_path=path, verdict=Verdict.PASS, notes=notes, baseline_updated=True, noise=noise)
 
 
 class _Launcher:
@@ -206,6 +209,12 @@ class _Launcher:
                  + (f", median of launches {statistics.median(medians):.4g} ms" if len(medians) > 1 else "")
                  + f"; {time.monotonic() - self.started:.0f} s")
         return analysis
+
+    def record(self) -> None:
+        """The recording's launches: ``settings.record_launches`` timing launches, then the profile launch."""
+        for k in range(self.settings.record_launches):
+            self.timing_launch(k)
+        self.profile_launch()
 
     def profile_launch(self) -> None:
         """The CUDA-traced launch, when this machine and the settings want one."""
@@ -244,11 +253,11 @@ def _measure(launcher: _Launcher, baseline: Baseline | None, policy: ComparePoli
                      policy, settings.budget, profile=profile, on_look=on_look)
 
 
-def _confirm(launcher: _Launcher, result: WorkloadResult, baseline: Baseline | None, run: LookRun,
+def _confirm(launcher: _Launcher, baseline: Baseline | None, run: LookRun,
              policy: ComparePolicy) -> ConfirmRun | None:
     """The confirmation against the base (perfgate.pipeline.confirmation), when the settings want one.
     A checked PASS (no profile launch was taken after it) that the pairs fail takes the head's
-    profile launch afterwards, and the base's with it, for the diagnosis (``result.profile``)."""
+    profile launch afterwards (``launcher.profile``), and the base's with it, for the diagnosis."""
     def launch(spec: WorkloadSpec, launch_dir: Path, k: int, kind: str, cwd: Path) -> Analysis:
         return launch_analysis(spec, launcher.settings, launch_dir, k, kind, cwd=cwd, extra_args=launcher.extra_args,
                                progress=launcher.say)
@@ -262,7 +271,6 @@ def _confirm(launcher: _Launcher, result: WorkloadResult, baseline: Baseline | N
         Verdict.REGRESSED, Verdict.IMPROVED)
     if changed and launcher.profile is None:
         launcher.profile_launch()         # the base's was taken beside the pairs (wants_profile)
-        result.profile = launcher.profile
     return confirmed
 
 

@@ -347,10 +347,11 @@ class LookRecord:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkloadResult:
     """The outcome for one workload (or variant): verdict, per-metric comparisons, the analyses of
-    the current launches, and where the artifacts are. Reports render only from this."""
+    the current launches, and where the artifacts are. Reports render only from this. Frozen: the
+    gate run (perfgate.pipeline.workload_run) makes each stage's result with ``replace``."""
 
     workload: str
     verdict: Verdict
