@@ -59,7 +59,10 @@ def test_the_example_is_gated_from_the_installed_wheel(venv: Path, tmp_path: Pat
     project = tmp_path / "plain-loop"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("baselines", ".perfgate", "__pycache__"))
     assert not (project / "workloads" / "__init__.py").exists()   # a plain folder, as users have it
-    env = user_env(venv, PERFGATE_HISTORY_DIR=".perfgate/history")   # history opted in: one line per run
+    # history opted in (one line per run); one CPU thread a workload, as docs/ci.md advises for a shared
+    # runner: beside the other test process, an unchanged rerun's first 8 steps took 25x as long (torch's
+    # 2 threads a process on 2 cores), its mean +492 %: REGRESSED
+    env = user_env(venv, PERFGATE_HISTORY_DIR=".perfgate/history", PERFGATE_THREADS="1")
 
     where = run([str(venv / "bin" / "python"), "-c", "import perfgate, workloads; print(perfgate.__file__); "
                  "print(list(workloads.__path__))"], cwd=project, env=env)
