@@ -9,9 +9,10 @@ in ``extra``, as read).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from perfgate.records.fields import read_fields
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class StabilityReport:
     @classmethod
     def from_dict(cls, d: Any) -> StabilityReport | None:
         """The StabilityReport of ``d`` when ``to_dict`` of it gives ``d`` back, else None."""
-        return _read(cls, d)
+        return read_fields(cls, d)
 
 
 @dataclass(frozen=True)
@@ -59,38 +60,4 @@ class GpuClocks:
     @classmethod
     def from_dict(cls, d: Any) -> GpuClocks | None:
         """The GpuClocks of ``d`` when ``to_dict`` of it gives ``d`` back, else None."""
-        return _read(cls, d)
-
-
-_R = TypeVar("_R", StabilityReport, GpuClocks)
-
-
-def _read(cls: type[_R], d: Any) -> _R | None:
-    """``cls`` of ``d``'s fields when each is of its field's kind (a bool, an int, a number, a list
-    of strings for a tuple, None only where it may be) and writing it again gives ``d``."""
-    if not isinstance(d, Mapping) or set(d) != {f.name for f in fields(cls)}:
-        return None
-    values = {}
-    for f in fields(cls):
-        value, kind = d[f.name], str(f.type)
-        if value is None:
-            if "None" not in kind:
-                return None
-        elif kind.startswith("tuple"):
-            if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
-                return None
-            value = tuple(value)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                return None
-        elif isinstance(value, bool) or not isinstance(value, int if kind.startswith("int") else (int, float)):
-            return None
-        values[f.name] = value
-    found = cls(**values)
-    return found if _same(found.to_dict(), d) else None
-
-
-def _same(written: Mapping[str, Any], read: Mapping[str, Any]) -> bool:
-    """Whether ``written`` is ``read`` once tuples are lists (as JSON reads them back)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in written.items()} == \
-        {k: list(v) if isinstance(v, tuple) else v for k, v in read.items()}
+        return read_fields(cls, d)

@@ -13,8 +13,10 @@ its ``text``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from perfgate.records.fields import read_fields
 
 #: The digits a state's values keep (a thousandth of a second, of a core, of a share).
 DIGITS = 3
@@ -67,7 +69,7 @@ class MachineState:
     @classmethod
     def from_dict(cls, d: Any) -> MachineState | None:
         """The MachineState of ``d`` when ``to_dict`` of it gives ``d`` back, else None."""
-        return _read(cls, d)
+        return read_fields(cls, d, DERIVED)
 
 
 @dataclass(frozen=True)
@@ -101,18 +103,3 @@ class MachineDifference:
             return None
         found = cls(tuple(clauses), busier)
         return found if found.to_dict() == dict(d) else None
-
-
-def _read(cls: type[MachineState], d: Any) -> MachineState | None:
-    """``cls`` of ``d``'s fields when each is of its field's kind (an int where the field is one, a
-    number where it is a float, None only where it may be) and writing it again gives ``d``."""
-    if not isinstance(d, Mapping) or set(d) != {*(f.name for f in fields(cls)), *DERIVED}:
-        return None
-    for f in fields(cls):
-        value, kind = d[f.name], str(f.type)
-        number = int if kind.startswith("int") else (int, float)
-        if (value is None and "None" not in kind) or (
-                value is not None and (isinstance(value, bool) or not isinstance(value, number))):
-            return None
-    found = cls(**{f.name: d[f.name] for f in fields(cls)})
-    return found if found.to_dict() == dict(d) else None
