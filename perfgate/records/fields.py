@@ -20,8 +20,8 @@ R = TypeVar("R", bound=_Record)
 
 def read_fields(cls: type[R], d: Any, derived: Iterable[str] = ()) -> R | None:
     """``cls`` of ``d``'s fields when ``d`` has exactly those keys and ``derived`` (what ``to_dict``
-    adds), each field's value of its kind (a bool, an int, a number, a list of strings for a tuple,
-    None only where the field may be), and ``to_dict`` of it gives ``d`` back; else None."""
+    adds), each field's value of its kind (a str, a bool, an int, a number, a list of such for a
+    tuple, None only where the field may be), and ``to_dict`` of it gives ``d`` back; else None."""
     names = [f.name for f in fields(cls)]        # type: ignore[arg-type]
     if not isinstance(d, Mapping) or set(d) != {*names, *derived}:
         return None
@@ -32,17 +32,25 @@ def read_fields(cls: type[R], d: Any, derived: Iterable[str] = ()) -> R | None:
             if "None" not in kind:
                 return None
         elif kind.startswith("tuple"):
-            if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+            item = kind.removeprefix("tuple[").split(",")[0]
+            if not (isinstance(value, (list, tuple)) and all(_of_kind(v, item) for v in value)):
                 return None
             value = tuple(value)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                return None
-        elif isinstance(value, bool) or not isinstance(value, int if kind.startswith("int") else (int, float)):
+        elif not _of_kind(value, kind):
             return None
         values[f.name] = value
     found = cls(**values)
     return found if _as_read(found.to_dict()) == _as_read(d) else None
+
+
+def _of_kind(value: Any, kind: str) -> bool:
+    """Whether ``value`` is of ``kind`` (a field's type, ``None`` aside): a str, a bool, an int (not a
+    bool), else a number (not a bool)."""
+    if kind.startswith("str"):
+        return isinstance(value, str)
+    if kind.startswith("bool"):
+        return isinstance(value, bool)
+    return not isinstance(value, bool) and isinstance(value, int if kind.startswith("int") else (int, float))
 
 
 def _as_read(d: Mapping[str, Any]) -> dict[str, Any]:

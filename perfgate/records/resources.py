@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate.records.fields import read_fields
+
 
 @dataclass(frozen=True)
 class EnergyReport:
@@ -67,27 +69,11 @@ class EnergyReport:
         those keys back, else None."""
         if not isinstance(d, Mapping) or not _REPORT_KEYS <= set(d):
             return None
-        gpus = d["gpus"]
-        numbers = ("window_s", "energy_j", "power_mean_w")
-        optional = ("power_peak_w", "sm_mhz_mean")
-        if not (isinstance(d["source"], str) and isinstance(gpus, list) and all(_int(g) for g in gpus)
-                and _int(d["iterations"]) and _int(d["readings"])
-                and (d["samples_per_iteration"] is None or _int(d["samples_per_iteration"]))
-                and all(_number(d[k]) for k in numbers) and all(d[k] is None or _number(d[k]) for k in optional)):
-            return None
-        found = cls(source=d["source"], window_s=d["window_s"], gpus=tuple(gpus), energy_j=d["energy_j"],
-                    iterations=d["iterations"], samples_per_iteration=d["samples_per_iteration"],
-                    power_mean_w=d["power_mean_w"], power_peak_w=d["power_peak_w"], sm_mhz_mean=d["sm_mhz_mean"],
-                    readings=d["readings"])
-        return found if found.to_dict() == {k: d[k] for k in _REPORT_KEYS} else None
+        return read_fields(cls, {k: d[k] for k in _REPORT_KEYS}, derived=("j_per_step", "j_per_sample"))
 
 
 _REPORT_KEYS = {"source", "window_s", "gpus", "energy_j", "iterations", "samples_per_iteration", "j_per_step",
                 "j_per_sample", "power_mean_w", "power_peak_w", "sm_mhz_mean", "readings"}
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number(value: Any) -> bool:
