@@ -169,6 +169,7 @@ def test_self_report_is_the_last_marked_line() -> None:
     assert parse_self_report("nothing here") is None
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_capture_keeps_report_export_command_and_log(captured) -> None:
     launch = captured.run_dir
     assert captured.returncode == 0
@@ -181,6 +182,7 @@ def test_capture_keeps_report_export_command_and_log(captured) -> None:
     assert {"step", "data_load", "forward"} <= names
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_capture_parses_self_report_and_hides_secrets_from_the_workload(captured) -> None:
     assert captured.self_report == {"workload": "tiny", "steps": 6, "batch_size": 4, "env_secret": None,
                                     "autostep": True}  # autostep's sitecustomize ran in the workload

@@ -406,6 +406,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_a_ctrl_c_while_a_launch_is_cleaned_waits_for_the_cleaning(
         tmp_path: Path, nsys_path: str, torch_module: object) -> None:
     """A Ctrl-C (or SIGTERM) that arrived while the launch folder was being cleaned stopped the

@@ -27,6 +27,10 @@ from perfgate.capture.redaction.nsys_rep import mask_bytes
 from perfgate.system.secrets import REDACTED, find_secrets, redact_text, scrubbed_environment
 from perfgate.capture.redaction.sqlite_export import scan_sqlite
 
+# plants secrets while nsys runs: no other test's nsys may record them (nsys records other processes'
+# environments)
+pytestmark = pytest.mark.nsys_alone
+
 ALNUM = string.ascii_letters + string.digits
 TOKEN = "ghp_" + "".join(pysecrets.choice(ALNUM) for _ in range(36))
 PASSWORD = "pw" + "".join(pysecrets.choice(ALNUM) for _ in range(14))

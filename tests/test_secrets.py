@@ -151,6 +151,7 @@ def _sqlite_text(path: Path) -> str:
         conn.close()
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_unscrubbed_control_capture_records_the_token_in_its_sqlite(captures: dict[str, Path]) -> None:
     text = _sqlite_text(captures["control"] / "trace.sqlite")
     assert FAKE_GITHUB_TOKEN in text and FAKE_API_KEY in text
@@ -159,6 +160,7 @@ def test_unscrubbed_control_capture_records_the_token_in_its_sqlite(captures: di
     assert captures["control"] / "trace.nsys-rep" in hits  # via its export, whatever its bytes say
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_scrubbed_capture_has_the_secrets_in_no_file(captures: dict[str, Path]) -> None:
     run_dir = captures["scrubbed"]
     text = _sqlite_text(run_dir / "trace.sqlite")
@@ -173,6 +175,7 @@ def test_scrubbed_capture_has_the_secrets_in_no_file(captures: dict[str, Path]) 
     assert scan_artifacts(run_dir, [FAKE_GITHUB_TOKEN, FAKE_API_KEY]) == []
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_withholding_the_control_run_leaves_no_secret_behind(captures: dict[str, Path],
                                                              tmp_path: Path) -> None:
     run_dir = tmp_path / "control-copy"

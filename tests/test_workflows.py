@@ -178,6 +178,7 @@ def test_the_runners_pre_job_script_lets_through_only_pushes_and_manual_runs(
         assert proc.stdout.startswith("::error title=perfgate runner::job refused by the runner's pre-job script: ")
 
 
+@pytest.mark.nsys_alone   # a planted secret: no other nsys may run (nsys records others' environments)
 def test_refresh_baselines_puts_no_token_on_a_command_line(tmp_path: Path) -> None:
     """``git push https://x-access-token:${GH_TOKEN}@...`` left the token in /proc/<pid>/cmdline, which
     every user of the runner can read. The workflow pushes with scripts/runner/push-branch.sh: here
