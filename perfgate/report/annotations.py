@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from perfgate.gate.wording import describe
 from perfgate.records.model import Verdict, WorkloadResult
-from perfgate.report.digest import one_line, regressed
+from perfgate.report.digest import artifacts_line, one_line, regressed
 
 WARNING_VERDICTS = (Verdict.INCONCLUSIVE, Verdict.NEW, Verdict.IMPROVED, Verdict.NO_DATA)
 GITHUB_LIMIT_PER_KIND = 10
@@ -70,8 +70,8 @@ def error_message(result: WorkloadResult) -> str:
         lines = [result.message]
     else:
         lines = [f"REGRESSED: {describe(c)}" for c in regressed(result)] or ["REGRESSED"]
-    if result.run_dir is not None:
-        lines.append(f"artifacts: {result.run_dir}")
+    if (where := artifacts_line(result)) is not None:
+        lines.append(where)
     return "\n".join(lines)
 
 

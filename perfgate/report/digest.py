@@ -7,9 +7,12 @@ comparisons. Renderers (terminal, markdown, junit, annotations, status descripti
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from perfgate.gate.wording import fmt_change, fmt_metric_change, fmt_number
+from perfgate.records.launch import STEPS_TRACE_FILE
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 
 __all__ = ["Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "digest", "fmt_step", "fmt_worst_phase",
@@ -181,3 +184,16 @@ def one_line(result: WorkloadResult, limit: int = 140) -> str:
             text += "; regressed " + ", ".join(
                 f"{c.metric} {fmt_metric_change(c)}" for c in d.regressed[:3])
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def artifacts_line(result: WorkloadResult, code: Callable[[str], str] = str, traces: bool = False) -> str | None:
+    """Where the workload's artifacts are (every renderer's last line of it), None without a run
+    folder: ``code`` quotes a path (Markdown's code span); with ``traces``, the steps' Chrome trace
+    a launch's folder holds is named."""
+    if result.run_dir is None:
+        return None
+    look = ""
+    if traces and any(Path(result.run_dir).glob(f"*/{STEPS_TRACE_FILE}")):
+        look = (f" (each launch's folder holds {code(STEPS_TRACE_FILE)}: three steps around its median one, "
+                "a Chrome trace that ui.perfetto.dev opens)")
+    return f"artifacts: {code(str(result.run_dir))}{look}"

@@ -16,14 +16,12 @@ Markdown and a note saying what was left out.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from urllib.parse import quote
 
 from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
-from perfgate.records.launch import STEPS_TRACE_FILE
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 from perfgate.report.digest import (
-    VERDICT_ICONS, digest, fmt_step, fmt_worst_phase, launch_phases, phase_comparisons, steps_from,
+    VERDICT_ICONS, artifacts_line, digest, fmt_step, fmt_worst_phase, launch_phases, phase_comparisons, steps_from,
     phase_label,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
@@ -163,12 +161,8 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
              if label.startswith(f"{result.name}:") or label == result.name]
     if links:
         lines += ["charts (in the run's artifacts): " + ", ".join(links), ""]
-    if result.run_dir is not None:
-        look = ""
-        if any(Path(result.run_dir).glob(f"*/{STEPS_TRACE_FILE}")):
-            look = (f" (each launch's folder holds {md_code(STEPS_TRACE_FILE)}: three steps around its median one, "
-                    "a Chrome trace that ui.perfetto.dev opens)")
-        lines += [f"artifacts: {md_code(result.run_dir)}{look}", ""]
+    if (where := artifacts_line(result, md_code, traces=True)) is not None:
+        lines += [where, ""]
     return "\n".join(lines)
 
 

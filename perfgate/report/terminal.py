@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
 from perfgate.records.model import Verdict, WorkloadResult
 from perfgate.records.notes import CONFIRMATION, WARNING
-from perfgate.report.digest import STEP_MEAN_METRIC, digest, fmt_step, fmt_worst_phase, steps_from
+from perfgate.report.digest import STEP_MEAN_METRIC, artifacts_line, digest, fmt_step, fmt_worst_phase, steps_from
 from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
 SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples/s",
@@ -100,6 +100,6 @@ def failure_message(result: WorkloadResult) -> str:
         lines.append(f"steps: {steps}")
     if result.baseline_path is not None:
         lines.append(f"baseline: {result.baseline_path}")
-    if result.run_dir is not None:
-        lines.append(f"artifacts: {result.run_dir}")
+    if (where := artifacts_line(result)) is not None:
+        lines.append(where)
     return "\n".join(lines)
