@@ -153,7 +153,8 @@ def test_a_node_whose_nsys_fails_at_its_start_is_captured_again(tmp_path: Path, 
     root = project(tmp_path / "job")
     # each rank only says it ran: the retry is torchrun's and nsys's, no process group to end (a gloo
     # rank of the DDP job aborted once in the second attempt: "terminate called without an active exception")
-    (root / "jobs" / "nodes.py").write_text("import os\nprint('rank', os.environ['RANK'], 'ran')\n")
+    # one write() a line: print() writes its parts one by one, and two ranks' lines were interleaved
+    (root / "jobs" / "nodes.py").write_text("import os\nos.write(1, f\"rank {os.environ['RANK']} ran\\n\".encode())\n")
     settings = load_settings(root, env={}, overrides={"artifacts_dir": str(root / "runs"), "timeout_s": 300,
                                                       "nsys": str(wrapper)})
     spec = select_workloads(discover_workloads(settings, gpu_count=0), ["nodes"])[0]
