@@ -1,7 +1,7 @@
 """Run the nsys command of each node of a job, as one command under perfgate's supervisor
 (perfgate/capture/nodes.py builds it: ``python node_fanout.py '<JSON list of commands>'``).
 Standalone, standard library only, run by path like perfgate/system/supervisor.py (whose process
-walk it loads by path).
+walk it loads by path, with perfgate/system/nsys_program.py).
 
 SIGINT and SIGTERM are passed on to every node's nsys (each then writes the report of what ran).
 A node that fails leaves the others waiting for it (at the rendezvous, at the next collective):
@@ -16,7 +16,7 @@ and it is ended (SIGTERM, SIGKILL STORE_GRACE_S later) after the last node ended
 own status.
 
 The nodes start one after the other: node i+1 once node i's nsys has started its program (a process
-of its tree outside nsys's install folder, as perfgate.system.nsys.started_workload tells), or
+of its tree outside nsys's install folder: perfgate/system/nsys_program.py), or
 NODE_START_S passed; none once a node has failed. Two nsys 2022.4 sessions started at the same
 moment hang or break each other's start (1 of 2 pairs started together on the 2-core CPU machine
 hung; two-node jobs failed with "Connection reset by peer" or "End of file" from one node's nsys).
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -36,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 
 FAILED_GRACE_S = 10.0
 FINISH_S = 60.0
@@ -46,36 +45,15 @@ STORE_GRACE_S = 5.0
 NODE_START_S = 60.0      # perfgate.capture.launch.START_S: an nsys that started nothing by then hung
 
 
-def _descendants() -> Callable[[int], list[int]]:
-    """perfgate/system/supervisor.py's process walk, loaded by path: this file runs standalone too."""
-    path = Path(__file__).resolve().parent.parent / "system" / "supervisor.py"
-    spec = importlib.util.spec_from_file_location("perfgate_supervisor", path)
+def _system(name: str) -> ModuleType:
+    """perfgate/system/<name>.py, loaded by path: this file runs standalone too."""
+    path = Path(__file__).resolve().parent.parent / "system" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"perfgate_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    walk: Callable[[int], list[int]] = module.descendants
-    return walk
-
-
-def started(pid: int, descendants: Callable[[int], list[int]]) -> bool:
-    """Whether the nsys of pid ``pid`` has started its program: a process of its tree whose
-    executable is outside nsys's install folder (the parent of ``target-*``/``host-*``). True where
-    it cannot be told (``pid`` is not nsys, or cannot be read)."""
-    try:
-        exe = Path(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return True
-    if exe.name != "nsys":
-        return True
-    install = exe.parent.parent
-    for child in descendants(pid):
-        try:
-            if install not in Path(os.readlink(f"/proc/{child}/exe")).parents:
-                return True
-        except OSError:
-            continue
-    return False
+    return module
 
 
 def _status(code: int) -> int:
@@ -123,18 +101,19 @@ def main(argv: list[str]) -> int:
             _serving(store, store_cmd[-2], int(store_cmd[-1]))
         if asked:
             return 128 + asked[0]
-        descendants = _descendants()
+        descendants: Callable[[int], list[int]] = _system("supervisor").descendants
+        started: Callable[[int, Callable[[int], list[int]]], bool] = _system("nsys_program").started
         for cmd in commands:
             if asked or any(p.returncode not in (None, 0) for p in procs):   # told to stop, or failed
                 break
-            _start(cmd, procs, descendants, asked)
+            _start(cmd, procs, lambda pid: started(pid, descendants), asked)
         return _wait(procs, forward)
     finally:
         if store is not None:
             _end(store)
 
 
-def _start(cmd: list[str], procs: list[subprocess.Popen[bytes]], descendants: Callable[[int], list[int]],
+def _start(cmd: list[str], procs: list[subprocess.Popen[bytes]], has_started: Callable[[int], bool],
            asked: list[int]) -> None:
     """Start ``cmd`` (one node's) into ``procs``; return once its nsys has started its program, it
     has ended, NODE_START_S passed, or a signal came."""
@@ -142,7 +121,7 @@ def _start(cmd: list[str], procs: list[subprocess.Popen[bytes]], descendants: Ca
     procs.append(proc)                                  # where forward() finds it
     deadline = time.monotonic() + NODE_START_S
     while proc.poll() is None and time.monotonic() < deadline and not asked:
-        if started(proc.pid, descendants):
+        if has_started(proc.pid):
             return
         time.sleep(POLL_S)
 

@@ -67,24 +67,13 @@ def transient_failure(log: str) -> str | None:
 
 def started_workload(supervisor: int) -> bool:
     """Whether nsys, run under perfgate's supervisor (pid ``supervisor``), has started the program
-    it profiles: a process of the tree whose executable is not nsys's own (nsys's binaries, its
-    agent and importers live in one install folder, the parent of ``target-*``/``host-*``). True
-    where it cannot be told (a wrapper script, a process that cannot be read)."""
+    it profiles (perfgate.system.nsys_program.started of the supervisor's child). True where it
+    cannot be told (no child yet, a wrapper script, a process that cannot be read)."""
+    from perfgate.system.nsys_program import started
     from perfgate.system.supervisor import descendants
 
-    install: Path | None = None
-    for pid in descendants(supervisor):
-        try:
-            exe = Path(os.readlink(f"/proc/{pid}/exe"))
-        except OSError:
-            continue
-        if install is None:          # the supervisor's child: nsys itself
-            if exe.name != "nsys":
-                return True
-            install = exe.parent.parent
-        elif install not in exe.parents:
-            return True
-    return install is None
+    tree = descendants(supervisor)
+    return not tree or started(tree[0], descendants)
 
 
 SHARED_MEMORY = Path("/dev/shm")
