@@ -30,10 +30,14 @@ GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 TARGET_OPS = 1_000_000
 
 
-def build_scaled_export(src: Path, dst: Path, target_ops: int = TARGET_OPS) -> int:
-    """Copy ``src`` and replicate its event tables until there are >= target_ops GPU ops."""
+def build_scaled_export(src: Path, dst: Path, target_ops: int = TARGET_OPS, every_table: bool = False) -> int:
+    """Copy ``src`` and replicate its event tables until there are >= target_ops GPU ops: NVTX, CUDA
+    API and GPU tables, or with ``every_table`` each table of timed events (OS runtime calls, CUDA
+    synchronisation, nsys's own overhead too: the rows a real capture has per GPU operation)."""
     shutil.copyfile(src, dst)
     with sqlite3.connect(dst) as conn:
+        timed = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                 if {"start", "end"} <= {r[1] for r in conn.execute(f"PRAGMA table_info({t})")}]
         ops = sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in GPU_TABLES)
         copies = -(-target_ops // ops)
         lo, hi = conn.execute("SELECT min(start), max(\"end\") FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
@@ -41,7 +45,9 @@ def build_scaled_export(src: Path, dst: Path, target_ops: int = TARGET_OPS) -> i
         corr = conn.execute("SELECT max(correlationId) + 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
         conn.execute("CREATE TEMP TABLE k(i INTEGER)")
         conn.executemany("INSERT INTO k VALUES (?)", [(i,) for i in range(1, copies)])
-        for table in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME") + GPU_TABLES:
+        tables = timed if every_table else [t for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", *GPU_TABLES)
+                                            if t in timed]
+        for table in tables:
             cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
             expr = []
             for c in cols:

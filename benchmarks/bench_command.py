@@ -10,7 +10,10 @@
     python3 benchmarks/bench_command.py --no-duckdb            # the sqlite3 reader (no duckdb installed)
 
 Generated exports (``--sizes``) are the toy H100 capture's rows replicated with shifted timestamps
-(``bench_analyze.build_scaled_export``), kept in ``--work`` between runs. ``nsys stats`` prints its
+(``bench_analyze.build_scaled_export``), kept in ``--work`` between runs; ``--scale-from
+gpu-transformer`` replicates that committed capture instead, every table of timed events (its OS
+runtime calls, CUDA synchronisation and nsys's own overhead: the rows a real capture has per GPU
+operation). ``nsys stats`` prints its
 reports to stdout as it does by default (``--csv``: CSV files instead, as ``-f csv -o``); report
 names are given in either naming scheme and mapped to the nsys found. ``--before DIR`` times the
 command of another checkout (e.g. ``git archive``) in the same run, export by export, beside this
@@ -84,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--exports", nargs="*", type=Path, default=None, help="exports to time (default: committed captures)")
     parser.add_argument("--sizes", nargs="*", type=int, default=[10_000, 1_000_000], help="generated exports of about N GPU ops")
+    parser.add_argument("--scale-from", default=None, help="a committed capture (tests/fixtures/traces/<name>) whose "
+                        "every timed table the generated exports replicate (default: the toy H100 capture's NVTX, "
+                        "CUDA API and GPU tables)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "perfgate-bench", help="where generated exports are kept")
     parser.add_argument("--nsys", default=None, help="the nsys to compare with (default: found as perfgate finds it)")
     parser.add_argument("--reports", default="nvtx_sum,cuda_gpu_kern_sum", help="nsys stats reports (either naming scheme)")
@@ -100,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     exports = list(args.exports) if args.exports is not None else \
         [ROOT / "tests" / "fixtures" / "traces" / c / "trace.sqlite" for c in CAPTURES]
+    source = H100 if args.scale_from is None else ROOT / "tests" / "fixtures" / "traces" / args.scale_from / "trace.sqlite"
     for n in args.sizes:
-        path = args.work.resolve() / f"scaled-{n}.sqlite"
+        path = args.work.resolve() / f"scaled-{args.scale_from or 'toy'}-{n}.sqlite"
         if not path.is_file():
-            build_scaled_export(H100, path, n)
+            build_scaled_export(source, path, n, every_table=args.scale_from is not None)
         exports.append(path)
     checkouts = [ROOT] if args.before is None else [args.before.resolve(), ROOT]
     for checkout in checkouts:   # as pip does on install: no run compiles perfgate's sources again
