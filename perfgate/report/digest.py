@@ -15,7 +15,7 @@ from perfgate.gate.wording import fmt_change, fmt_metric_change, fmt_number
 from perfgate.records.launch import STEPS_TRACE_FILE
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 
-__all__ = ["Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "digest", "fmt_step", "fmt_worst_phase",
+__all__ = ["Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "artifacts_line", "digest", "fmt_step", "fmt_worst_phase",
     "launch_phases", "one_line", "phase_comparisons", "phase_label", "regressed", "steps_from", "worst_phase"]
 
 STEP_METRIC = "step_time_ms"
