@@ -5,7 +5,9 @@ sessions (subprocess.run, nsys run directly) left its agent running for over 100
 Like perfgate's capture, a run whose nsys failed for a transient reason (perfgate.system.nsys.
 transient_failure: another nsys session's doing), or that had started no workload START_S after it
 began (nsys 2022.4 beside other sessions hangs at its start: seen with two test processes, a
-fixture's capture stopped at its 300 s timeout), is run again, up to ATTEMPTS times."""
+fixture's capture stopped at its 300 s timeout), is run again, up to ATTEMPTS times. Each run takes
+the machine's turn at starting nsys until nsys has started its program
+(perfgate.system.nsys_program.turn_to_start), as perfgate's captures do."""
 from __future__ import annotations
 
 import subprocess
@@ -15,7 +17,8 @@ from typing import Any
 
 from perfgate.capture.launch import START_S
 from perfgate.system import process_tree
-from perfgate.system.nsys import clear_stale_session_table, started_workload, transient_failure
+from perfgate.system.nsys import await_start, clear_stale_session_table, started_workload, transient_failure
+from perfgate.system.nsys_program import turn_to_start
 
 GRACE_S = 5.0
 ATTEMPTS = 3
@@ -46,19 +49,22 @@ def run_supervised(cmd: Sequence[str], *, timeout: float = 300, check: bool = Fa
 def _run_once(cmd: Sequence[str], timeout: float,
               popen: dict[str, Any]) -> tuple[subprocess.CompletedProcess[Any], bool]:
     """The command's run, and whether it was stopped because nsys hung at its start."""
-    proc = process_tree.start(list(cmd), grace_s=GRACE_S, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, **popen)
     first, hung = min(START_S, timeout), False
+    with turn_to_start(START_S):     # one nsys starts at a time on the machine, as perfgate's capture does
+        began = time.monotonic()
+        proc = process_tree.start(list(cmd), grace_s=GRACE_S, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL, **popen)
+        await_start(proc.pid, lambda: proc.poll() is not None, began + first)
     try:
         try:
-            out, err = proc.communicate(timeout=first)
+            out, err = proc.communicate(timeout=max(0.0, began + first - time.monotonic()))
         except subprocess.TimeoutExpired:
             hung = not started_workload(proc.pid)
             if hung:
                 process_tree.stop(proc, GRACE_S)
                 out, err = proc.communicate()
             else:
-                out, err = proc.communicate(timeout=timeout - first)
+                out, err = proc.communicate(timeout=max(0.0, began + timeout - time.monotonic()))
     finally:
         process_tree.stop(proc, GRACE_S)
     return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err), hung

@@ -144,3 +144,88 @@ def test_a_stale_session_table_is_removed_and_the_capture_taken_again(
         assert not _nsys_running()          # the failed attempt's agent ended with its tree
     finally:
         table.unlink(missing_ok=True)
+
+
+# A process that holds a lock file (argv[1]) for argv[2] seconds, saying "held" once it does.
+HOLD = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(float(sys.argv[2]))\n")
+
+
+def _holder(lock: Path, seconds: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_turn_to_start_waits_for_its_holder_and_goes_ahead_without_it_at_its_limit(tmp_path: Path) -> None:
+    from perfgate.system.nsys_program import turn_to_start
+
+    lock = tmp_path / "start.lock"
+    holder = _holder(lock, 60)
+    try:
+        began = time.monotonic()
+        with turn_to_start(0.5, lock) as taken:
+            assert taken is False
+        assert 0.5 <= time.monotonic() - began < 5
+    finally:
+        holder.kill()       # a holder that ends in any way gives the turn back
+        holder.wait()
+    began = time.monotonic()
+    with turn_to_start(30, lock) as taken:
+        assert taken is True and time.monotonic() - began < 2
+        # what the holder starts does not inherit the lock: it is free once the block has ended
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], close_fds=False)
+    try:
+        with turn_to_start(1, lock) as taken:     # (the child lets go of it at its exec, microseconds late)
+            assert taken is True
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_capture_starts_nsys_in_its_turn_and_holds_it_until_its_program_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nsys_path: str) -> None:
+    """Another holder of the machine's turn (3 s): the capture's program starts after it let go;
+    the capture holds the turn while its nsys starts, and gives it back once its program runs."""
+    import threading
+
+    from perfgate.settings.config import load_settings
+    from perfgate.settings.workloads import WorkloadSpec
+    from perfgate.system import nsys_program
+
+    monkeypatch.setattr(nsys_program, "SHARED_MEMORY", tmp_path)     # this test's lock, not the machine's
+    lock = nsys_program.start_lock_path()
+    assert lock.parent == tmp_path
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'starts'\n")
+    (root / "startwl.py").write_text("import pathlib, time\npathlib.Path('started.txt').write_text(repr(time.time()))\n"
+                                     "time.sleep(2)\n")
+    settings = load_settings(root, env={}, overrides={"timeout_s": 120, "nsys": nsys_path})
+    holder = _holder(lock, 3)
+    samples: list[tuple[float, bool]] = []      # (time, whether the turn was free), once the holder let go
+    done = threading.Event()
+
+    def probe() -> None:
+        holder.wait()
+        while not done.is_set():
+            with nsys_program.turn_to_start(0, lock) as free:
+                samples.append((time.time(), free))
+            time.sleep(0.05)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        capture.run_capture(WorkloadSpec(name="starts", module="startwl"), settings, tmp_path / "launch-0")
+    finally:
+        done.set()
+        prober.join()
+        holder.kill()
+        holder.wait()
+    started = float((root / "started.txt").read_text())
+    let_go = samples[0][0]
+    assert started >= let_go - 0.2, "the program started before the other holder gave the turn back"
+    busy = [t for t, free in samples if not free]
+    assert busy and min(busy) < started, "the capture did not hold the turn while its nsys started"
+    assert max(busy) < started + 2.0, "the capture held the turn long after its program had started"
+    assert samples[-1][1] is True

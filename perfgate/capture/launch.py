@@ -12,6 +12,7 @@ for DataLoader, backward and optimizer step in code that has none).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -175,7 +176,8 @@ def _pause(seconds: float) -> None:
 def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Path, timeout_s: float, *,
              cwd: Path | None, extra_args: Sequence[str], trace: str, pytorch: str | None) -> _Attempt:
     """One nsys run in a private folder; whatever ends it, its output cleaned and moved out."""
-    from perfgate.system.nsys import supports_option
+    from perfgate.system.nsys import await_start, supports_option
+    from perfgate.system.nsys_program import turn_to_start
 
     known = secret_values(os.environ)
     folder = private_dir.make()
@@ -200,11 +202,17 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
         (out / "command.txt").write_text(redact_text(shlex.join(cmd), known) + "\n")
         # a Ctrl-C while the supervisor starts waits until it is ``run``, then stops it as below (one
         # that broke into subprocess.Popen lost the supervisor's handle: nsys was never asked to finish)
-        with (out / "workload.log").open("wb") as log, process_tree.signals_deferred():
-            run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S,
-                                          finalize=(signal.SIGINT, FINALIZE_S), cwd=str(cwd or settings.root),
-                                          env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        returncode, hung = _wait(run, timeout_s)
+        # one nsys starts at a time on the machine (nsys_program.turn_to_start); a job's node fan-out
+        # takes each node's turn itself
+        with turn_to_start(START_S) if spec.nnodes == 1 else contextlib.nullcontext(False):
+            began = time.monotonic()
+            with (out / "workload.log").open("wb") as log, process_tree.signals_deferred():
+                run = process_tree.PrivateRun(cmd, private=private, grace_s=KILL_GRACE_S,
+                                              finalize=(signal.SIGINT, FINALIZE_S), cwd=str(cwd or settings.root),
+                                              env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            if spec.nnodes == 1:
+                await_start(run.proc.pid, run.ended, began + min(START_S, timeout_s))
+        returncode, hung = _wait(run, timeout_s, began)
     finally:
         with process_tree.signals_deferred():   # Ctrl-C or SIGTERM now would lose the launch's files
             try:
@@ -225,20 +233,20 @@ def _attempt(nsys: Path, spec: WorkloadSpec, settings: Settings, launch_dir: Pat
                     tmp_note=room, hung=hung)
 
 
-def _wait(run: process_tree.PrivateRun, timeout_s: float) -> tuple[int | None, str | None]:
-    """nsys's exit status (None: stopped at the timeout) and, where it had started no workload
-    START_S after it began (nsys.started_workload), why it was stopped then."""
+def _wait(run: process_tree.PrivateRun, timeout_s: float, began: float) -> tuple[int | None, str | None]:
+    """nsys's exit status (None: stopped at the timeout, counted from ``began``) and, where it had
+    started no workload START_S after it began (nsys.started_workload), why it was stopped then."""
     from perfgate.system.nsys import started_workload
 
     first = min(START_S, timeout_s)
     try:
-        return run.wait(first), None
+        return run.wait(max(0.0, began + first - time.monotonic())), None
     except subprocess.TimeoutExpired:
         pass
     if not started_workload(run.proc.pid):
         return None, f"nsys had started no workload {first:g} s after it began (it hung at its start)"
     try:
-        return run.wait(timeout_s - first), None
+        return run.wait(max(0.0, began + timeout_s - time.monotonic())), None
     except subprocess.TimeoutExpired:
         return None, None
 

@@ -17,7 +17,8 @@ own status.
 
 The nodes start one after the other: node i+1 once node i's nsys has started its program (a process
 of its tree outside nsys's install folder: perfgate/system/nsys_program.py), or
-NODE_START_S passed; none once a node has failed. Two nsys 2022.4 sessions started at the same
+NODE_START_S passed; none once a node has failed. Each node's start takes the machine's turn at
+starting nsys (nsys_program.turn_to_start), as every capture of one node does. Two nsys 2022.4 sessions started at the same
 moment hang or break each other's start (1 of 2 pairs started together on the 2-core CPU machine
 hung; two-node jobs failed with "Connection reset by peer" or "End of file" from one node's nsys).
 A node's nsys that fails anyway (a session beside another one breaks now and then) fails the launch,
@@ -102,11 +103,12 @@ def main(argv: list[str]) -> int:
         if asked:
             return 128 + asked[0]
         descendants: Callable[[int], list[int]] = _system("supervisor").descendants
-        started: Callable[[int, Callable[[int], list[int]]], bool] = _system("nsys_program").started
+        program = _system("nsys_program")
         for cmd in commands:
             if asked or any(p.returncode not in (None, 0) for p in procs):   # told to stop, or failed
                 break
-            _start(cmd, procs, lambda pid: started(pid, descendants), asked)
+            with program.turn_to_start(NODE_START_S):    # the machine's other nsys starts too
+                _start(cmd, procs, lambda pid: program.started(pid, descendants), asked)
         return _wait(procs, forward)
     finally:
         if store is not None:

@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,30 @@ def started_workload(supervisor: int) -> bool:
 
     tree = descendants(supervisor)
     return not tree or started(tree[0], descendants)
+
+
+def await_start(supervisor: int, ended: Callable[[], bool], deadline: float) -> None:
+    """Return once the nsys that perfgate's supervisor (pid ``supervisor``) runs has started the
+    program it profiles (or it cannot be told: perfgate.system.nsys_program.started), has ended
+    (``ended()``), or ``time.monotonic()`` passed ``deadline``; the caller holds its turn to start meanwhile
+    (nsys_program.turn_to_start)."""
+    from perfgate.system.nsys_program import POLL_S, started
+    from perfgate.system.supervisor import descendants
+
+    while not ended() and time.monotonic() < deadline:
+        tree = descendants(supervisor)
+        if tree and _executed(tree[0], supervisor) and started(tree[0], descendants):
+            return
+        time.sleep(POLL_S)
+
+
+def _executed(child: int, parent: int) -> bool:
+    """Whether ``child`` runs its own program yet: forked and not yet executed, it has its parent's
+    command line."""
+    try:
+        return Path(f"/proc/{child}/cmdline").read_bytes() != Path(f"/proc/{parent}/cmdline").read_bytes()
+    except OSError:
+        return True
 
 
 SHARED_MEMORY = Path("/dev/shm")

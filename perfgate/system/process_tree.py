@@ -132,6 +132,10 @@ class PrivateRun:
             raise subprocess.TimeoutExpired(self.proc.args, timeout_s or 0)
         return status
 
+    def ended(self) -> bool:
+        """Whether the command's tree has ended (its exit status known), without waiting."""
+        return self._read_status(0) is not None
+
     def stop(self) -> int | None:
         """Ask the supervisor to end the tree (the command first gets ``finalize``'s signal and
         time); returns the status it reports, or None when it did not answer (then it and the tree
