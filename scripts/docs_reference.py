@@ -1,7 +1,7 @@
 """The docs site's generated reference pages: ``docs/reference/configuration.md`` from
 perfgate.settings.config.SETTINGS (and perfgate.settings.pyproject.WORKLOAD_KEYS) and ``docs/reference/cli.md`` from
 the ``perfgate`` command's parsers (perfgate.cli.build_parser). Run it after changing a setting or
-an option; tests/test_docs_site.py fails while a committed page differs from what this writes.
+an option; tests/project/test_docs_site.py fails while a committed page differs from what this writes.
 
     python3 scripts/docs_reference.py           # write both pages
     python3 scripts/docs_reference.py --check   # exit 1 naming each page that is out of date

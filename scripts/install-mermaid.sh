@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Mermaid's own parser for the tests that check perfgate's Mermaid charts
-# (tests/test_report_mermaid.py, tests/mermaid/parse.mjs): mermaid and jsdom, pinned, from the npm
+# (tests/report/test_report_mermaid.py, tests/mermaid/parse.mjs): mermaid and jsdom, pinned, from the npm
 # registry into PERFGATE_MERMAID_DIR (default .cache/mermaid in this repository), with Node.js
 # from Debian's packages when the machine has none. Idempotent; used by .ci/run.
 set -euo pipefail

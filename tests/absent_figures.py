@@ -1,6 +1,6 @@
 """Launches shaped like a GPU gate run of a workload that prints nothing (issue 28, item 3), for the
-tests of every path and renderer without a GPU (tests/test_absent_figures.py,
-tests/test_report_properties.py).
+tests of every path and renderer without a GPU (tests/analysis/test_absent_figures.py,
+tests/report/test_report_properties.py).
 
 They are the committed H100 captures of resnet_cifar (tests/fixtures/traces/gpu-resnet-*), analysed
 the way ``pipeline.launch_capture_and_analysis`` analyses a launch, without the workload's self-report (no

@@ -83,7 +83,7 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-# tests/zoo/programs holds public training programs (data for tests/test_zoo.py), never tests
+# tests/zoo/programs holds public training programs (data for tests/programs/test_zoo.py), never tests
 collect_ignore_glob = ["zoo/programs/*"]
 
 
@@ -262,7 +262,7 @@ def _no_process_outlives_the_suite() -> object:
 def _short_capture_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Captures taken again in this process wait 0.1 s instead of capture.RETRY_WAITS_S (20 and 40 s
     and jitter): tests of retries check what is retried and said; the waits themselves are checked
-    in tests/test_capture_start.py. perfgate run as a subprocess keeps its real waits."""
+    in tests/capture/test_capture_start.py. perfgate run as a subprocess keeps its real waits."""
     from perfgate.capture import launch as capture
 
     monkeypatch.setattr(capture, "RETRY_WAITS_S", (0.1, 0.1))

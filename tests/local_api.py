@@ -1,5 +1,5 @@
-"""A local stand-in for an HTTP API, for the tests that post to GitHub (tests/test_github.py,
-tests/test_github_comment.py): a request handler class served on a free port of 127.0.0.1."""
+"""A local stand-in for an HTTP API, for the tests that post to GitHub (tests/report/test_github.py,
+tests/report/test_github_comment.py): a request handler class served on a free port of 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib

@@ -20,7 +20,7 @@ for others: CPU work changes speed by up to 2 times with no runnable thread to s
 probe gets a core before busy threads do, so this machine's own load barely shows in it (4 busy
 processes on 2 cores left it at x1.00 while runnable threads said x2.07). ``slowdown`` is the larger
 of the two: a CI run once saw a step grow 39 ms more than the data-loading phase that held its 64 ms
-sleep, beyond what runnable threads explained (tests/test_user_loops_gate.py).
+sleep, beyond what runnable threads explained (tests/programs/test_user_loops_gate.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A plain training loop a new user's repository holds (tests/test_init.py, tests/test_action.py)."""
+"""A plain training loop a new user's repository holds (tests/commands/test_init.py, tests/project/test_action.py)."""
 
 TRAIN = '''"""A plain training loop: a tiny model on random data, DataLoader and optimizer, on the CPU."""
 import torch

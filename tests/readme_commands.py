@@ -1,6 +1,6 @@
 """The commands README.md shows to be run: the lines that start with ``$ `` in its ```console
-blocks, in order (tests/test_readme_commands.py checks them against the parser,
-tests/test_init.py runs them in a fresh repository)."""
+blocks, in order (tests/project/test_readme_commands.py checks them against the parser,
+tests/commands/test_init.py runs them in a fresh repository)."""
 from __future__ import annotations
 
 import shlex

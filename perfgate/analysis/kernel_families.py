@@ -8,7 +8,7 @@ perfgate.diagnosis.mechanisms tells a change of family as a replacement.
 Names are matched on a kernel's demangled name where the trace has one (``cutlass::Kernel2<cutlass_80_
 simt_sgemm_...>`` says fp32; its short name ``Kernel2`` says nothing), else on its short name. The
 patterns were checked on the committed captures of nsys 2025.3.1 (tests/fixtures/corpus,
-tests/fixtures/traces) and nsys 2026.2.1 (../shared/fixtures): tests/test_diagnosis_mechanisms.py.
+tests/fixtures/traces) and nsys 2026.2.1 (../shared/fixtures): tests/diagnosis/test_diagnosis_mechanisms.py.
 cuBLASLt's Hopper ``nvjet_*`` kernels name no type; they ran only on bf16/fp16 inputs in those
 captures (fp32 and TF32 GEMMs ran ``*_f32f32_*`` / ``*tf32*`` kernels), so they count as bf16/fp16.
 

@@ -19,7 +19,7 @@ perfgate starts nothing else while a launch runs.
 
 Checked on real machines: on this project's 2-CPU machine, beside nsys captures of 13-15 s, the
 others' CPU-seconds the meter found agreed within 0.1 with what every other process's own counters
-say (tests/test_machine_meter.py); on an H200 machine NVML named the pids /proc shows, and a GPU
+say (tests/capture/test_machine_meter.py); on an H200 machine NVML named the pids /proc shows, and a GPU
 process adopted by init before the block and another during it were others' (2), the block's own
 child was not.
 """

@@ -28,7 +28,7 @@ CPU where its work and others' want more CPUs than the machine has, and then eac
 others take is a quarter of a busy thread's time, far beyond a 5 % tolerance; less is the
 machine's housekeeping. The meter's own error is under a hundredth of a core: beside launches of
 13-15 s, the others' CPU-seconds it found agreed with every other process's own counters within 0.1
-(tests/test_machine_meter.py)."""
+(tests/capture/test_machine_meter.py)."""
 OTHERS_SHARE = 0.05
 """... and at least this share of the machine's CPUs: on 32 CPUs 1.6 cores, which a launch that
 leaves most of them idle (a GPU job's few loader workers) does not miss."""

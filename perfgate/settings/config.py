@@ -134,7 +134,7 @@ class Setting:
 
 
 #: Every global setting, once. Adding one is a row here and its typed field in Settings
-#: (tests/test_config.py checks that the two agree).
+#: (tests/settings/test_config.py checks that the two agree).
 SETTINGS: tuple[Setting, ...] = (
     Setting("workloads_dir", "path", "workloads", "folder whose <name>.py files are workloads"),
     Setting("baseline_dir", "path", "baselines", "baseline folder", "baseline-dir", "DIR"),

@@ -1,5 +1,5 @@
 """On the GPU machine: the zoo's GPU-capable programs (tests/zoo/programs, ``gpu = true``) through the
-flow tests/test_zoo.py runs on the CPU, each gated as its user would with the ``perfgate`` command:
+flow tests/programs/test_zoo.py runs on the CPU, each gated as its user would with the ``perfgate`` command:
 ``baseline update``, an unchanged ``run``, the input-pipeline and the compute pull requests.
 
     source .gpu/env.sh && python3 -m pip install -q --no-deps --no-build-isolation -e . && \\
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/zoo"))
     parser.add_argument("--cpu", action="store_true",
                         help="the CPU-capable programs on a machine without a GPU (one torch thread per process, "
-                             "as tests/test_zoo.py runs them)")
+                             "as tests/programs/test_zoo.py runs them)")
     parser.add_argument("--record-launches", type=int, default=3,
                         help="baseline launches (default 3)")
     parser.add_argument("--max-launches", type=int, default=6, help="most launches of each gate run (default 6)")

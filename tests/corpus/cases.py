@@ -4,7 +4,7 @@ A case is the script before (``base_edits`` applied to train.py, usually none: t
 after (``head_edits`` applied on top), and its truth: the mechanism the change works through and a
 regular expression that the diagnosis's first reason must match to name it (searched,
 case-insensitive). scripts/gpu/diagnosis-corpus.sh captures every side on the GPU machine into
-tests/fixtures/corpus/<side>/; tests/test_diagnosis_corpus.py checks the verdicts and first reasons.
+tests/fixtures/corpus/<side>/; tests/diagnosis/test_diagnosis_corpus.py checks the verdicts and first reasons.
 """
 from __future__ import annotations
 

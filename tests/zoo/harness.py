@@ -2,7 +2,7 @@
 through the ``perfgate`` command in a copy of its folder: a baseline recorded, an unchanged rerun, a
 pull request that slows its input pipeline and one that adds compute (tests/zoo/README.md).
 
-Used by tests/test_zoo.py (CPU, the real nsys) and scripts/gpu/zoo-gate.py (the GPU machine); standard
+Used by tests/programs/test_zoo.py (CPU, the real nsys) and scripts/gpu/zoo-gate.py (the GPU machine); standard
 library only, so that the GPU script can run it with the image's Python.
 """
 from __future__ import annotations
