@@ -1,4 +1,4 @@
-"""WorkloadResults for the report tests (imported by tests/test_report_*.py and test_github.py).
+"""WorkloadResults for the report tests (imported by tests/report/test_report_*.py and test_github.py).
 
 ``real_results`` captures a tiny NVTX-instrumented script with the real nsys (three baseline
 launches, two launches with an injected sleep in ``forward``), analyses the traces with

@@ -223,6 +223,8 @@ def captured(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_mod
         assert proc.returncode == 0, (name, (proc.stdout + proc.stderr)[-3000:])
         line = re.search(r"^LOOP (\d+) (\S+) (\S+)$", proc.stdout, re.M)
         assert line is not None, proc.stdout[-2000:]
+        # nsys that exited 0 without its export (seen once beside another test process): say what it printed
+        assert (tmp / f"{name}.sqlite").is_file(), (name, (proc.stdout + proc.stderr)[-3000:])
         own = (int(line.group(1)), float(line.group(2)), float(line.group(3)))
         out[name] = (analyze(load_trace(tmp / f"{name}.sqlite"), AnalysisOptions(skip_steps=SKIP)), own)
     return out

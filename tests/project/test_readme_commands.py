@@ -44,5 +44,5 @@ def test_ci_runs_the_readmes_test_command() -> None:
     """.ci/run runs the test command the README gives to developers."""
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     readme = README.read_text(encoding="utf-8")
-    assert "bash scripts/setup.sh && . .venv/bin/activate && python3 -m pytest -n 2 --dist loadfile " in readme
-    assert "bash scripts/setup.sh" in ci and re.search(r"^python3 -m pytest -q -n 2 --dist loadfile$", ci, re.MULTILINE)
+    assert "bash scripts/setup.sh && . .venv/bin/activate && python3 -m pytest " in readme
+    assert "bash scripts/setup.sh" in ci and re.search(r"^python3 -m pytest -q$", ci, re.MULTILINE)
