@@ -149,7 +149,8 @@ def _labels_of_short_names(trace: Trace, lo: int, hi: int) -> tuple[dict[int, li
     rows = database.fetch(trace._con, (
         f"SELECT shortName AS s, coalesce(demangledName, -1) AS d, count(*) AS n, {threads} AS t "
         f"FROM {database.CATALOG}.{KERNEL_TABLE} "
-        f"WHERE start >= {int(lo)} AND start <= {int(hi)} GROUP BY shortName, demangledName"))
+        f"WHERE start >= {int(lo)} AND start <= {int(hi)} GROUP BY shortName, demangledName "
+        f"ORDER BY shortName, demangledName"))   # one order whatever the reader: a float sum is summed in it
     out: dict[int, list[tuple[int, Label]]] = {}
     sizes: dict[Label, list[float]] = {}
     for s, d, n, t in zip(rows["s"].tolist(), rows["d"].tolist(), rows["n"].tolist(), rows["t"].tolist()):
@@ -195,14 +196,56 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
             f"{database.CATALOG}.{KERNEL_TABLE} WHERE start >= {lo} AND start <= {hi} AND shortName IN "
             f"({', '.join(str(s) for s in ambiguous)})"))
         label_of = {d: label for s in ambiguous for d, label in by_short[s]}
-        found = {(int(g) >> 24 & 0xFFFFFF, int(c), int(t)): code(label_of[int(d)])
-                 for g, c, t, d in zip(rows["g"].tolist(), rows["c"].tolist(), rows["t"].tolist(), rows["d"].tolist())}
-        for i in np.flatnonzero(np.isin(short, ambiguous)).tolist():
-            codes[i] = found.get((int(pid[i]), int(correlation[i]), int(start[i])), -1)
+        names, first = np.unique(rows["d"].astype(np.int64), return_index=True)
+        code_of = {int(d): code(label_of[int(d)]) for d in names[np.argsort(first)]}   # labels in row order
+        lut = np.fromiter((code_of[int(d)] for d in names), dtype=np.int64, count=names.size)
+        kept = np.flatnonzero(np.isin(short, ambiguous))
+        codes[kept] = _matched(kept, pid, correlation, start, rows, lut[np.searchsorted(names, rows["d"])])
     for i in np.flatnonzero(codes < 0).tolist():   # not matched: its short name alone
         name = trace.string(int(short[i]))
         codes[i] = code((family_of(name), name))
     return KernelLabels(codes, labels, threads)
+
+
+def _matched(kept: np.ndarray, pid: np.ndarray, correlation: np.ndarray, start: np.ndarray,
+             rows: dict[str, np.ndarray], row_codes: np.ndarray) -> np.ndarray:
+    """The label code of each kernel ``kept`` from the kernel table's ``rows`` (globalPid ``g``,
+    correlation id ``c``, start ``t``) of the same process, correlation id and start (the last
+    such row), -1 where none is: the rows sorted by (process and correlation id, start), each kernel
+    found by binary search."""
+    row_pc, kept_pc = _process_calls((rows["g"].astype(np.int64) >> 24) & 0xFFFFFF, rows["c"].astype(np.int64),
+                                     pid[kept].astype(np.int64), correlation[kept].astype(np.int64))
+    row_t, kept_t = rows["t"].astype(np.int64), start[kept].astype(np.int64)
+    order = np.lexsort((row_t, row_pc))               # stable: a key's rows stay in row order
+    pc, t, codes = row_pc[order], row_t[order], row_codes[order]
+    last = np.r_[(pc[1:] != pc[:-1]) | (t[1:] != t[:-1]), True]        # the last row of each key
+    pc, t, codes = pc[last], t[last], codes[last]
+    lo, hi = np.searchsorted(pc, kept_pc, "left"), np.searchsorted(pc, kept_pc, "right")
+    out = np.full(kept.size, -1, dtype=np.int64)
+    one = np.flatnonzero(hi - lo == 1)                # a call's one kernel: its start must agree
+    same = t[lo[one]] == kept_t[one]
+    out[one[same]] = codes[lo[one][same]]
+    for i in np.flatnonzero(hi - lo > 1).tolist():    # a correlation id repeated: the start tells
+        j = int(lo[i]) + int(np.searchsorted(t[lo[i]:hi[i]], kept_t[i]))
+        if j < hi[i] and t[j] == kept_t[i]:
+            out[i] = codes[j]
+    return out
+
+
+def _process_calls(row_pid: np.ndarray, row_corr: np.ndarray, pid: np.ndarray,
+                   corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 per (process, correlation id) of the rows and of the kernels, equal where both
+    are: 24 process bits above the correlation id's offset from the smallest (a rank where their
+    span needs more than 39 bits)."""
+    both = np.concatenate([row_corr, corr])
+    low = int(both.min()) if both.size else 0
+    if both.size and int(both.max()) - low >= 1 << 39:
+        _, rank = np.unique(both, return_inverse=True)
+        offset = rank.astype(np.int64)
+    else:
+        offset = both - low
+    keys = np.concatenate([row_pid, pid]) << 39 | offset
+    return keys[:row_pid.size], keys[row_pid.size:]
 
 
 def by_family(place: np.ndarray, places: list[str], label: np.ndarray, labels: list[Label], dur_ns: np.ndarray,
