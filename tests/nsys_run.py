@@ -54,7 +54,11 @@ def _run_once(cmd: Sequence[str], timeout: float,
         began = time.monotonic()
         proc = process_tree.start(list(cmd), grace_s=GRACE_S, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   stdin=subprocess.DEVNULL, **popen)
-        await_start(proc.pid, lambda: proc.poll() is not None, began + first)
+        try:
+            await_start(proc.pid, lambda: proc.poll() is not None, began + first)
+        except BaseException:
+            process_tree.stop(proc, GRACE_S)    # a Ctrl-C while nsys starts: its tree ends too
+            raise
     try:
         try:
             out, err = proc.communicate(timeout=max(0.0, began + first - time.monotonic()))

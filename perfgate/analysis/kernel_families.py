@@ -198,9 +198,9 @@ def kernel_labels(trace: Trace, pid: np.ndarray, correlation: np.ndarray, start:
         label_of = {d: label for s in ambiguous for d, label in by_short[s]}
         names, first = np.unique(rows["d"].astype(np.int64), return_index=True)
         code_of = {int(d): code(label_of[int(d)]) for d in names[np.argsort(first)]}   # labels in row order
-        lut = np.fromiter((code_of[int(d)] for d in names), dtype=np.int64, count=names.size)
+        name_codes = np.fromiter((code_of[int(d)] for d in names), dtype=np.int64, count=names.size)
         kept = np.flatnonzero(np.isin(short, ambiguous))
-        codes[kept] = _matched(kept, pid, correlation, start, rows, lut[np.searchsorted(names, rows["d"])])
+        codes[kept] = _matched(kept, pid, correlation, start, rows, name_codes[np.searchsorted(names, rows["d"])])
     for i in np.flatnonzero(codes < 0).tolist():   # not matched: its short name alone
         name = trace.string(int(short[i]))
         codes[i] = code((family_of(name), name))
