@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -119,10 +120,35 @@ class _FileOrder:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The files' order (:func:`heaviest_files_first`, after every selection): pytest-xdist's
-    ``--dist loadfile`` would hand out files by their count of tests, the most first."""
+    ``--dist loadfile`` would hand out files by their count of tests, the most first. A worker of
+    pytest-xdist runs on cores of its own (:func:`worker_cores`)."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
     config.pluginmanager.register(_FileOrder(), "perfgate-tests-file-order")
+    cores = worker_cores(os.environ, sorted(os.sched_getaffinity(0)))
+    if cores:
+        os.sched_setaffinity(0, cores)
+
+
+#: ``PERFGATE_TESTS_PIN=0`` leaves pytest-xdist's workers on every core.
+PIN_VAR = "PERFGATE_TESTS_PIN"
+
+
+def worker_cores(env: Mapping[str, str], cores: list[int]) -> list[int]:
+    """The cores of this pytest-xdist worker (``gw<i>`` of ``PYTEST_XDIST_WORKER_COUNT``): an equal
+    share of ``cores``, the worker's own, which every process its tests start inherits. A test that
+    times a program (the zoo's step against the program's own iteration, an unchanged rerun that must
+    pass) then shares no core with the other worker's captures, as a CI job shares none with another
+    job's runner. Empty (every core) outside xdist, with more workers than cores, or with
+    ``PERFGATE_TESTS_PIN=0``."""
+    worker, count = env.get("PYTEST_XDIST_WORKER", ""), env.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if env.get(PIN_VAR) == "0" or not worker.startswith("gw") or not count.isdigit():
+        return []
+    n, index = int(count), int(worker[2:])
+    if n < 2 or n > len(cores) or index >= n:
+        return []
+    share = len(cores) // n
+    return cores[index * share:(index + 1) * share]
 
 
 def file_weight(markers: set[str]) -> int:

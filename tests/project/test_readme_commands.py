@@ -44,5 +44,6 @@ def test_ci_runs_the_readmes_test_command() -> None:
     """.ci/run runs the test command the README gives to developers."""
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     readme = README.read_text(encoding="utf-8")
-    assert "bash scripts/setup.sh && . .venv/bin/activate && python3 -m pytest " in readme
-    assert "bash scripts/setup.sh" in ci and re.search(r"^python3 -m pytest -q$", ci, re.MULTILINE)
+    command = "python3 -m pytest -n 2 --dist loadfile"
+    assert f"bash scripts/setup.sh && . .venv/bin/activate && {command} " in readme
+    assert "bash scripts/setup.sh" in ci and re.search(rf"^{command.replace('pytest', 'pytest -q')}$", ci, re.MULTILINE)

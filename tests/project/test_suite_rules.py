@@ -1,15 +1,16 @@
 """The suite's own rules (tests/conftest.py) that make ``-n 2 --dist loadfile`` safe and even: the
-files in the order the workers take them, and the lock that keeps a test which changes nsys's
-machine-wide state away from every other test's nsys."""
+files in the order the workers take them, the lock that keeps a test which changes nsys's
+machine-wide state away from every other test's nsys, and each worker on cores of its own."""
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import NSYS_LOCK, file_weight, interleaved, nsys_lock_mode
+from conftest import NSYS_LOCK, PIN_VAR, file_weight, interleaved, nsys_lock_mode, worker_cores
 
 
 def _try_lock(mode: int) -> bool:
@@ -71,3 +72,28 @@ def test_which_tests_hold_the_lock_and_how() -> None:
     assert nsys_lock_mode({"nsys", "slow"}) == fcntl.LOCK_SH
     assert nsys_lock_mode({"torch", "slow"}) == fcntl.LOCK_SH
     assert nsys_lock_mode({"slow", "mermaid"}) is None
+
+
+def test_each_worker_has_its_share_of_the_cores() -> None:
+    two = {"PYTEST_XDIST_WORKER_COUNT": "2"}
+    assert worker_cores({**two, "PYTEST_XDIST_WORKER": "gw0"}, [0, 1]) == [0]
+    assert worker_cores({**two, "PYTEST_XDIST_WORKER": "gw1"}, [0, 1]) == [1]
+    assert worker_cores({**two, "PYTEST_XDIST_WORKER": "gw1"}, [0, 1, 2, 3, 4]) == [2, 3]
+    assert worker_cores({**two, "PYTEST_XDIST_WORKER": "gw1"}, [4, 6]) == [6]      # the cores the run was given
+    assert worker_cores({"PYTEST_XDIST_WORKER_COUNT": "3", "PYTEST_XDIST_WORKER": "gw2"}, [0, 1]) == []
+    assert worker_cores({**two, "PYTEST_XDIST_WORKER": "gw0", PIN_VAR: "0"}, [0, 1]) == []
+    assert worker_cores({}, [0, 1]) == []
+
+
+def test_this_worker_runs_on_its_own_cores() -> None:
+    """Under ``-n 2`` on 2 cores, this test's process (and what it starts) runs on one core."""
+    here = os.sched_getaffinity(0)
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    assert child == str(sorted(here))
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        pytest.skip("not under pytest-xdist: every core is this process's")
+    given = sorted(os.sched_getaffinity(os.getppid()))      # the run's own, in the process that started the workers
+    assert sorted(here) == (worker_cores(os.environ, given) or given)
+    if os.environ.get(PIN_VAR) != "0" and int(os.environ["PYTEST_XDIST_WORKER_COUNT"]) == len(given):
+        assert len(here) == 1
