@@ -370,7 +370,7 @@ def _summary(verdict: Verdict, rows: list[MetricComparison], n_b: int, n_c: int,
                 else f"{n_b} vs {n_c} launch{'es' if max(n_b, n_c) != 1 else ''}")
     if verdict == Verdict.REGRESSED:
         bad = sorted((r for r in rows if r.gating and r.verdict == Verdict.REGRESSED), key=lambda r: -_worse_change(r))
-        return f"REGRESSED: " + "; ".join(describe(r) for r in bad) + f" [{launches}]"
+        return "REGRESSED: " + "; ".join(describe(r) for r in bad) + f" [{launches}]"
     if verdict == Verdict.INCONCLUSIVE:
         unsure = [r for r in rows if r.gating and r.verdict == Verdict.INCONCLUSIVE]
         return ("INCONCLUSIVE: " + "; ".join(describe(r) for r in unsure)

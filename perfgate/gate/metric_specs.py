@@ -8,7 +8,6 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from perfgate.errors import ConfigError

@@ -17,7 +17,7 @@ from perfgate.gate.machine_states import machine_difference
 from perfgate.baselines.provenance import workload_threads
 from perfgate.pipeline.inputs import explain_change, explained_launches
 from perfgate.records.model import Analysis, LookRecord, Verdict, WorkloadResult
-from perfgate.records.notes import ATTRIBUTION, CONFIRMATION, NOTE, SUMMARY, WARNING, Note
+from perfgate.records.notes import CONFIRMATION, NOTE, SUMMARY, WARNING, Note
 from perfgate.settings.config import Settings
 from perfgate.settings.workloads import WorkloadSpec
 
@@ -80,13 +80,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
         same_code = decided is None and not (stale and (stale.code or stale.edits or stale.unknown))
         attribution = explain_change(base, cur, outcome, provenance=provenance, same_code=same_code,
                                      machine=machine.text() if machine else None)
-        if attribution is not None:
-            from perfgate.diagnosis.render import render_attribution_text
-
-            if attribution.reasons and collectives_changed(attribution.reasons[0]):
-                said = None     # the account says it first, with the NCCL kernels' time
-            notes.append(Note(ATTRIBUTION, render_attribution_text(attribution)))
-    if said is not None:
+        if attribution is not None and attribution.reasons and collectives_changed(attribution.reasons[0]):
+            said = None     # the account says it first, with the NCCL kernels' time
+    if said is not None:     # the account itself is rendered from its record (perfgate.report.digest.result_message)
         notes.append(Note(WARNING, said))
     return replace(result, notes=tuple(notes), noise=run.noise, baseline_step_times_ms=base_steps,
                    attribution=attribution)

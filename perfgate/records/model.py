@@ -21,7 +21,7 @@ from perfgate.records.diagnosis import Attribution
 from perfgate.records.facts import TraceFacts, stored_facts
 from perfgate.records.launch import Launch, split_warnings
 from perfgate.records.noise import NoiseReport
-from perfgate.records.notes import Note, message_text
+from perfgate.records.notes import Note
 from perfgate.records.ranks import CollectiveCalls, CommStats, RankStats
 from perfgate.records.staleness import Staleness
 from perfgate.records.steps import StepStats
@@ -381,11 +381,6 @@ class WorkloadResult:
     @property
     def name(self) -> str:
         return self.workload if not self.variant else f"{self.workload}[{self.variant}]"
-
-    @property
-    def message(self) -> str:
-        """The notes as one text, as a result record's ``"message"`` writes them (records/notes.py)."""
-        return message_text(self.notes)
 
     @property
     def failed(self) -> bool:

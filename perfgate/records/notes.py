@@ -2,7 +2,8 @@
 line, each with a severity, so that a renderer picks the warnings by ``note.severity``.
 
 Records layer (stdlib only). A result record keeps today's ``"message"``: :func:`message_text`
-writes the notes as the lines it always had (a severity's prefix, then the text), and
+writes the notes as the lines it always had (a severity's prefix, then the text; the account of a
+change follows them, rendered from its record: perfgate.report.digest.result_message), and
 :func:`notes_from_message` reads them back from a message, at the edge that reads result files
 (perfgate.report.json_report.results_from_report): the only place a message's prose is parsed.
 """
@@ -20,7 +21,9 @@ NOTE = "note"
 #: Why an INCONCLUSIVE run could not decide, and what to do about it.
 WHY = "why"
 TO_DECIDE = "to decide"
-#: The account of a change (perfgate.diagnosis.render.render_attribution_text): several lines.
+#: The account of a change (perfgate.diagnosis.render.render_attribution_text), several lines, as a
+#: record's ``"message"`` ends with it: a gate run keeps it as its record (``WorkloadResult.attribution``),
+#: and reads it back as a note only from a result record that has its text but not its record.
 ATTRIBUTION = "attribution"
 #: Which comparison decided: the base measured in this job, or why it was not (records/confirmation.py).
 CONFIRMATION = "confirmation"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from perfgate.gate.wording import describe
 from perfgate.records.model import Verdict, WorkloadResult
-from perfgate.report.digest import artifacts_line, one_line, regressed
+from perfgate.report.digest import artifacts_line, one_line, regressed, result_message
 
 WARNING_VERDICTS = (Verdict.INCONCLUSIVE, Verdict.NEW, Verdict.IMPROVED, Verdict.NO_DATA)
 GITHUB_LIMIT_PER_KIND = 10
@@ -64,10 +64,11 @@ def _kind_lines(kind: str, items: Sequence[tuple[str, str]], limit: int) -> list
 
 def error_message(result: WorkloadResult) -> str:
     """The body of a workload's ``::error``: the explanation (else what regressed), and where."""
+    message = result_message(result)
     if result.verdict is Verdict.ERROR:
-        lines = [f"ERROR: {result.error or result.message or 'the workload failed'}"]
-    elif result.message:
-        lines = [result.message]
+        lines = [f"ERROR: {result.error or message or 'the workload failed'}"]
+    elif message:
+        lines = [message]
     else:
         lines = [f"REGRESSED: {describe(c)}" for c in regressed(result)] or ["REGRESSED"]
     if (where := artifacts_line(result)) is not None:

@@ -11,12 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfgate.diagnosis.render import render_attribution_text
 from perfgate.gate.wording import fmt_change, fmt_metric_change, fmt_number
 from perfgate.records.launch import STEPS_TRACE_FILE
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
+from perfgate.records.notes import message_text
 
 __all__ = ["Digest", "STEP_MEAN_METRIC", "VERDICT_ICONS", "artifacts_line", "digest", "fmt_step", "fmt_worst_phase",
-    "launch_phases", "one_line", "phase_comparisons", "phase_label", "regressed", "steps_from", "worst_phase"]
+    "launch_phases", "one_line", "phase_comparisons", "phase_label", "regressed", "result_message", "steps_from",
+    "worst_phase"]
 
 STEP_METRIC = "step_time_ms"
 STEP_MEAN_METRIC = "step_time_mean_ms"
@@ -173,11 +176,19 @@ def fmt_worst_phase(d: Digest) -> str:
     return f"{phase_label(d.worst_phase.metric)} {fmt_metric_change(d.worst_phase)}"
 
 
+def result_message(result: WorkloadResult) -> str:
+    """What the result says besides its numbers, as every renderer and the result record (its
+    ``"message"``) write it: its notes (records/notes.py), then the account of the change, rendered
+    here from its record (``result.attribution``)."""
+    account = render_attribution_text(result.attribution) if result.attribution is not None else ""
+    return "\n".join(text for text in (message_text(result.notes), account) if text)
+
+
 def one_line(result: WorkloadResult, limit: int = 140) -> str:
     """One line for a commit status description or annotation title (at most ``limit`` chars)."""
     d = digest(result)
     if result.verdict is Verdict.ERROR:
-        text = f"ERROR: {(result.error or result.message or 'failed').splitlines()[0]}"
+        text = f"ERROR: {(result.error or result_message(result) or 'failed').splitlines()[0]}"
     else:
         text = f"{d.verdict}: step {fmt_step(d)}"
         if d.regressed:

@@ -21,7 +21,8 @@ from typing import Any
 from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_tolerance, fmt_value
 from perfgate.records.launch import STEPS_TRACE_FILE
 from perfgate.records.model import WorkloadResult
-from perfgate.report.digest import digest, fmt_step, fmt_worst_phase, phase_comparisons, phase_label, steps_from
+from perfgate.report.digest import (digest, fmt_step, fmt_worst_phase, phase_comparisons, phase_label, result_message,
+                                     steps_from)
 
 #: Where a run's step traces are, by side: the first folder of each list that holds one.
 HEAD_FOLDERS = ("profile", "launch-1", "launch-0")
@@ -122,8 +123,8 @@ def _section(result: WorkloadResult) -> list[str]:
            f"<p>step time {_e(fmt_step(d))}; worst phase {_e(fmt_worst_phase(d))}</p>"]
     if result.error:
         out.append(f"<pre>{_e(result.error.strip())}</pre>")
-    if result.message:
-        out.append(f"<pre>{_e(result.message.strip())}</pre>")
+    if message := result_message(result):
+        out.append(f"<pre>{_e(message.strip())}</pre>")
     steps = steps_from(result)
     if steps:
         out.append(f"<p>steps: {_e(steps)}</p>")

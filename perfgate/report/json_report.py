@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import __version__
+from perfgate.diagnosis.render import render_attribution_text
 from perfgate.errors import PerfgateError
 from perfgate.records.model import (
     Analysis, Direction, LookRecord, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
@@ -33,10 +34,11 @@ from perfgate.records.model import (
 from perfgate.records.diagnosis import Attribution
 from perfgate.records.confirmation import Confirmation
 from perfgate.records.noise import NoiseReport
-from perfgate.records.notes import message_text, notes_from_message
+from perfgate.records.notes import ATTRIBUTION, Note, notes_from_message
 from perfgate.records.safe_names import RULE, is_safe_name
 from perfgate.records.staleness import Staleness
 from perfgate.records.version import RECORD_VERSION, VERSION_KEY, check_record_version
+from perfgate.report.digest import result_message
 from perfgate.report.resources import resources_dict
 
 #: The report is a list of result records: its version is theirs (perfgate.records.version).
@@ -108,7 +110,7 @@ def result_dict(r: WorkloadResult) -> dict[str, Any]:
     return _jsonable({
         VERSION_KEY: RECORD_VERSION, "workload": r.workload, "variant": r.variant, "name": r.name,
         "verdict": r.verdict, "failed": r.failed, "strict": r.strict,
-        "message": message_text(r.notes), "error": r.error,
+        "message": result_message(r), "error": r.error,
         "run_dir": r.run_dir, "baseline_path": r.baseline_path, "wall_s": r.wall_s,
         "machine": None if r.machine is None else asdict(r.machine),
         "baseline_step_times_ms": list(r.baseline_step_times_ms),
@@ -246,6 +248,7 @@ def _result_from(f: _Fields) -> WorkloadResult:
     comparisons = f.get("comparisons", (list,), [])
     steps = f.get("baseline_step_times_ms", (list,), [])
     step_fields = _Fields({str(k): v for k, v in enumerate(steps)}, f.where, f"{f.path}.baseline_step_times_ms")
+    extra = _extra_from(f.get("extra", (dict,), {}))
     return WorkloadResult(
         workload=f.name("workload", required=True) or "", verdict=verdict,
         comparisons=[_comparison_from(_Fields(c, f.where, f"{f.path}.comparisons[{k}]"))
@@ -255,14 +258,26 @@ def _result_from(f: _Fields) -> WorkloadResult:
         baseline_step_times_ms=[float(step_fields.number(str(k), non_negative=True, required=True) or 0.0)
                                 for k in range(len(steps))],   # a null is an error, never a step of 0 ms
         run_dir=Path(p) if (p := f.get("run_dir", (str,))) else None,
-        error=f.get("error", (str,)), notes=notes_from_message(f.get("message", (str,), "")), variant=f.name("variant"),
+        error=f.get("error", (str,)), notes=_notes_from(f.get("message", (str,), ""), extra.get("attribution")),
+        variant=f.name("variant"),
         wall_s=f.number("wall_s", non_negative=True),
         # reports from before "strict" say a strict NEW failed only by "failed"
         strict=f.get("strict", (bool,), False) or (verdict is Verdict.NEW and f.get("failed", (bool,), False)),
-        **_extra_from(f.get("extra", (dict,), {})),
+        **extra,
         analyses=[_analysis_from(a, f, f"analyses[{k}]") for k, a in enumerate(f.get("analyses", (list,), []))],
         profile=_analysis_from(p, f, "profile") if (p := f.get("profile", (dict,))) else None,
     )
+
+
+def _notes_from(message: str, attribution: Attribution | None) -> tuple[Note, ...]:
+    """The notes of a record's ``"message"``, but the account of the change where its record was
+    read too (``result_message`` renders it from the record, at the message's end)."""
+    if attribution is None:
+        return notes_from_message(message)
+    account = render_attribution_text(attribution)
+    if message.endswith(account):
+        return notes_from_message(message[:-len(account)].removesuffix("\n"))
+    return tuple(n for n in notes_from_message(message) if n.severity != ATTRIBUTION)   # another perfgate's wording
 
 
 def _analysis_from(record: Any, f: _Fields, key: str) -> Analysis:

@@ -22,7 +22,7 @@ from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
 from perfgate.report.digest import (
     VERDICT_ICONS, artifacts_line, digest, fmt_step, fmt_worst_phase, launch_phases, phase_comparisons, steps_from,
-    phase_label,
+    phase_label, result_message,
 )
 from perfgate.report.escape import md_cell_text, md_code, md_text
 from perfgate.report.mermaid import charts as mermaid_charts
@@ -143,8 +143,8 @@ def render_section(result: WorkloadResult, chart_links: Mapping[str, str] | None
     lines += ["; ".join(facts), ""]
     if result.error:
         lines += ["```", result.error.strip().replace("```", "'''"), "```", ""]
-    if result.message:
-        lines += [md_text(result.message.strip()), ""]
+    if message := result_message(result):
+        lines += [md_text(message.strip()), ""]
     steps = steps_from(result)
     if steps:
         lines += [f"steps: {md_text(steps)}", ""]

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from perfgate.gate.wording import fmt_metric_change, fmt_number, fmt_stats, fmt_tolerance, fmt_value
 from perfgate.records.model import Verdict, WorkloadResult
 from perfgate.records.notes import CONFIRMATION, WARNING
-from perfgate.report.digest import STEP_MEAN_METRIC, artifacts_line, digest, fmt_step, fmt_worst_phase, steps_from
+from perfgate.report.digest import (STEP_MEAN_METRIC, artifacts_line, digest, fmt_step, fmt_worst_phase, result_message,
+                                     steps_from)
 from perfgate.report.resources import MEMORY_COLUMNS, energy_cell, memory_cell
 
 SUMMARY_HEADER = ("workload", "verdict", "step time (base -> current)", "samples/s",
@@ -93,8 +94,8 @@ def failure_message(result: WorkloadResult) -> str:
     elif d.step_current_ms is not None:
         kind = "mean step" if d.step_metric == STEP_MEAN_METRIC else "step time (median of run means)"
         lines.append(f"step time (each launch's {kind}, geometric mean over launches): {fmt_step(d)}")
-    if result.message:
-        lines.append(result.message.strip())
+    if message := result_message(result):
+        lines.append(message.strip())
     steps = steps_from(result)
     if steps:
         lines.append(f"steps: {steps}")

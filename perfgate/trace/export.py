@@ -10,7 +10,6 @@ in the tables are snake_case; timestamps are integer ns relative to session star
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -12,6 +12,7 @@ import pytest
 
 from perfgate.pipeline.workload_run import run_workload
 from perfgate.records.model import Verdict
+from perfgate.report.digest import result_message
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads, select_workloads
 
@@ -107,12 +108,12 @@ def test_each_node_is_captured_in_its_own_report(gated: dict) -> None:
 
 def test_unchanged_rerun_passes(gated: dict) -> None:
     rerun = gated["rerun"]
-    assert rerun.verdict in (Verdict.PASS, Verdict.IMPROVED), rerun.error or rerun.message
+    assert rerun.verdict in (Verdict.PASS, Verdict.IMPROVED), rerun.error or result_message(rerun)
 
 
 def test_a_slowed_rank_on_node_1_is_regressed_and_named(gated: dict) -> None:
     slowed = gated["slowed"]
-    assert slowed.verdict == Verdict.REGRESSED, slowed.error or slowed.message
+    assert slowed.verdict == Verdict.REGRESSED, slowed.error or result_message(slowed)
     first = slowed.attribution.first_reason
     assert first.startswith("node 1 rank 3 data +"), first
     print(f"\nverdict: {slowed.verdict.value}\nfirst reason: {first}")

@@ -14,6 +14,7 @@ from perfgate.records.model import Direction, MetricComparison, Tolerance, Verdi
 from perfgate.records.notes import SUMMARY, Note
 from perfgate.report.markdown import render_markdown
 from perfgate.report.terminal import failure_message
+from perfgate.report.digest import result_message
 
 
 def launches(k: int, seed: int, *, step: float, forward: float, idle: float) -> list[dict[str, float]]:
@@ -41,13 +42,13 @@ def test_the_summary_line_and_the_reports_write_each_row_the_same_way() -> None:
     assert {"phase.forward.cpu_ms", "gpu_idle_fraction"} <= set(rows)
     text, markdown = failure_message(result), render_markdown([result])
     for c in rows.values():
-        assert describe(c) in result.message                      # compare's summary line
+        assert describe(c) in result_message(result)                      # compare's summary line
         change, tolerance = fmt_metric_change(c), fmt_tolerance(c.tolerance, c.unit)
         table_row = next(line for line in text.splitlines() if line.strip().startswith(c.metric + " "))
         assert re.split(r"\s{2,}", table_row.strip())[3:5] == [change, tolerance]   # the terminal table
         assert change in markdown and tolerance in markdown
     forward = rows["phase.forward.cpu_ms"]
-    assert "tolerance 10 % and 0.500 ms" in describe(forward) and "10% + 0.5" not in result.message
+    assert "tolerance 10 % and 0.500 ms" in describe(forward) and "10% + 0.5" not in result_message(result)
 
 
 def test_a_fraction_changes_in_points_and_its_interval_too() -> None:

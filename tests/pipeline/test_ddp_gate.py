@@ -11,6 +11,7 @@ import pytest
 
 from perfgate.pipeline.workload_run import run_workload
 from perfgate.records.model import Verdict
+from perfgate.report.digest import result_message
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads, select_workloads
 
@@ -55,11 +56,11 @@ def test_the_declared_job_runs_under_torchrun_in_one_report(gated: dict) -> None
 
 
 def test_unchanged_rerun_passes(gated: dict) -> None:
-    assert gated["rerun"].verdict in (Verdict.PASS, Verdict.IMPROVED), gated["rerun"].message
+    assert gated["rerun"].verdict in (Verdict.PASS, Verdict.IMPROVED), result_message(gated["rerun"])
 
 
 def test_a_slowed_rank_is_regressed_and_named(gated: dict) -> None:
     slowed = gated["slowed"]
-    assert slowed.verdict == Verdict.REGRESSED, slowed.message
+    assert slowed.verdict == Verdict.REGRESSED, result_message(slowed)
     first = slowed.attribution.first_reason
     assert first.startswith("rank 1 forward +") and "(rank 0 " in first, first

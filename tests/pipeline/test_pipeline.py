@@ -19,6 +19,7 @@ from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings
 from perfgate.commands.run import gate_workload
 from perfgate.settings.workloads import discover_workloads, select_workloads
+from perfgate.report.digest import result_message
 
 SMALL = ("--steps", "3", "--warmup-steps", "1", "--image-size", "32", "--batch-size", "2")
 
@@ -82,7 +83,7 @@ def test_no_baseline_is_new_and_fails_only_when_strict(gate) -> None:
     result = judge(result, spec, strict, None, settings.baseline_dir / "absent.json",
                    looked(result, None, compare_policy(strict, spec)))
     assert result.verdict == Verdict.NEW
-    assert "--perfgate-update-baselines" in result.message
+    assert "--perfgate-update-baselines" in result_message(result)
     assert result.strict and result.failed
     lenient = replace(recorded, comparisons=[], baseline_updated=False, noise=None)
     lenient = judge(lenient, spec, settings, None, settings.baseline_dir / "absent.json",
@@ -153,6 +154,6 @@ def test_a_baseline_records_what_it_measured_and_a_gate_against_other_code_says_
     path.write_text(json.dumps(doc))
     result = run_workload(spec, replace(settings, baseline_dir=tmp_path / "baselines"))
     torch = f"; torch 0.0.1 -> {result.machine.torch}" if result.machine.torch else ""
-    assert result.message.splitlines()[0] == \
+    assert result_message(result).splitlines()[0] == \
         f"warning: the baseline was recorded from other code: workloads/resnet_cifar.py changed{torch}"
     assert result.provenance is not None and result.provenance.code == ("workloads/resnet_cifar.py changed",)

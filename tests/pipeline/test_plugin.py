@@ -149,9 +149,11 @@ def test_no_baseline_passes_as_new_and_fails_when_strict(pytester: pytest.Pytest
 def test_fixture_runs_a_workload_against_its_baseline(pytester: pytest.Pytester, recorded: dict) -> None:
     write_project(pytester.path, recorded["baselines"])
     pytester.makepyfile(test_gate="""
+        from perfgate.report.digest import result_message
+
         def test_uses_fixture(perfgate):
             result = perfgate.run("tiny")
-            assert str(result.verdict) == "PASS", result.message
+            assert str(result.verdict) == "PASS", result_message(result)
             assert result.baseline_path.parent.name == "tiny"
             assert len(result.analyses) == 1
     """)

@@ -30,6 +30,9 @@ from perfgate.pipeline.workload_run import run_workload
 from perfgate.records.model import Verdict
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import discover_workloads, select_workloads
+from perfgate.records.notes import ATTRIBUTION
+from perfgate.report.digest import result_message
+from perfgate.report.terminal import failure_message
 from machine_load import LoadMeter, drift
 from layout import TESTS
 
@@ -111,14 +114,14 @@ def test_unchanged_rerun_passes(gated: dict) -> None:
     noise = max(before.stdev / before.median, after.stdev / after.median)
     explained = (1.35 + 2 * noise) * drift(load["recorded"], load["rerun"])
     ratio = after.median / before.median
-    assert ratio <= explained, (f"{rerun.message}\nstep x{ratio:.2f}, while the noise and load explain up to "
+    assert ratio <= explained, (f"{result_message(rerun)}\nstep x{ratio:.2f}, while the noise and load explain up to "
                                 f"x{explained:.2f} (step variation {noise:.0%}): recording {load['recorded']}, "
                                 f"rerun {load['rerun']}")
 
 
 def test_slower_input_pipeline_is_regressed_and_named(gated: dict) -> None:
     slowed, phase, slow_ms = gated["slowed"], gated["phase"], gated["slow_ms"]
-    assert slowed.verdict == Verdict.REGRESSED, slowed.error or slowed.message
+    assert slowed.verdict == Verdict.REGRESSED, slowed.error or result_message(slowed)
     base = gated["recorded"].analyses[0]
     cur = slowed.analyses[0]
     # CPU work took `factor` times as long in the slowed run as in the recording (the machine's load)
@@ -152,6 +155,9 @@ def test_slower_input_pipeline_is_regressed_and_named(gated: dict) -> None:
         assert range_grown < 0.5 * grown + base_range * max(0.0, factor - 1.0), (range_grown, grown, loads)
     first = slowed.attribution.first_reason
     assert first.startswith(phase) or first.startswith("between steps"), first
+    # the account is the result's record, written once by the renderers, never a note made upstream
+    assert all(n.severity != ATTRIBUTION for n in slowed.notes)
+    assert failure_message(slowed).count(f"first reason: {first}") == 1
 
 
 # ----------------------------------------------------------------------------- H100 captures

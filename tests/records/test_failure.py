@@ -19,6 +19,7 @@ from perfgate.report.json_report import render_report_json, results_from_report
 from perfgate.report.junit import render_junit
 from perfgate.settings.config import load_settings
 from perfgate.settings.workloads import WorkloadSpec
+from perfgate.report.digest import result_message
 
 
 def judged_without_baseline(tmp_path: Path, strict: bool) -> WorkloadResult:
@@ -51,7 +52,7 @@ def test_strict_new_fails_in_the_item_the_json_report_and_the_commit_status(tmp_
     assert result.verdict is Verdict.NEW
     assert everywhere(result) == {"item": True, "report": True, "report result": True, "read back": True,
                                   "status": "failure", "junit": True, "annotation": ["::error"]}
-    assert "strict mode: a missing baseline fails" in result.message
+    assert "strict mode: a missing baseline fails" in result_message(result)
 
 
 def test_new_without_strict_passes_everywhere(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from perfgate.records.launch import Launch
 from perfgate.records.launch_checks import GpuClocks, StabilityReport
 from perfgate.records.machine_state import MachineState
 from perfgate.records.model import Analysis
+from perfgate.report.digest import result_message
 from report_results import make_result
 
 STABLE = StabilityReport(stable=True, steps=20, drift_fraction=0.01, changepoint_index=None, level_shift_fraction=0.0,
@@ -80,7 +81,7 @@ def test_the_results_message_notes_each_launchs_notes(tmp_path) -> None:
     result = judge(result, spec, settings, None, tmp_path / "w" / "cpu.json", run)
     assert [n.severity for n in result.notes] == [SUMMARY, NOTE]
     assert result.notes[1].text.startswith(unstable + " (record one with ")    # the hint ends the last line
-    assert result.message.splitlines()[1].startswith(f"note: {unstable} (record one with ")
+    assert result_message(result).splitlines()[1].startswith(f"note: {unstable} (record one with ")
 
 
 def test_the_checks_read_back_from_their_json_and_other_values_do_not() -> None:

@@ -10,6 +10,7 @@ from perfgate.records.notes import (
 )
 from perfgate.report.json_report import render_report_json, results_from_report
 from perfgate.report.terminal import summary_notes
+from perfgate.report.digest import result_message
 
 NOTES = (Note(WARNING, "the baseline measured other code: commit abc (now def)"),
          Note(SUMMARY, "INCONCLUSIVE: step_time_ms +6.0 % beyond tolerance but not significant [5 vs 3 launches]"),
@@ -26,7 +27,7 @@ def test_the_message_is_the_notes_lines_and_reads_back_into_the_same_notes() -> 
     assert "\nwhy: the change" in message and "\nto decide: raise" in message and "\nnote: launch 0" in message
     assert notes_from_message(message) == NOTES
     result = WorkloadResult(workload="w", verdict=Verdict.INCONCLUSIVE, notes=NOTES)
-    assert result.message == message
+    assert result_message(result) == message
     back, = results_from_report(render_report_json([result]))
     assert back.notes == NOTES and render_report_json([back])["results"][0]["message"] == message
 
