@@ -82,8 +82,9 @@ def judge(result: WorkloadResult, spec: WorkloadSpec, settings: Settings, baseli
                                      machine=machine.text() if machine else None)
         if attribution is not None and attribution.reasons and collectives_changed(attribution.reasons[0]):
             said = None     # the account says it first, with the NCCL kernels' time
-    if said is not None:     # the account itself is rendered from its record (perfgate.report.digest.result_message)
+    if said is not None:
         notes.append(Note(WARNING, said))
+    # the account is the result's record, rendered at the report stage (perfgate.report.digest.result_message)
     return replace(result, notes=tuple(notes), noise=run.noise, baseline_step_times_ms=base_steps,
                    attribution=attribution)
 

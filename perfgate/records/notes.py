@@ -53,7 +53,8 @@ class Note:
 
 
 def message_text(notes: Iterable[Note]) -> str:
-    """The ``"message"`` of a result record: the notes' lines, one after the other."""
+    """The notes' lines, one after the other: a result record's ``"message"`` but for the account of
+    the change that follows them (perfgate.report.digest.result_message)."""
     return "\n".join(n.line() for n in notes)
 
 
