@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.diagnosis.render import render_attribution_text
 from perfgate.gate.wording import fmt_change, fmt_metric_change, fmt_number
 from perfgate.records.launch import STEPS_TRACE_FILE
 from perfgate.records.model import MetricComparison, Verdict, WorkloadResult
@@ -180,8 +179,11 @@ def result_message(result: WorkloadResult) -> str:
     """What the result says besides its numbers, as every renderer and the result record (its
     ``"message"``) write it: its notes (records/notes.py), then the account of the change, rendered
     here from its record (``result.attribution``)."""
-    account = render_attribution_text(result.attribution) if result.attribution is not None else ""
-    return "\n".join(text for text in (message_text(result.notes), account) if text)
+    if result.attribution is None:
+        return message_text(result.notes)
+    from perfgate.diagnosis.render import render_attribution_text   # the diagnosis (numpy) only for an account
+
+    return "\n".join(text for text in (message_text(result.notes), render_attribution_text(result.attribution)) if text)
 
 
 def one_line(result: WorkloadResult, limit: int = 140) -> str:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import __version__
-from perfgate.diagnosis.render import render_attribution_text
 from perfgate.errors import PerfgateError
 from perfgate.records.model import (
     Analysis, Direction, LookRecord, MachineInfo, MetricComparison, Tolerance, Verdict, WorkloadResult,
@@ -274,6 +273,8 @@ def _notes_from(message: str, attribution: Attribution | None) -> tuple[Note, ..
     read too (``result_message`` renders it from the record, at the message's end)."""
     if attribution is None:
         return notes_from_message(message)
+    from perfgate.diagnosis.render import render_attribution_text   # the diagnosis (numpy) only for an account
+
     account = render_attribution_text(attribution)
     if message.endswith(account):
         return notes_from_message(message[:-len(account)].removesuffix("\n"))
