@@ -133,12 +133,15 @@ def two_commit_repo(tmp_path: Path) -> Path:
         timeout_s = 120
         """))
     (repo / "workloads" / "__init__.py").write_text("")
-    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.004))
+    # a forward of 20 ms, so that a sleep's overshoot on a busy core (a millisecond or two) is a few per cent
+    # of it: with 4 ms, one base launch's overshoot left the forward's paired test of 3 pairs short of
+    # significance (its step time REGRESSED alone) in 1 of 5 two-process CI runs
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.020))
     (repo / ".gitignore").write_text(".perfgate/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "base")
-    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.024))  # head: +20 ms in forward
+    (repo / "workloads" / "tiny.py").write_text(TINY.format(nvtx=NVTX, forward_s=0.060))  # head: +40 ms in forward
     _git(repo, "commit", "-q", "-am", "slower forward")
     return repo
 
@@ -159,9 +162,9 @@ def test_real_ab_of_two_commits_finds_the_slower_forward(
     rows = {r["metric"]: r for r in result["comparisons"]}
     fwd = rows["phase.forward.cpu_ms"]
     assert fwd["verdict"] == "REGRESSED" and fwd["p_value"] < 0.01
-    assert 15.0 < (fwd["current"] - fwd["baseline"]) < 30.0  # the injected +20 ms per step
+    assert 30.0 < (fwd["current"] - fwd["baseline"]) < 60.0  # the injected +40 ms per step
     assert rows["phase.backward.cpu_ms"]["verdict"] != "REGRESSED"  # only the changed phase is blamed
-    assert [m["phase.forward.cpu_ms"] < 10.0 for m in result["base"]] == [True] * 3
+    assert [m["phase.forward.cpu_ms"] < 30.0 for m in result["base"]] == [True] * 3
     # the temporary worktrees are gone again
     listed = subprocess.run(["git", "-C", str(two_commit_repo), "worktree", "list"], capture_output=True, text=True)
     assert len(listed.stdout.strip().splitlines()) == 1

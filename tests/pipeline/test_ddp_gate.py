@@ -1,7 +1,8 @@
 """The gate on a torchrun job declared in pyproject.toml (``[tool.perfgate.workloads.ddp]``,
 ``launcher = "torchrun"``: 2 gloo processes on a CPU machine), under the real nsys: one report holds
 every rank (nsys follows torchrun's children), the baseline records per-rank step times, an unchanged
-rerun passes, and a rerun with one slowed rank is REGRESSED with that rank named first."""
+rerun passes, and a rerun with one slowed rank is REGRESSED with that rank named first, by the gate
+and by its two traces compared."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -64,3 +65,17 @@ def test_a_slowed_rank_is_regressed_and_named(gated: dict) -> None:
     assert slowed.verdict == Verdict.REGRESSED, result_message(slowed)
     first = slowed.attribution.first_reason
     assert first.startswith("rank 1 forward +") and "(rank 0 " in first, first
+
+
+def test_two_of_its_traces_compared_name_the_slowed_rank(gated: dict) -> None:
+    """``perfgate compare`` of the recorded launch's trace and the slowed one's: the same verdict and
+    rank, from the files alone."""
+    from perfgate.analysis import AnalysisOptions
+    from perfgate.gate.compare import ComparePolicy
+    from perfgate.pipeline.inputs import compare_and_explain
+
+    base, slow = (sorted(gated[k].run_dir.rglob("trace.sqlite"))[0] for k in ("recorded", "slowed"))
+    outcome, attribution = compare_and_explain(base, slow, ComparePolicy(), AnalysisOptions(skip_steps=1))
+    assert outcome.verdict is Verdict.REGRESSED, outcome.summary
+    assert attribution is not None and attribution.first_reason.startswith("rank 1 forward +"), attribution
+    assert "(rank 0 " in attribution.first_reason
