@@ -58,7 +58,8 @@ def paired_look_level(alpha: float, looks: tuple[int, ...]) -> float:
     if len(tested) > MAX_SIMULATED_LOOKS:
         return alpha / len(tested)
     import numpy as np
-    from scipy import stats as sps
+
+    from perfgate.gate.statistics import student_t_sf
 
     rng = np.random.default_rng(_LEVEL_SEED)
     d = rng.standard_normal((LEVEL_SIMULATIONS, max(tested)))
@@ -68,7 +69,7 @@ def paired_look_level(alpha: float, looks: tuple[int, ...]) -> float:
         mean = s[:, n - 1] / n
         var = np.maximum(s2[:, n - 1] - n * mean * mean, 0.0) / (n - 1)
         t = mean / np.sqrt(var / n)
-        low = np.minimum(low, sps.t.sf(t, n - 1))
+        low = np.minimum(low, student_t_sf(t, n - 1))
     return float(min(alpha, np.quantile(low, alpha)))
 
 

@@ -92,7 +92,8 @@ def look_level(alpha: float, looks: tuple[tuple[int, int], ...]) -> float:
     if len(tested) > MAX_SIMULATED_LOOKS:
         return alpha / len(tested)
     import numpy as np
-    from scipy import stats as sps
+
+    from perfgate.gate.statistics import student_t_sf
 
     rng = np.random.default_rng(_LEVEL_SEED)
     nb_max, nc_max = max(nb for nb, _ in tested), max(nc for _, nc in tested)
@@ -109,7 +110,7 @@ def look_level(alpha: float, looks: tuple[tuple[int, int], ...]) -> float:
             squares = (sb2[:, nb - 1] - nb * mb * mb) + (sc2[:, nc - 1] - nc * mc * mc)
             df = nb + nc - 2
             t = (mc - mb) / np.sqrt(np.maximum(squares, 0.0) / df * (1.0 / nb + 1.0 / nc))
-            low = np.minimum(low, sps.t.sf(t, df))
+            low = np.minimum(low, student_t_sf(t, df))
         smallest.append(low)
     return float(min(alpha, np.quantile(np.concatenate(smallest), alpha)))
 
@@ -137,7 +138,7 @@ def detectable_change(noise: float, n_baseline: int, n_current: int, alpha: floa
     ``n_current`` launches against ``n_baseline`` at level ``alpha``: it must be significant,
     ``(t_alpha + t_power) · SE``, and beyond the tolerance by ``t_power · SE``. None when no test is
     possible (fewer than 2 launches on both sides, or no noise estimate)."""
-    from scipy import stats as sps
+    from perfgate.gate.statistics import student_t_ppf
 
     if noise is None or n_baseline < 1 or n_current < 1 or (n_baseline < 2 and n_current < 2):
         return None
@@ -145,7 +146,7 @@ def detectable_change(noise: float, n_baseline: int, n_current: int, alpha: floa
     if df < 1:
         return None
     se = noise * math.sqrt(1.0 / n_baseline + 1.0 / n_current)
-    t_alpha, t_power = float(sps.t.ppf(1 - alpha, df)), float(sps.t.ppf(power, df))
+    t_alpha, t_power = student_t_ppf(1 - alpha, df), student_t_ppf(power, df)
     significant = (t_alpha + t_power) * se
     rel = tolerance.rel if tolerance is not None and tolerance.rel is not None else 0.0
     beyond = math.log1p(rel) + t_power * se if math.isfinite(rel) else math.inf
