@@ -6,7 +6,7 @@ main.py reads ``--data`` (default ``./data/wikitext-2``, relative to the folder 
 write a small deterministic stand-in instead: 1000 made-up words drawn with Zipf-like
 frequencies, wikitext-style `` = Heading = `` lines, ``<unk>`` and ``@-@`` tokens.
 
-Sizes (tokens with <eos>): train 20 000, valid 3 000, test 3 000 (about 0.2 MB in all).
+Sizes (tokens with <eos>): train 10 000, valid 3 000, test 3 000 (about 0.1 MB in all).
 
 Usage: python make_data.py <run folder>   (writes <run folder>/data/wikitext-2/*.txt)
 """
@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 VOCAB = 1000
-TOKENS = {"train.txt": 20000, "valid.txt": 3000, "test.txt": 3000}
+TOKENS = {"train.txt": 10000, "valid.txt": 3000, "test.txt": 3000}
 
 
 def _words(rng):
