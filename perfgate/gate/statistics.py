@@ -124,7 +124,7 @@ def shift_test(
     if se == 0.0:
         return None
     t = est / se
-    q = float(student_t_ppf(1.0 - alpha, df))
+    q = student_t_ppf(1.0 - alpha, df)
     return ShiftTest(
         log_scale=log_scale,
         n_baseline=nb,
@@ -172,7 +172,7 @@ def paired_shift_test(
         return None
     df = n - 1
     t = est / se
-    q = float(student_t_ppf(1.0 - alpha, df))
+    q = student_t_ppf(1.0 - alpha, df)
     return ShiftTest(
         log_scale=log_scale, n_baseline=n, n_current=n, estimate=est, se=se, df=float(df), t=float(t),
         p_increase=float(student_t_sf(t, df)), p_decrease=float(student_t_sf(-t, df)),
