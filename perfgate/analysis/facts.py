@@ -13,7 +13,7 @@ from perfgate.analysis.idle import busy_intervals
 from perfgate.analysis.intervals import BLOCK
 from perfgate.analysis.kernel_classes import kernel_class_counts, kernel_class_ms
 from perfgate.analysis.kernel_sets import kernel_set_changes
-from perfgate.analysis.loop import input_function, loader_in_use, loader_workers
+from perfgate.analysis.loop import autostep_marked, input_function, loader_in_use, loader_workers
 from perfgate.analysis.phases import phase_instances, steps_key
 from perfgate.analysis.steps import measured_iterations
 from perfgate.records.facts import H2D_PHASE, OUTSIDE_PHASES, STEP_CODE, TraceFacts
@@ -161,7 +161,7 @@ def trace_facts(trace: Trace, stats: StepStats, gpu: GpuWork | None, measured: C
     workers = _dataloader_workers(trace, lo, hi)
     loader = loader_in_use(trace.marks, trace.nvtx)
     made_by = input_function(trace.marks)
-    if loader is False:      # worker processes are a DataLoader's, whatever the hooks saw
+    if loader is False:      # hooks without marks (older captures): worker processes are a DataLoader's
         loader = bool(workers)
         workers = workers or None
     if not trace.has_gpu:
@@ -338,14 +338,15 @@ def _fp64_kernels(trace: Trace, lo: int, hi: int) -> int:
 
 def _dataloader_workers(trace: Trace, lo: int, hi: int) -> int | None:
     """The ``num_workers`` of the DataLoader iterator in use in the measured window, from autostep's
-    ``perfgate/loader`` marks (analysis.loop.loader_workers); in captures without them, the worker
-    processes (``pt_data_worker``) the capture recorded, which nsys lists in PROCESSES (2024 and
-    later: every iterator's, so an iterator made anew each epoch counts its workers each time);
-    None without either."""
+    ``perfgate/loader`` marks (analysis.loop.loader_workers); None where autostep marked the capture
+    and no iterator (the program made none). Only in captures without autostep's marks, the worker
+    processes (``pt_data_worker``) nsys lists in PROCESSES: every iterator's, so an iterator made
+    anew each epoch counts its workers each time, and every process of the machine's (nsys 2022.4
+    and 2025.3 list them all), so another program's workers count too. None without either."""
     from perfgate.trace import database
 
     workers = loader_workers(trace.marks, lo, hi)
-    if workers is not None:
+    if workers is not None or autostep_marked(trace.marks):
         return workers
     if "PROCESSES" not in trace.tables or trace._con is None:
         return None

@@ -29,7 +29,7 @@ import numpy as np
 from perfgate.analysis.intervals import top_level_mask
 from perfgate.records.autostep_ranges import (
     BACKWARD, DATA_LOAD, INTERLUDE_RANGES, MARK_BATCH, MARK_INPUT, MARK_LOADER, MARK_OPTIMIZER_NEW,
-    MARK_OPTIMIZER_SKIPPED, MARK_OPTIMIZER_STEP,
+    MARK_OPTIMIZER_SKIPPED, MARK_OPTIMIZER_STEP, PREFIX,
 )
 from perfgate.trace.columns import Columns, first_seen
 
@@ -231,6 +231,13 @@ def loader_in_use(marks: Columns, nvtx: Columns) -> bool | None:
     if len(_marks(marks, MARK_OPTIMIZER_STEP)) or np.any(nvtx["text"] == BACKWARD):
         return False
     return None
+
+
+def autostep_marked(marks: Columns) -> bool:
+    """Whether autostep's hooks left marks in the capture (``perfgate/<name>:<value>``): hooks of
+    that kind mark every DataLoader iterator the program makes (``perfgate/loader``), so where
+    none is marked the program made none."""
+    return any(isinstance(t, str) and t.startswith(PREFIX) and ":" in t for t in marks["text"])
 
 
 def input_function(marks: Columns) -> str | None:

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import select
+import signal
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -325,6 +329,52 @@ def test_a_dataloader_only_where_the_loop_iterates_one(captured: dict) -> None:
         assert analysis.facts.dataloader is uses, name
         if not uses:
             assert analysis.facts.dataloader_workers is None, name
+
+
+# another program beside the capture, its DataLoader's 2 worker processes alive all the while
+NEIGHBOUR = r'''
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+class Slow(Dataset):
+    def __len__(self):
+        return 10 ** 6
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return torch.zeros(1)
+it = iter(DataLoader(Slow(), batch_size=1, num_workers=2))
+next(it)
+print("READY", flush=True)
+while True:
+    next(it)
+'''
+
+
+def test_another_programs_dataloader_workers_are_not_the_loops(tmp_path: Path, nsys_path: str,
+                                                               torch_module: object) -> None:
+    """nsys lists every process of the machine in PROCESSES, another program's DataLoader workers
+    among them: a CI run told the critic loop, which makes no DataLoader, that it had one with 2
+    workers (the other test process's). Where autostep marked the capture, its marks decide."""
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+    try:
+        ready, _, _ = select.select([neighbour.stdout], [], [], 300)
+        assert ready and neighbour.stdout is not None and neighbour.stdout.readline().strip() == "READY"
+        env = capture_environment({k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")})
+        env["PYTHONPATH"] = prepend_path(env.get("PYTHONPATH", ""), str(REPO))
+        (tmp_path / "critic.py").write_text(PRELUDE + LOOPS["critic"])
+        cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
+               "-o", str(tmp_path / "critic"), "-f", "true", sys.executable, "critic.py"]
+        proc = run_supervised(cmd, cwd=tmp_path, env=env, text=True, timeout=300)
+        assert proc.returncode == 0 and (tmp_path / "critic.sqlite").is_file(), (proc.stdout + proc.stderr)[-3000:]
+    finally:
+        os.killpg(neighbour.pid, signal.SIGKILL)
+        neighbour.wait()
+    with sqlite3.connect(tmp_path / "critic.sqlite") as con:      # the premise: nsys listed them
+        listed = con.execute("SELECT count(DISTINCT pid) FROM PROCESSES WHERE name = 'pt_data_worker'").fetchone()[0]
+    assert listed >= 2
+    facts = analyze(load_trace(tmp_path / "critic.sqlite"), AnalysisOptions(skip_steps=SKIP)).facts
+    assert facts is not None and facts.dataloader is False and facts.dataloader_workers is None, facts
 
 
 def test_periods_in_a_cycle_are_gated_on_their_mean_not_on_a_peak(captured: dict) -> None:
