@@ -81,7 +81,7 @@ def test_the_record_reads_back_from_a_baseline_document(tmp_path: Path) -> None:
 
 
 def test_the_cpu_threads_a_baseline_ran_with_are_part_of_what_it_measured(tmp_path: Path) -> None:
-    """One torch thread against two moved a step 7x beside a busy process (docs/ci.md): a baseline
+    """One torch thread against two moved a step 7x beside a busy process (docs/measurements/cpu-threads.md): a baseline
     recorded with other threads is stale; one that did not record them is not judged on them."""
     assert workload_threads(None, {}) == "default"
     assert workload_threads(None, {"OMP_NUM_THREADS": " 4 "}) == "4"

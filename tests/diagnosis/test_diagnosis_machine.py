@@ -54,7 +54,7 @@ def test_a_program_without_phases_is_judged_by_its_step() -> None:
 
 def test_a_busier_cpu_machine_with_torchs_default_threads_gets_the_threads_setting_named() -> None:
     """Beside one busy process on 2 cores, torch's 2 threads made the zoo's word_language_model 54 times
-    slower and vae 15 times (docs/ci.md): the note names the setting, only where it applies."""
+    slower and vae 15 times (docs/measurements/cpu-threads.md): the note names the setting, only where it applies."""
     hint = threads_hint(True, "default", 0)
     assert hint is not None and "threads = 1" in hint and "PERFGATE_THREADS=1" in hint
     assert threads_hint(True, "1", 0) is None            # already set (the setting or OMP_NUM_THREADS)

@@ -1,4 +1,4 @@
-"""The second review of issue 17 (docs/review-17.md): the CLI and the plugin tried again, as a
+"""The second review of issue 17 (docs/measurements/review-17.md): the CLI and the plugin tried again, as a
 hostile or unlucky user would, against bad files, bad configuration, full disks and hostile
 names. Each test here is a finding of that review: it failed before its fix.
 
