@@ -212,23 +212,30 @@ report(36)
 SKIP = 2
 
 
+def _capture(nsys: str, folder: Path, name: str) -> subprocess.CompletedProcess[str]:
+    """``folder/<name>.py`` (PRELUDE and its loop) under the real nsys with autostep on, exported
+    to ``folder/<name>.sqlite``."""
+    (folder / f"{name}.py").write_text(PRELUDE + LOOPS[name])
+    env = capture_environment({k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")})
+    env["PYTHONPATH"] = prepend_path(env.get("PYTHONPATH", ""), str(REPO))
+    cmd = [nsys, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
+           "-o", str(folder / name), "-f", "true", sys.executable, f"{name}.py"]
+    proc = run_supervised(cmd, cwd=folder, env=env, text=True, timeout=300)
+    assert proc.returncode == 0, (name, (proc.stdout + proc.stderr)[-3000:])
+    # nsys that exited 0 without its export (seen once beside another test process): say what it printed
+    assert (folder / f"{name}.sqlite").is_file(), (name, (proc.stdout + proc.stderr)[-3000:])
+    return proc
+
+
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory: pytest.TempPathFactory, nsys_path: str, torch_module: object) -> dict[str, tuple]:
     """name -> (analysis, (iterations, own median ms, own mean ms)) for every loop."""
     tmp = tmp_path_factory.mktemp("loops")
-    env = capture_environment({k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")})
-    env["PYTHONPATH"] = prepend_path(env.get("PYTHONPATH", ""), str(REPO))
     out = {}
-    for name, body in LOOPS.items():
-        (tmp / f"{name}.py").write_text(PRELUDE + body)
-        cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
-               "-o", str(tmp / name), "-f", "true", sys.executable, f"{name}.py"]
-        proc = run_supervised(cmd, cwd=tmp, env=env, text=True, timeout=300)
-        assert proc.returncode == 0, (name, (proc.stdout + proc.stderr)[-3000:])
+    for name in LOOPS:
+        proc = _capture(nsys_path, tmp, name)
         line = re.search(r"^LOOP (\d+) (\S+) (\S+)$", proc.stdout, re.M)
         assert line is not None, proc.stdout[-2000:]
-        # nsys that exited 0 without its export (seen once beside another test process): say what it printed
-        assert (tmp / f"{name}.sqlite").is_file(), (name, (proc.stdout + proc.stderr)[-3000:])
         own = (int(line.group(1)), float(line.group(2)), float(line.group(3)))
         out[name] = (analyze(load_trace(tmp / f"{name}.sqlite"), AnalysisOptions(skip_steps=SKIP)), own)
     return out
@@ -331,42 +338,18 @@ def test_a_dataloader_only_where_the_loop_iterates_one(captured: dict) -> None:
             assert analysis.facts.dataloader_workers is None, name
 
 
-# another program beside the capture, its DataLoader's 2 worker processes alive all the while
-NEIGHBOUR = r'''
-import time
-import torch
-from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
-    def __len__(self):
-        return 10 ** 6
-    def __getitem__(self, i):
-        time.sleep(0.05)
-        return torch.zeros(1)
-it = iter(DataLoader(Slow(), batch_size=1, num_workers=2))
-next(it)
-print("READY", flush=True)
-while True:
-    next(it)
-'''
-
-
 def test_another_programs_dataloader_workers_are_not_the_loops(tmp_path: Path, nsys_path: str,
                                                                torch_module: object) -> None:
     """nsys lists every process of the machine in PROCESSES, another program's DataLoader workers
     among them: a CI run told the critic loop, which makes no DataLoader, that it had one with 2
     workers (the other test process's). Where autostep marked the capture, its marks decide."""
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE, text=True,
-                                 start_new_session=True)
+    # another program beside the capture, its DataLoader's 2 worker processes alive all the while
+    neighbour = subprocess.Popen([sys.executable, str(REPO / "scripts" / "gpu" / "neighbour_loader.py"),
+                                  "--workers", "2"], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         ready, _, _ = select.select([neighbour.stdout], [], [], 300)
         assert ready and neighbour.stdout is not None and neighbour.stdout.readline().strip() == "READY"
-        env = capture_environment({k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_")})
-        env["PYTHONPATH"] = prepend_path(env.get("PYTHONPATH", ""), str(REPO))
-        (tmp_path / "critic.py").write_text(PRELUDE + LOOPS["critic"])
-        cmd = [nsys_path, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--export=sqlite",
-               "-o", str(tmp_path / "critic"), "-f", "true", sys.executable, "critic.py"]
-        proc = run_supervised(cmd, cwd=tmp_path, env=env, text=True, timeout=300)
-        assert proc.returncode == 0 and (tmp_path / "critic.sqlite").is_file(), (proc.stdout + proc.stderr)[-3000:]
+        _capture(nsys_path, tmp_path, "critic")
     finally:
         os.killpg(neighbour.pid, signal.SIGKILL)
         neighbour.wait()
