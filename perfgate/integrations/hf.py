@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import CallbackHandler
+    # from the module that defines them: the one of transformers that mypy reads (pyproject.toml)
+    from transformers.trainer_callback import CallbackHandler, TrainerCallback
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("perfgate.integrations.hf needs transformers: pip install 'perfgate[hf]'") from exc
 

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # typed against lightning; pytorch_lightning is the same class under its old name
-    from lightning.pytorch import Callback
+if TYPE_CHECKING:  # typed against lightning's module that mypy reads (pyproject.toml); pytorch_lightning
+    # is the same class under its old name
+    from lightning.pytorch.callbacks.callback import Callback
 else:
     try:
         from lightning.pytorch import Callback
