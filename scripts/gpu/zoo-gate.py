@@ -1,6 +1,8 @@
 """On the GPU machine: the zoo's GPU-capable programs (tests/zoo/programs, ``gpu = true``) through the
 flow tests/programs/test_zoo.py runs on the CPU, each gated as its user would with the ``perfgate`` command:
-``baseline update``, an unchanged ``run``, the input-pipeline and the compute pull requests.
+``baseline update``, an unchanged ``run``, the input-pipeline and the compute pull requests, in a git
+repository as in its CI (each pull request a clone with the change committed), so that a gate run is
+confirmed against the commit its baseline was recorded from.
 
     source .gpu/env.sh && python3 -m pip install -q --no-deps --no-build-isolation -e . && \\
         python3 scripts/gpu/zoo-gate.py --out $OUT [--only a,b] [--skip c]
@@ -43,9 +45,14 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
     env = {**env, **program.env}
     gate_args = ("--record-launches", str(launches[0]), "--max-launches", str(launches[1]), "--timeout", "600",
                  "--profile", profile)
+    # the user's repository: the program committed, then its baselines; each pull request a clone of
+    # it with the change committed, so that its gate run is confirmed against the base (confirm = "auto")
     project = harness.prepare(program, work / program.name / "project")
+    harness.commit(project, "the program")
     recorded = harness.perfgate(project, "baseline", "update", *gate_args, env=env,
                                 log=live / f"{program.name}-record.log")
+    if recorded.returncode == 0:
+        harness.commit(project, "its baselines")
     row: dict[str, object] = {"program": program.name, "shapes": list(program.shapes),
                               "record": {"verdict": recorded.verdict, "returncode": recorded.returncode,
                                          "wall_s": round(recorded.wall_s, 1)}}
@@ -66,12 +73,7 @@ def gate(program: harness.Program, work: Path, env: dict[str, str], live: Path, 
             row["rerun"] = _summary(rerun)
             save(row)
         for kind in [r for r in RUNS[1:] if r in runs]:
-            changed = harness.prepare(program, work / program.name / kind)
-            (changed / "baselines").mkdir(exist_ok=True)
-            for folder in (project / "baselines").iterdir():
-                if folder.is_dir():
-                    harness.shutil.copytree(folder, changed / "baselines" / folder.name)
-            harness.apply(getattr(program, kind), changed)
+            changed = harness.pull_request(project, getattr(program, kind), work / program.name / kind)
             run = harness.perfgate(changed, "run", *gate_args, env=env, log=live / f"{program.name}-{kind}.log")
             logs[kind] = run
             row[kind] = {**_summary(run), "expected_first": list(getattr(program, kind).first)}

@@ -10,11 +10,9 @@ runs every one (the ``zoo_full`` ones are deselected unless ``-m`` names the zoo
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-from git_repo import git
 from zoo import harness
 
 CPU = [p for p in harness.programs() if p.cpu]
@@ -43,33 +41,18 @@ def gated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     env.update(program.env)
     tmp = tmp_path_factory.mktemp(program.name)
     project = harness.prepare(program, tmp / "project")
-    _commit(project, "the program")
+    harness.commit(project, "the program")
     recorded = harness.perfgate(project, "baseline", "update", *GATE, env=env)
     assert recorded.returncode == 0 and recorded.verdict == "PASS", recorded.output[-4000:]
-    _commit(project, "its baselines")
+    harness.commit(project, "its baselines")
     rerun = harness.perfgate(project, "run", *GATE, env=env)
     slowed = {}
+    # each pull request a folder of its own: decided by the stored baseline alone (a REGRESSED one
+    # confirmed against its base is tests/pipeline/test_confirmation.py's, and scripts/gpu/zoo-gate.py's)
     for kind in ("input_slowdown", "compute_slowdown"):
-        changed = harness.prepare(program, tmp / kind)
-        (changed / "baselines").mkdir(exist_ok=True)
-        for baseline in (project / "baselines").iterdir():          # the base branch's baselines
-            if baseline.is_dir():
-                harness.shutil.copytree(baseline, changed / "baselines" / baseline.name)
-        harness.apply(getattr(program, kind), changed)
+        changed = harness.changed_copy(program, project, getattr(program, kind), tmp / kind)
         slowed[kind] = harness.perfgate(changed, "run", *GATE, env=env)
     return {"program": program, "project": project, "recorded": recorded, "rerun": rerun, **slowed}
-
-
-def _commit(project: Path, message: str) -> None:
-    """The user's repository, one commit at a time on main: the program, then the baselines recorded
-    from it (the runs folder ignored, as ``perfgate init`` has it). An unchanged rerun that its stored
-    baseline alone would fail is then confirmed in the same job against the commit the baseline was
-    recorded from (confirm = "auto")."""
-    if not (project / ".git").exists():
-        (project / ".gitignore").write_text(".perfgate/\n", encoding="utf-8")
-        git(project, "init", "-q", "-b", "main")
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", message)
 
 
 def test_the_steps_are_the_programs_iterations(gated: dict) -> None:

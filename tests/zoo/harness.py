@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from git_repo import git
 from perfgate.records.facts import STEP_CODE  # the words a reason uses for the step's own code
 
 try:
@@ -146,6 +147,42 @@ def apply(change: Change, project: Path) -> None:
         if n == 0:
             raise ValueError(f"{path}: no cpu_args/gpu_args to add {change.args} to")
         path.write_text(text, encoding="utf-8")
+
+
+def commit(project: Path, message: str) -> None:
+    """The user's repository, one commit at a time on main: the program, then the baselines recorded
+    from it (the runs folder ignored, as ``perfgate init`` has it). A gate run in it can then be
+    confirmed in the same job against the commit its baseline was recorded from (confirm = "auto")."""
+    if not (project / ".git").exists():
+        (project / ".gitignore").write_text(".perfgate/\n", encoding="utf-8")
+        git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", message)
+
+
+def changed_copy(program: Program, project: Path, change: Change, dest: Path) -> Path:
+    """The pull request as a folder of its own, not a git checkout: the program prepared anew at
+    ``dest`` with the base branch's baselines (``project``'s) and ``change`` applied; its gate run is
+    decided by the stored baseline alone (no base to confirm against)."""
+    changed = prepare(program, dest)
+    (changed / "baselines").mkdir(exist_ok=True)
+    for baseline in (project / "baselines").iterdir():
+        if baseline.is_dir():
+            shutil.copytree(baseline, changed / "baselines" / baseline.name)
+    apply(change, changed)
+    return changed
+
+
+def pull_request(project: Path, change: Change, dest: Path) -> Path:
+    """The pull request as its CI checks it out: a clone of the user's repository (the program and
+    its baselines, committed) at ``dest``, ``change`` committed on a branch of its own."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    subprocess.run(["git", "clone", "-q", str(project), str(dest)], check=True, capture_output=True, text=True)
+    git(dest, "checkout", "-q", "-b", "pull-request")
+    apply(change, dest)
+    commit(dest, "the pull request")
+    return dest
 
 
 # --------------------------------------------------------------------------- perfgate, as the user runs it
