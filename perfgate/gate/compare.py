@@ -89,7 +89,8 @@ def _lookup(table: Mapping[str, Any], metric: str) -> Any:
 @dataclass(frozen=True)
 class Outcome:
     """Overall verdict, the per-metric rows (primary metrics first) and a one-line summary.
-    ``strict``: judged with ``ComparePolicy.strict_new`` (a missing baseline fails)."""
+    ``strict``: judged with ``ComparePolicy.strict_new`` (a missing baseline fails); ``paired``: of
+    interleaved pairs; ``within``: the metrics significant but within tolerance."""
 
     verdict: Verdict
     comparisons: list[MetricComparison]
@@ -97,6 +98,8 @@ class Outcome:
     strict: bool = False
     n_baseline: int = 0
     n_current: int = 0
+    paired: bool = False
+    within: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -226,12 +229,18 @@ def compare_launches(
 
     judged = [_compare_row(r, policy, p_adj.get(r.metric), sizes.get(r.metric, 0)) for r in rows]
     comparisons = _order_rows(_gatekeep([row for row, _ in judged], policy) + no_data)
-    within = {row.metric for row, decision in judged if decision.significant_within_tolerance}
+    within = tuple(row.metric for row, decision in judged if decision.significant_within_tolerance)
+    return outcome_of(comparisons, timed_launches(baseline), timed_launches(current), strict=policy.strict_new,
+                      within=within, paired=paired)
+
+
+def outcome_of(comparisons: list[MetricComparison], n_baseline: int, n_current: int, *, strict: bool = False,
+               within: tuple[str, ...] = (), paired: bool = False) -> Outcome:
+    """The overall verdict of judged rows and its one line (:func:`compare_launches`'s last step)."""
     verdict = _overall(comparisons)
-    n_b, n_c = timed_launches(baseline), timed_launches(current)
-    return Outcome(verdict=verdict, comparisons=comparisons,
-                   summary=_summary(verdict, comparisons, n_b, n_c, within, paired=paired),
-                   strict=policy.strict_new, n_baseline=n_b, n_current=n_c)
+    return Outcome(verdict=verdict, comparisons=comparisons, summary=_summary(
+        verdict, comparisons, n_baseline, n_current, within, paired=paired), strict=strict,
+        n_baseline=n_baseline, n_current=n_current, paired=paired, within=within)
 
 
 def timed_launches(launches: Sequence[Mapping[str, float]]) -> int:

@@ -1,9 +1,10 @@
 """The confirmation against the base: before a gate run fails on its stored baseline (or stays
 unclear against it, or credits the change with a speed-up), the base of the change is measured in
 the same job, interleaved launch by launch with this checkout, and the pairs decide
-(docs/statistics.md §6). A PASS of a workload too noisy for its stored baseline to vouch for
-(``NoiseReport.too_noisy``) is checked the same way: the pairs can only fail it; otherwise the
-stored PASS stands.
+(docs/statistics.md §6), but credit a speed-up only where the stored baseline found one too
+(perfgate.gate.paired_looks.credited). A PASS of a workload too noisy for its stored baseline to
+vouch for (``NoiseReport.too_noisy``) is checked the same way: the pairs can only fail it;
+otherwise the stored PASS stands.
 
 A stored baseline was recorded at another time, in another state of the machine: a neighbour's
 load, a drifting clock or a new job on a shared runner shows as a slowdown of code that did not
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfgate.errors import ConfigError, PerfgateError
-from perfgate.gate.paired_looks import BASE, HEAD, PairLook, PairRun, interval_ratio, pair_looks, run_pairs
+from perfgate.gate.paired_looks import (BASE, HEAD, PairLook, PairRun, credited, interval_ratio, pair_looks,
+                                       run_pairs)
 from perfgate.records.confirmation import Confirmation
 from perfgate.records.model import Analysis, Verdict
 from perfgate.records.notes import TO_DECIDE, WHY, Note
@@ -201,16 +203,17 @@ def confirm(spec: WorkloadSpec, settings: Settings, base: Base, stored: Outcome,
 
             looks = pair_looks(min(FIRST_LOOK_PAIRS, settings.max_launches), max(settings.max_launches, 1))
             run = run_pairs(launch, policy, looks, budget_s=budget_s, on_look=on_look)
+            outcome = credited(run.outcome, stored.verdict)
             base_profile = None
-            decides = not vouch or run.outcome.verdict == Verdict.REGRESSED
-            if profile_base and decides and run.outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+            decides = not vouch or outcome.verdict == Verdict.REGRESSED
+            if profile_base and decides and outcome.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
                 base_profile = launch_analysis(specs[BASE], run_dir / "confirm" / "base-profile", 0, PROFILE, base_tree)
     except PerfgateError as exc:
         return skipped(stored, f"the base {base.commit[:12]} ({base.how}) could not be measured: {exc}", vouch)
-    record = replace(_record(stored, base, run, policy.alpha), vouch=vouch)
+    record = replace(_record(stored, base, run, outcome, policy.alpha), vouch=vouch)
     if not decides:     # a checked PASS with no regression found: the stored PASS stands
         return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]))
-    return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]), run.outcome, base_profile)
+    return ConfirmRun(record, tuple(analyses[BASE]), tuple(analyses[HEAD]), outcome, base_profile)
 
 
 def _base_spec(spec: WorkloadSpec, settings: Settings, base_root: Path, gpu_count: int) -> WorkloadSpec:
@@ -228,12 +231,12 @@ def _base_spec(spec: WorkloadSpec, settings: Settings, base_root: Path, gpu_coun
     return declared[0]
 
 
-def _record(stored: Outcome, base: Base, run: PairRun, alpha: float) -> Confirmation:
+def _record(stored: Outcome, base: Base, run: PairRun, outcome: Outcome, alpha: float) -> Confirmation:
     steps = [(b.get("step_time_ms"), h.get("step_time_ms")) for b, h in zip(run.base, run.head)]
     kept = [(b, h) for b, h in steps if b is not None and h is not None]
     return Confirmation(
         stored_verdict=str(stored.verdict), stored_summary=stored.summary, base_commit=base.commit, base_how=base.how,
-        verdict=str(run.outcome.verdict), summary=run.outcome.summary, pairs=run.pairs,
+        verdict=str(outcome.verdict), summary=outcome.summary, pairs=run.pairs,
         order=tuple(f"{side}-{k}" for side, k in run.order),
         base_step_ms=tuple(round(b, 6) for b, _ in kept), head_step_ms=tuple(round(h, 6) for _, h in kept),
         interval_ratio=interval_ratio([b for b, _ in kept], [h for _, h in kept], alpha),

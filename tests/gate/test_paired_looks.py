@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from perfgate.gate.compare import ComparePolicy, compare_launches
 from perfgate.gate.paired_looks import (
-    BASE, HEAD, interval_ratio, launch_order, pair_looks, paired_look_level, run_pairs,
+    BASE, HEAD, credited, interval_ratio, launch_order, pair_looks, paired_look_level, run_pairs,
 )
 from perfgate.gate.statistics import paired_shift_test, shift_test
 from perfgate.records.model import Verdict
@@ -128,6 +128,35 @@ def test_an_unclear_run_takes_pairs_up_to_the_last_look() -> None:
     assert [look.pairs for look in run.looks] == [3, 5, 7]
     assert [look.outcome.verdict for look in run.looks] == [Verdict.INCONCLUSIVE] * 3
     assert run.pairs == 7 and run.stopped == "7 pairs, the most" and calls == launch_order(0, 7)
+
+
+@pytest.mark.parametrize("stored", [Verdict.INCONCLUSIVE, Verdict.REGRESSED, Verdict.PASS])
+def test_a_speed_up_only_the_pairs_found_is_not_credited(stored: Verdict) -> None:
+    """Every head launch 13 % faster than its base, as three pairs of the zoo's unchanged vae read on
+    an H200 after its stored baseline had found it +10.8 % slower: the pairs found no regression
+    (PASS), but the speed-up is not the pull request's to claim."""
+    base = [{"step_time_ms": v, "step_time_mean_ms": v} for v in (8.37, 9.10, 8.05)]
+    head = [{k: v * f for k, v in b.items()} for b, f in zip(base, (0.865, 0.87, 0.862))]
+    pairs = compare_launches(base, head, ComparePolicy(), paired=True)
+    assert pairs.verdict == Verdict.IMPROVED
+    taken = credited(pairs, stored)
+    why = f"faster in the pairs, not credited: the stored baseline found no speed-up ({stored})"
+    assert taken.verdict == Verdict.PASS and taken.summary == f"PASS{pairs.summary[len('IMPROVED'):]}; {why}"
+    assert [(r.metric, r.verdict) for r in taken.comparisons] == [
+        (r.metric, Verdict.PASS if r.verdict == Verdict.IMPROVED else r.verdict) for r in pairs.comparisons]
+    assert all(why in r.note for r in taken.comparisons if r.metric.startswith("step_time"))
+    assert (taken.paired, taken.n_current, taken.within) == (pairs.paired, pairs.n_current, pairs.within)
+
+
+def test_a_speed_up_both_found_and_any_other_verdict_are_the_pairs_own() -> None:
+    base = [{"step_time_ms": v} for v in (8.37, 9.10, 8.05)]
+    faster = compare_launches(base, [{"step_time_ms": b["step_time_ms"] * 0.86} for b in base], ComparePolicy(),
+                              paired=True)
+    slower = compare_launches(base, [{"step_time_ms": b["step_time_ms"] * 1.3} for b in base], ComparePolicy(),
+                              paired=True)
+    assert (faster.verdict, slower.verdict) == (Verdict.IMPROVED, Verdict.REGRESSED)
+    assert credited(faster, Verdict.IMPROVED) is faster
+    assert all(credited(slower, stored) is slower for stored in Verdict)
 
 
 def test_the_budget_stops_after_a_look() -> None:
