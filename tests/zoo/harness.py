@@ -178,7 +178,7 @@ def pull_request(project: Path, change: Change, dest: Path) -> Path:
     its baselines, committed) at ``dest``, ``change`` committed on a branch of its own."""
     if dest.exists():
         shutil.rmtree(dest)
-    subprocess.run(["git", "clone", "-q", str(project), str(dest)], check=True, capture_output=True, text=True)
+    git(dest.parent, "clone", "-q", str(project), str(dest))
     git(dest, "checkout", "-q", "-b", "pull-request")
     apply(change, dest)
     commit(dest, "the pull request")
