@@ -240,6 +240,45 @@ def test_a_checked_pass_is_decided_by_the_pairs_only_when_they_fail_it() -> None
     assert Confirmation.from_dict({**failed.to_dict(), "vouch": "yes"}) is None
 
 
+def test_pairs_that_alone_find_the_head_faster_read_pass(tmp_path: Path) -> None:
+    """``confirm`` through its pairs, the launches given as a function (no nsys): each head launch
+    14 % faster than the base beside it, as the zoo's unchanged vae read on an H200 after its stored
+    baseline had found it slower (INCONCLUSIVE). The verdict and the record are PASS, saying why;
+    after a stored IMPROVED the same pairs stay IMPROVED."""
+    from types import SimpleNamespace
+
+    from perfgate.gate.compare import ComparePolicy, compare_launches
+    from perfgate.pipeline.confirmation import confirm
+
+    repo = tmp_path / "proj"
+    _project(repo)
+    settings = load_settings(repo, option_prefix="", overrides={"max_launches": 3, "artifacts_dir": str(tmp_path / "runs")})
+    spec = discover_workloads(settings, gpu_count=0)[0]
+    steps = {"base": [8.37, 9.10, 8.05], "head": [7.20, 7.83, 6.92]}
+
+    def launch(_spec: object, folder: Path, k: int, _kind: str, tree: Path) -> object:
+        ms = steps["base" if folder.name.startswith("base") else "head"][k]
+        return SimpleNamespace(steps=SimpleNamespace(time_ms=ms),
+                               metrics=lambda: {"step_time_ms": ms, "step_time_mean_ms": ms})
+
+    base = Base(_git(repo, "rev-parse", "HEAD"), "the commit the baseline was recorded from", repo)
+    taken = {}
+    for stored_verdict, stored_steps in ((Verdict.INCONCLUSIVE, [9.1, 9.4, 10.8]), (Verdict.IMPROVED, [6.0, 6.1, 6.2])):
+        stored = compare_launches([{"step_time_ms": v, "step_time_mean_ms": v} for v in (8.1, 8.4, 8.2)],
+                                  [{"step_time_ms": v, "step_time_mean_ms": v} for v in stored_steps], ComparePolicy())
+        assert stored.verdict == stored_verdict
+        taken[stored_verdict] = confirm(spec, settings, base, stored, ComparePolicy(), tmp_path / str(stored_verdict),
+                                        launch)  # type: ignore[arg-type]
+    uncredited, credited = taken[Verdict.INCONCLUSIVE], taken[Verdict.IMPROVED]
+    assert uncredited.outcome is not None and uncredited.outcome.verdict == Verdict.PASS
+    assert uncredited.record.verdict == "PASS" and uncredited.record.summary == uncredited.outcome.summary
+    assert uncredited.record.summary.endswith(
+        "; faster in the pairs, not credited: the stored baseline found no speed-up (INCONCLUSIVE)")
+    assert list(uncredited.record.head_step_ms) == steps["head"] and uncredited.record.pairs == 3
+    assert credited.outcome is not None and credited.outcome.verdict == Verdict.IMPROVED
+    assert credited.record.verdict == "IMPROVED" and "not credited" not in credited.record.summary
+
+
 def test_a_noisy_baselines_pass_is_checked_against_the_base_and_a_hidden_slowdown_fails(
         tmp_path: Path, nsys_path: str, torch_module: object, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
